@@ -1,0 +1,228 @@
+/*
+ * fault.c — fault injection for the backend system call table (bsys.h).
+ *
+ * CKPTFS_FAULT holds rules separated by ';', each a list of key=value:
+ *   op=NAME[|NAME...]  calls to affect: bsys_op_names, or "data" (pwrite,
+ *                      fdatasync, fsync, openat), "meta" (rename, unlink,
+ *                      mkdir, symlink, link, chmod, chown, utimens), "any"
+ *   err=ERRNO|short    error to return (EIO, ENOSPC, EDQUOT, ...) or, for
+ *                      writes, write only half
+ *   delay_ms=N         sleep before the call (a slow backend)
+ *   after=N            let the first N matching calls through
+ *   count=N            inject at most N times
+ *   while=PATH         inject only while PATH exists (tests toggle recovery)
+ *   name=SUBSTR        only calls whose file name contains SUBSTR
+ * Example: CKPTFS_FAULT='op=pwrite,err=ENOSPC,while=/tmp/full'
+ *
+ * Used by the test suite; harmless and inert when the variable is unset.
+ */
+#include "backend/bsys.h"
+#include "cache/util.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FAULT_SHORT (-1)
+
+struct fault_rule {
+	uint32_t ops;		/* bit per enum bsys_op */
+	int err;		/* errno, FAULT_SHORT, or 0 (delay only) */
+	unsigned delay_ms;
+	uint64_t after, count;
+	atomic_uint_least64_t seen, fired;
+	char *while_path;
+	char *name;
+};
+
+static struct fault_rule *rules;
+static unsigned nrules;
+static struct bsys real;
+
+static const struct { const char *name; int err; } errnames[] = {
+	{ "EIO", EIO }, { "ENOSPC", ENOSPC }, { "EDQUOT", EDQUOT }, { "EROFS", EROFS },
+	{ "EACCES", EACCES }, { "EPERM", EPERM }, { "ENOENT", ENOENT }, { "EAGAIN", EAGAIN },
+	{ "EINTR", EINTR }, { "ESTALE", ESTALE }, { "ETIMEDOUT", ETIMEDOUT },
+};
+
+static uint32_t parse_ops(const char *s)
+{
+	uint32_t ops = 0;
+	char *dup = xstrdup(s), *save, *tok;
+
+	for (tok = strtok_r(dup, "|", &save); tok; tok = strtok_r(NULL, "|", &save)) {
+		if (!strcmp(tok, "any")) {
+			ops |= (1u << BOP_COUNT) - 1;
+		} else if (!strcmp(tok, "data")) {
+			ops |= 1u << BOP_PWRITE | 1u << BOP_FDATASYNC | 1u << BOP_FSYNC | 1u << BOP_OPENAT;
+		} else if (!strcmp(tok, "meta")) {
+			ops |= 1u << BOP_RENAMEAT2 | 1u << BOP_UNLINKAT | 1u << BOP_MKDIRAT |
+			       1u << BOP_SYMLINKAT | 1u << BOP_LINKAT | 1u << BOP_FCHMODAT |
+			       1u << BOP_FCHOWNAT | 1u << BOP_UTIMENSAT;
+		} else {
+			unsigned i;
+			for (i = 0; i < BOP_COUNT; i++)
+				if (!strcmp(tok, bsys_op_names[i]))
+					break;
+			if (i == BOP_COUNT) {
+				free(dup);
+				return 0;
+			}
+			ops |= 1u << i;
+		}
+	}
+	free(dup);
+	return ops;
+}
+
+static int parse_rule(char *spec, struct fault_rule *r)
+{
+	char *save, *kv;
+
+	memset(r, 0, sizeof(*r));
+	r->count = UINT64_MAX;
+	for (kv = strtok_r(spec, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(kv, '=');
+		if (!eq)
+			return -EINVAL;
+		*eq++ = '\0';
+		if (!strcmp(kv, "op")) {
+			if (!(r->ops = parse_ops(eq)))
+				return -EINVAL;
+		} else if (!strcmp(kv, "err")) {
+			unsigned i;
+			if (!strcmp(eq, "short")) {
+				r->err = FAULT_SHORT;
+				continue;
+			}
+			for (i = 0; i < CKPT_ARRAY_LEN(errnames); i++)
+				if (!strcmp(eq, errnames[i].name))
+					r->err = errnames[i].err;
+			if (!r->err)
+				return -EINVAL;
+		} else if (!strcmp(kv, "delay_ms")) {
+			r->delay_ms = (unsigned)strtoul(eq, NULL, 10);
+		} else if (!strcmp(kv, "after")) {
+			r->after = strtoull(eq, NULL, 10);
+		} else if (!strcmp(kv, "count")) {
+			r->count = strtoull(eq, NULL, 10);
+		} else if (!strcmp(kv, "while")) {
+			r->while_path = xstrdup(eq);
+		} else if (!strcmp(kv, "name")) {
+			r->name = xstrdup(eq);
+		} else {
+			return -EINVAL;
+		}
+	}
+	return r->ops ? 0 : -EINVAL;
+}
+
+/* The error to inject for this call (0: none, FAULT_SHORT), after any delay. */
+static int fault_check(enum bsys_op op, const char *name)
+{
+	int inject = 0;
+
+	for (unsigned i = 0; i < nrules; i++) {
+		struct fault_rule *r = &rules[i];
+		if (!(r->ops & (1u << op)))
+			continue;
+		if (r->name && (!name || !strstr(name, r->name)))
+			continue;
+		if (r->while_path && access(r->while_path, F_OK) != 0)
+			continue;
+		if (atomic_fetch_add(&r->seen, 1) < r->after)
+			continue;
+		if (atomic_fetch_add(&r->fired, 1) >= r->count)
+			continue;
+		if (r->delay_ms)
+			usleep(r->delay_ms * 1000u);
+		if (r->err && !inject)
+			inject = r->err;
+	}
+	return inject;
+}
+
+#define CHECK(op, name)                                              \
+	int f_ = fault_check(op, name);                              \
+	if (f_ > 0)                                                  \
+		return -f_
+
+static int f_openat(int d, const char *n, int fl, mode_t m) { CHECK(BOP_OPENAT, n); return real.openat(d, n, fl, m); }
+static int f_close(int fd) { return real.close(fd); }
+static ssize_t f_pread(int fd, void *b, size_t n, off_t o) { CHECK(BOP_PREAD, NULL); return real.pread(fd, b, n, o); }
+static ssize_t f_pwrite(int fd, const void *b, size_t n, off_t o)
+{
+	CHECK(BOP_PWRITE, NULL);
+	if (f_ == FAULT_SHORT && n > 1)
+		n /= 2;
+	return real.pwrite(fd, b, n, o);
+}
+static int f_fsync(int fd) { CHECK(BOP_FSYNC, NULL); return real.fsync(fd); }
+static int f_fdatasync(int fd) { CHECK(BOP_FDATASYNC, NULL); return real.fdatasync(fd); }
+static int f_ftruncate(int fd, off_t l) { CHECK(BOP_FTRUNCATE, NULL); return real.ftruncate(fd, l); }
+static int f_renameat2(int od, const char *on, int nd, const char *nn, unsigned fl)
+{
+	CHECK(BOP_RENAMEAT2, nn);
+	return real.renameat2(od, on, nd, nn, fl);
+}
+static int f_unlinkat(int d, const char *n, int fl) { CHECK(BOP_UNLINKAT, n); return real.unlinkat(d, n, fl); }
+static int f_mkdirat(int d, const char *n, mode_t m) { CHECK(BOP_MKDIRAT, n); return real.mkdirat(d, n, m); }
+static int f_symlinkat(const char *t, int d, const char *n) { CHECK(BOP_SYMLINKAT, n); return real.symlinkat(t, d, n); }
+static int f_linkat(int od, const char *on, int nd, const char *nn) { CHECK(BOP_LINKAT, nn); return real.linkat(od, on, nd, nn); }
+static int f_fchmodat(int d, const char *n, mode_t m) { CHECK(BOP_FCHMODAT, n); return real.fchmodat(d, n, m); }
+static int f_fchownat(int d, const char *n, uid_t u, gid_t g) { CHECK(BOP_FCHOWNAT, n); return real.fchownat(d, n, u, g); }
+static int f_utimensat(int d, const char *n, const struct timespec ts[2]) { CHECK(BOP_UTIMENSAT, n); return real.utimensat(d, n, ts); }
+static int f_setxattr(int d, const char *n, const char *k, const void *v, size_t l, int fl)
+{
+	CHECK(BOP_SETXATTR, n);
+	return real.setxattr(d, n, k, v, l, fl);
+}
+static int f_removexattr(int d, const char *n, const char *k) { CHECK(BOP_REMOVEXATTR, n); return real.removexattr(d, n, k); }
+static int f_fstatat(int d, const char *n, struct stat *st) { CHECK(BOP_FSTATAT, n); return real.fstatat(d, n, st); }
+static int f_io_result(enum bsys_op op, int fd, size_t len, int res)
+{
+	int f = fault_check(op, NULL);
+	if (f > 0)
+		return -f;
+	if (f == FAULT_SHORT && res > 1)
+		return res / 2;
+	return res;
+}
+
+int bsys_faults_from_env(void)
+{
+	const char *env = getenv("CKPTFS_FAULT");
+	char *dup, *save, *spec;
+
+	if (!env || !*env)
+		return 0;
+	dup = xstrdup(env);
+	for (spec = strtok_r(dup, ";", &save); spec; spec = strtok_r(NULL, ";", &save)) {
+		char *copy = xstrdup(spec);
+		rules = xrealloc(rules, (nrules + 1) * sizeof(*rules));
+		if (parse_rule(copy, &rules[nrules]) < 0) {
+			fprintf(stderr, "ckptfs: CKPTFS_FAULT: bad rule '%s'\n", spec);
+			free(copy);
+			free(dup);
+			return -EINVAL;
+		}
+		free(copy);
+		nrules++;
+	}
+	free(dup);
+	real = bsys;
+	bsys = (struct bsys){
+		.openat = f_openat, .close = f_close, .pread = f_pread, .pwrite = f_pwrite,
+		.fsync = f_fsync, .fdatasync = f_fdatasync, .ftruncate = f_ftruncate,
+		.renameat2 = f_renameat2, .unlinkat = f_unlinkat, .mkdirat = f_mkdirat,
+		.symlinkat = f_symlinkat, .linkat = f_linkat, .fchmodat = f_fchmodat,
+		.fchownat = f_fchownat, .utimensat = f_utimensat, .setxattr = f_setxattr,
+		.removexattr = f_removexattr, .fstatat = f_fstatat, .io_result = f_io_result,
+		.faults_active = 1,
+	};
+	return 0;
+}

@@ -1,0 +1,521 @@
+/*
+ * flush.c — flusher threads, which write sealed versions to temporary files
+ * on the backend, and the spiller, which writes dirty chunks of files not
+ * yet sealed to their stage files when the cache runs short.
+ *
+ * A flusher takes a batch of versions from the head of be->flushq (lowest
+ * sequence first; at most FLUSH_BATCH versions or FLUSH_BATCH_BYTES), writes
+ * each to its output — a new temporary file beside its final name, or the
+ * stage file the spiller already began — through its io_uring (or pwrite)
+ * engine with at most queue_depth requests in flight, hashing the contents
+ * with XXH3-128 in file order as it goes, then sets size and attributes and
+ * fdatasyncs (P2).  It marks each version ready (or failed) and wakes the
+ * publisher.  Short writes and -EAGAIN are resubmitted.
+ *
+ * A version whose target directory is not on the backend yet (its mkdir is
+ * still queued) waits in the queue; the publisher wakes the flushers after
+ * each mkdir.
+ *
+ * Temporary files are named ".ckptfs.<kind>.<mount id>.<n>" (P5).  Their
+ * cfd carries a btemp tag; when the last reference goes and the file was
+ * never published, the tag unlinks it.
+ */
+#include "backend/backend.h"
+#include "backend/bsys.h"
+#include "cache/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FLUSH_BATCH 64
+#define FLUSH_BATCH_BYTES (256ull << 20)
+#define BOUNCE_SIZE (1u << 20)
+
+/* ---- temporary files ---------------------------------------------------- */
+
+struct btemp {
+	struct backend *be;
+	struct bnode *dir;
+	bool published;
+	char name[64];
+};
+
+static void temp_release(void *tag)
+{
+	struct btemp *t = tag;
+
+	if (!t->published) {
+		int d = bnode_dirfd(t->be, t->dir);
+		if (d >= 0)
+			bsys.unlinkat(d, t->name, 0);
+	}
+	bnode_put(t->dir);
+	free(t);
+}
+
+static int temp_create(struct backend *be, struct bnode *dir, char kind, struct cfd **out)
+{
+	struct btemp *t = xcalloc(1, sizeof(*t));
+	int d = bnode_dirfd(be, dir), fd;
+	uint64_t n;
+
+	if (d < 0) {
+		free(t);
+		return d;
+	}
+	pthread_mutex_lock(&be->lock);
+	n = ++be->temp_counter;
+	pthread_mutex_unlock(&be->lock);
+	snprintf(t->name, sizeof(t->name), CKPTFS_RESERVED_PREFIX "%c.%s.%llu", kind,
+		 be->mount_id, (unsigned long long)n);
+	fd = bsys.openat(d, t->name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW, 0600);
+	if (fd < 0) {
+		free(t);
+		return fd;
+	}
+	t->be = be;
+	t->dir = bnode_get(dir);
+	*out = cfd_new(fd);
+	(*out)->tag = t;
+	(*out)->tag_free = temp_release;
+	return 0;
+}
+
+void flush_temp_mark_published(struct cfd *out)
+{
+	((struct btemp *)out->tag)->published = true;
+}
+
+const char *flush_temp_name(struct cfd *out, struct bnode **dir)
+{
+	struct btemp *t = out->tag;
+	*dir = t->dir;
+	return t->name;
+}
+
+/* ---- writing one batch ------------------------------------------------ */
+
+enum { FJ_WRITING, FJ_SYNCING, FJ_DONE };
+
+struct fjob {
+	struct op *op;
+	struct cver *v;
+	struct cfd *out;
+	bool fresh;		/* out was created by this flush */
+	XXH3_state_t *hs;
+	uint32_t seg;		/* next segment to submit */
+	uint32_t inflight;
+	int err;
+	int phase;
+};
+
+struct wreq {
+	struct fjob *j;
+	const char *buf;
+	size_t len;
+	uint64_t off;
+	bool is_fsync;
+};
+
+struct flusher {
+	struct backend *be;
+	struct bio *bio;
+	char *bounce;
+	const char *zeros;
+};
+
+static int pwrite_all(int fd, const char *buf, size_t len, uint64_t off)
+{
+	while (len) {
+		ssize_t n = bsys.pwrite(fd, buf, len, (off_t)off);
+		if (n == -EINTR || n == -EAGAIN)
+			continue;
+		if (n < 0)
+			return (int)n;
+		if (n == 0)
+			return -EIO;
+		buf += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Copy (or, for the output itself, only hash) a segment held in a backend file. */
+static int flush_fd_seg(struct flusher *fl, struct fjob *j, const struct cseg *s)
+{
+	bool own = s->f == j->out;
+
+	for (uint64_t done = 0; done < s->len;) {
+		size_t want = (size_t)CKPT_MIN(s->len - done, BOUNCE_SIZE);
+		ssize_t n = bsys.pread(s->f->fd, fl->bounce, want, (off_t)(s->foff + done));
+		if (n == -EINTR)
+			continue;
+		if (n < 0)
+			return (int)n;
+		if (n == 0) {	/* the file is shorter than recorded: zeros */
+			memset(fl->bounce, 0, want);
+			n = (ssize_t)want;
+		}
+		XXH3_128bits_update(j->hs, fl->bounce, (size_t)n);
+		if (!own) {
+			int r = pwrite_all(j->out->fd, fl->bounce, (size_t)n, s->off + done);
+			if (r < 0)
+				return r;
+			atomic_fetch_add(&fl->be->st.written_bytes, (uint64_t)n);
+		}
+		done += (uint64_t)n;
+	}
+	return 0;
+}
+
+static int flush_zero_seg(struct flusher *fl, struct fjob *j, const struct cseg *s)
+{
+	for (uint64_t done = 0; done < s->len;) {
+		size_t n = (size_t)CKPT_MIN(s->len - done, BOUNCE_SIZE);
+		XXH3_128bits_update(j->hs, fl->zeros, n);
+		done += n;
+	}
+	/* A stage file may hold stale bytes here; a fresh file is already a hole. */
+	if (!j->fresh &&
+	    fallocate(j->out->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		      (off_t)s->off, (off_t)s->len) < 0) {
+		for (uint64_t done = 0; done < s->len;) {
+			size_t n = (size_t)CKPT_MIN(s->len - done, BOUNCE_SIZE);
+			int r = pwrite_all(j->out->fd, fl->zeros, n, s->off + done);
+			if (r < 0)
+				return r;
+			done += n;
+		}
+	}
+	return 0;
+}
+
+/* Size, owner, mode and times of the sealed version, set on the temp file. */
+static int flush_finish_attrs(struct backend *be, struct fjob *j)
+{
+	struct bnode *tdir;
+	const char *tname = flush_temp_name(j->out, &tdir);
+	int d = bnode_dirfd(be, tdir), r;
+	struct op *op = j->op;
+
+	if (d < 0)
+		return d;
+	if ((r = bsys.ftruncate(j->out->fd, (off_t)j->v->size)) < 0)
+		return r;
+	if (be->opt.chown && (r = bsys.fchownat(d, tname, op->uid, op->gid)) < 0)
+		return r;
+	if ((r = bsys.fchmodat(d, tname, op->mode & 07777)) < 0)
+		return r;
+	struct timespec ts[2] = { op->atime, op->mtime };
+	return bsys.utimensat(d, tname, ts);
+}
+
+static void fjob_submit(struct flusher *fl, struct fjob *j)
+{
+	while (j->phase == FJ_WRITING && !j->err && j->seg < j->v->nseg && bio_space(fl->bio)) {
+		const struct cseg *s = &j->v->segs[j->seg++];
+		int r = 0;
+
+		if (s->kind == CSEG_MEM) {
+			struct wreq *w = xmalloc(sizeof(*w));
+			*w = (struct wreq){ .j = j, .buf = s->mem, .len = s->len, .off = s->off };
+			XXH3_128bits_update(j->hs, s->mem, s->len);
+			j->inflight++;
+			bio_prep_write(fl->bio, j->out->fd, w->buf, w->len, w->off, w);
+		} else if (s->kind == CSEG_FD) {
+			r = flush_fd_seg(fl, j, s);
+		} else {
+			r = flush_zero_seg(fl, j, s);
+		}
+		if (r < 0)
+			j->err = r;
+	}
+	if (j->phase == FJ_WRITING && j->inflight == 0 &&
+	    (j->err || j->seg == j->v->nseg) && bio_space(fl->bio)) {
+		if (!j->err)
+			j->err = flush_finish_attrs(fl->be, j);
+		if (j->err) {
+			j->phase = FJ_DONE;
+		} else {
+			struct wreq *w = xcalloc(1, sizeof(*w));
+			w->j = j;
+			w->is_fsync = true;
+			j->phase = FJ_SYNCING;
+			j->inflight++;
+			bio_prep_fsync(fl->bio, j->out->fd, true, w);
+		}
+	}
+}
+
+static void fjob_complete(struct flusher *fl, const struct bio_cqe *c)
+{
+	struct wreq *w = c->cookie;
+	struct fjob *j = w->j;
+
+	if (w->is_fsync) {
+		j->inflight--;
+		if (c->res < 0 && !j->err)
+			j->err = c->res;
+		j->phase = FJ_DONE;
+		free(w);
+		return;
+	}
+	if (c->res == -EAGAIN || c->res == -EINTR || (c->res > 0 && (size_t)c->res < w->len)) {
+		if (c->res > 0) {	/* short write: resubmit the rest */
+			atomic_fetch_add(&fl->be->st.written_bytes, (uint64_t)c->res);
+			w->buf += c->res;
+			w->len -= (size_t)c->res;
+			w->off += (uint64_t)c->res;
+		}
+		bio_prep_write(fl->bio, j->out->fd, w->buf, w->len, w->off, w);
+		return;
+	}
+	j->inflight--;
+	if (c->res < 0 && !j->err)
+		j->err = c->res;
+	else if (c->res == 0 && !j->err)
+		j->err = -EIO;
+	else if (c->res > 0)
+		atomic_fetch_add(&fl->be->st.written_bytes, (uint64_t)c->res);
+	free(w);
+}
+
+static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
+{
+	struct backend *be = fl->be;
+	struct bio_cqe cqes[64];
+	unsigned pending = n;
+
+	for (unsigned i = 0; i < n; i++) {
+		struct fjob *j = &jobs[i];
+		j->v = j->op->ver;
+		j->hs = XXH3_createState();
+		XXH3_128bits_reset(j->hs);
+		if (j->v->out) {
+			j->out = cfd_get(j->v->out);
+		} else {
+			j->err = temp_create(be, j->op->dir, 't', &j->out);
+			j->fresh = true;
+		}
+		if (j->err)
+			j->phase = FJ_DONE;
+		atomic_fetch_add(&be->st.flushing_bytes, j->v->size);
+	}
+	while (pending) {
+		for (unsigned i = 0; i < n; i++)
+			fjob_submit(fl, &jobs[i]);
+		pending = 0;
+		for (unsigned i = 0; i < n; i++)
+			pending += jobs[i].phase != FJ_DONE;
+		if (!pending)
+			break;
+		unsigned got = bio_reap(fl->bio, cqes, CKPT_ARRAY_LEN(cqes), 1);
+		for (unsigned k = 0; k < got; k++)
+			fjob_complete(fl, &cqes[k]);
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct fjob *j = &jobs[i];
+		atomic_fetch_sub(&be->st.flushing_bytes, j->v->size);
+		if (!j->err)
+			j->op->digest = XXH3_128bits_digest(j->hs);
+		XXH3_freeState(j->hs);
+		if (j->err && j->out && j->fresh) {
+			cfd_put(j->out);	/* unlinks the temp file */
+			j->out = NULL;
+		}
+	}
+	pthread_mutex_lock(&be->lock);
+	for (unsigned i = 0; i < n; i++) {
+		struct fjob *j = &jobs[i];
+		j->op->err = j->err;
+		j->op->state = j->err ? OPS_FAILED : OPS_READY;
+		if (!j->err) {
+			cfd_put(j->op->out);
+			j->op->out = j->out;
+		} else {
+			cfd_put(j->out);
+		}
+	}
+	pthread_cond_signal(&be->pub_cond);
+	pthread_mutex_unlock(&be->lock);
+}
+
+/* Take a batch off the queue; be->lock held. */
+static unsigned flush_pick(struct backend *be, struct fjob *jobs)
+{
+	unsigned n = 0;
+	uint64_t bytes = 0;
+	struct list *e = be->flushq.next;
+
+	while (e != &be->flushq && n < FLUSH_BATCH && bytes < FLUSH_BATCH_BYTES) {
+		struct list *next = e->next;
+		struct op *op = list_entry(e, struct op, qlink);
+		if (op->ver->out || atomic_load(&op->dir->present)) {
+			list_del(&op->qlink);
+			op->state = OPS_FLUSHING;
+			memset(&jobs[n], 0, sizeof(jobs[n]));
+			jobs[n++].op = op;
+			bytes += op->ver->size;
+		} else if (atomic_load(&be->durable_seq) + 1 >= op->seq) {
+			/* Everything before it is published and its directory is not there. */
+			list_del(&op->qlink);
+			op->state = OPS_FAILED;
+			op->err = -ENOENT;
+			pthread_cond_signal(&be->pub_cond);
+		}
+		e = next;
+	}
+	return n;
+}
+
+static void *flusher_main(void *arg)
+{
+	struct flusher *fl = arg;
+	struct backend *be = fl->be;
+	struct fjob *jobs = xcalloc(FLUSH_BATCH, sizeof(*jobs));
+	const char *why;
+
+	fl->bio = bio_create(be->opt.io, be->opt.queue_depth, &why);
+	pthread_mutex_lock(&be->lock);
+	for (;;) {
+		unsigned n = flush_pick(be, jobs);
+		if (!n) {
+			if (be->stopping && list_empty(&be->ops))
+				break;
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 100 * 1000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&be->flush_cond, &be->lock, &ts);
+			continue;
+		}
+		pthread_mutex_unlock(&be->lock);
+		flush_batch(fl, jobs, n);
+		pthread_mutex_lock(&be->lock);
+	}
+	pthread_mutex_unlock(&be->lock);
+	bio_destroy(fl->bio);
+	free(jobs);
+	return NULL;
+}
+
+/* ---- the spiller ---------------------------------------------------------- */
+
+static void spill_one(struct backend *be, struct cfile *cf, struct chunk *ch)
+{
+	struct spill_job job;
+	int r = cfile_spill_begin(cf, ch, &job);
+
+	if (r == -EAGAIN && be->hooks.stage_dir) {
+		struct bnode *dir = be->hooks.stage_dir(be->hooks.arg, cf);
+		struct cfd *f = NULL;
+		if (!dir)
+			return;
+		if (atomic_load(&dir->present) && temp_create(be, dir, 's', &f) == 0) {
+			cfile_set_stage(cf, f);
+			cfd_put(f);	/* if another stage won, this unlinks ours */
+		}
+		bnode_put(dir);
+		r = cfile_spill_begin(cf, ch, &job);
+	}
+	if (r < 0)
+		return;
+	r = pwrite_all(job.f->fd, job.mem, job.len, job.off);
+	if (r == 0)
+		atomic_fetch_add(&be->st.written_bytes, job.len);
+	else
+		ckpt_log(LOG_WARNING, "spilling to the backend failed: %s", strerror(-r));
+	cfile_spill_end(cf, &job, r);
+}
+
+static void *spiller_main(void *arg)
+{
+	struct backend *be = arg;
+	struct cache *c = be->cache;
+	uint32_t low = CKPT_MAX(2u, c->nchunks / 16);
+
+	pthread_mutex_lock(&be->lock);
+	while (!be->stopping) {
+		if (!be->spill_wanted) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 100 * 1000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&be->spill_cond, &be->lock, &ts);
+		}
+		be->spill_wanted = false;
+		pthread_mutex_unlock(&be->lock);
+		for (unsigned i = 0; i < c->nchunks && cache_reclaimable(c) < low; i++) {
+			struct cfile *cf;
+			struct chunk *ch = cache_spill_pick(c, &cf);
+			if (!ch)
+				break;
+			spill_one(be, cf, ch);
+			cfile_put(cf);
+		}
+		pthread_mutex_lock(&be->lock);
+	}
+	pthread_mutex_unlock(&be->lock);
+	return NULL;
+}
+
+void backend_want_spill(void *arg)
+{
+	struct backend *be = arg;
+
+	pthread_mutex_lock(&be->lock);
+	be->spill_wanted = true;
+	pthread_cond_signal(&be->spill_cond);
+	pthread_mutex_unlock(&be->lock);
+}
+
+/* ---- threads ------------------------------------------------------------- */
+
+struct flush_priv {
+	struct flusher *fl;
+	char *zeros;
+};
+
+void flush_threads_start(struct backend *be)
+{
+	struct flush_priv *p = xcalloc(1, sizeof(*p));
+
+	be->nflushers = be->opt.flush_threads ? be->opt.flush_threads : 1;
+	be->flushers = xcalloc(be->nflushers, sizeof(pthread_t));
+	p->fl = xcalloc(be->nflushers, sizeof(*p->fl));
+	p->zeros = xcalloc(1, BOUNCE_SIZE);
+	be->flush_priv = p;
+	for (unsigned i = 0; i < be->nflushers; i++) {
+		p->fl[i].be = be;
+		p->fl[i].bounce = xmalloc(BOUNCE_SIZE);
+		p->fl[i].zeros = p->zeros;
+		pthread_create(&be->flushers[i], NULL, flusher_main, &p->fl[i]);
+	}
+	pthread_create(&be->spiller, NULL, spiller_main, be);
+}
+
+void flush_threads_stop(struct backend *be)
+{
+	struct flush_priv *p = be->flush_priv;
+
+	for (unsigned i = 0; i < be->nflushers; i++) {
+		pthread_join(be->flushers[i], NULL);
+		free(p->fl[i].bounce);
+	}
+	pthread_join(be->spiller, NULL);
+	free(be->flushers);
+	free(p->fl);
+	free(p->zeros);
+	free(p);
+	be->flush_priv = NULL;
+}

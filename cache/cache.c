@@ -1,0 +1,249 @@
+/*
+ * cache.c — the arena, its free stack, the clean LRU and the spill list.
+ * See cache.h for the ownership rules and lock order.
+ */
+#include "cache/cache.h"
+#include "cache/cfile.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/* Touch every page so no write into the cache takes a page fault. */
+static void prefault(char *base, uint64_t size)
+{
+	if (madvise(base, size, MADV_POPULATE_WRITE) == 0)
+		return;
+	long pg = sysconf(_SC_PAGESIZE);
+	for (uint64_t off = 0; off < size; off += (uint64_t)pg)
+		((volatile char *)base)[off] = 0;
+}
+
+int cache_init(struct cache *c, uint64_t size, uint32_t chunk_size)
+{
+	memset(c, 0, sizeof(*c));
+	if (chunk_size == 0 || size < chunk_size)
+		return -EINVAL;
+	c->chunk_size = chunk_size;
+	c->nchunks = (uint32_t)(size / chunk_size);
+	c->size = (uint64_t)c->nchunks * chunk_size;
+	c->base = mmap(NULL, c->size, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (c->base == MAP_FAILED) {
+		c->base = NULL;
+		return -ENOMEM;
+	}
+	c->hugepages = madvise(c->base, c->size, MADV_HUGEPAGE) == 0;
+	/* The daemon forks nothing after this, but keep children off it anyway. */
+	madvise(c->base, c->size, MADV_DONTFORK);
+	prefault(c->base, c->size);
+
+	c->chunks = xcalloc(c->nchunks, sizeof(*c->chunks));
+	c->free_ids = xmalloc(sizeof(uint32_t) * c->nchunks);
+	for (uint32_t i = 0; i < c->nchunks; i++) {
+		c->chunks[i].id = i;
+		list_init(&c->chunks[i].link);
+		c->free_ids[i] = c->nchunks - 1 - i;	/* pop low ids first */
+	}
+	c->nfree = c->nchunks;
+	list_init(&c->clean);
+	list_init(&c->spill);
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->freed, NULL);
+	return 0;
+}
+
+void cache_destroy(struct cache *c)
+{
+	if (c->base)
+		munmap(c->base, c->size);
+	free(c->chunks);
+	free(c->free_ids);
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->freed);
+	memset(c, 0, sizeof(*c));
+}
+
+static void chunk_unlist(struct cache *c, struct chunk *ch)
+{
+	if (ch->list != CL_NONE) {
+		list_del(&ch->link);
+		ch->list = CL_NONE;
+	}
+}
+
+/* Take a free chunk off the stack, or evict the oldest evictable clean one. */
+static struct chunk *chunk_take_locked(struct cache *c)
+{
+	if (c->nfree)
+		return &c->chunks[c->free_ids[--c->nfree]];
+
+	for (struct list *e = c->clean.next; e != &c->clean; e = e->next) {
+		struct chunk *ch = list_entry(e, struct chunk, link);
+		struct cfile *cf = ch->owner;
+
+		if (pthread_mutex_trylock(&cf->lock) != 0)
+			continue;
+		if (ch->state != CH_CLEAN || ch->vrefs || ch->pins || !ch->in_map) {
+			pthread_mutex_unlock(&cf->lock);
+			continue;
+		}
+		chunk_unlist(c, ch);
+		cfile_evict_locked(cf, ch);
+		ch->state = CH_FREE;
+		ch->owner = NULL;
+		atomic_fetch_sub(&c->st.chunks_clean, 1);
+		atomic_fetch_sub(&c->st.chunks_used, 1);
+		atomic_fetch_add(&c->st.evictions, 1);
+		pthread_mutex_unlock(&cf->lock);
+		return ch;
+	}
+	return NULL;
+}
+
+struct chunk *cache_chunk_alloc(struct cache *c, struct cfile *owner, bool wait)
+{
+	struct chunk *ch;
+	uint64_t t0 = 0;
+
+	pthread_mutex_lock(&c->lock);
+	while (!(ch = chunk_take_locked(c))) {
+		if (!wait) {
+			pthread_mutex_unlock(&c->lock);
+			return NULL;
+		}
+		if (!t0) {
+			t0 = now_ns();
+			atomic_fetch_add(&c->st.backpressure_waits, 1);
+		}
+		c->waiters++;
+		pthread_mutex_unlock(&c->lock);
+		if (c->spill_wanted)
+			c->spill_wanted(c->spill_arg);
+		pthread_mutex_lock(&c->lock);
+		if (!c->nfree) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 50 * 1000000;	/* re-check evictable chunks */
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&c->freed, &c->lock, &ts);
+		}
+		c->waiters--;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (t0)
+		atomic_fetch_add(&c->st.backpressure_ns, now_ns() - t0);
+
+	ch->owner = owner;
+	ch->index = 0;
+	ch->lo = ch->hi = 0;
+	ch->vrefs = ch->pins = 0;
+	ch->in_map = 0;
+	ch->state = CH_DIRTY;
+	atomic_fetch_add(&c->st.chunks_used, 1);
+	atomic_fetch_add(&c->st.chunks_dirty, 1);
+	return ch;
+}
+
+void cache_chunk_free(struct cache *c, struct chunk *ch)
+{
+	pthread_mutex_lock(&c->lock);
+	chunk_unlist(c, ch);
+	if (ch->state == CH_DIRTY)
+		atomic_fetch_sub(&c->st.chunks_dirty, 1);
+	else if (ch->state == CH_CLEAN)
+		atomic_fetch_sub(&c->st.chunks_clean, 1);
+	atomic_fetch_sub(&c->st.chunks_used, 1);
+	ch->state = CH_FREE;
+	ch->owner = NULL;
+	c->free_ids[c->nfree++] = ch->id;
+	if (c->waiters)
+		pthread_cond_broadcast(&c->freed);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Put the chunk on the list its state calls for (owner lock held, cache lock held). */
+static void chunk_relist_locked(struct cache *c, struct chunk *ch)
+{
+	enum chunk_list want = CL_NONE;
+
+	if (ch->in_map && ch->state == CH_CLEAN)
+		want = CL_CLEAN;
+	else if (ch->in_map && ch->state == CH_DIRTY && ch->vrefs == 0)
+		want = CL_SPILL;
+	if (want == ch->list)
+		return;
+	chunk_unlist(c, ch);
+	if (want == CL_CLEAN)
+		list_add_tail(&c->clean, &ch->link);
+	else if (want == CL_SPILL)
+		list_add_tail(&c->spill, &ch->link);
+	ch->list = (uint8_t)want;
+	if (want == CL_CLEAN && c->waiters)
+		pthread_cond_broadcast(&c->freed);
+}
+
+void cache_chunk_relist(struct cache *c, struct chunk *ch)
+{
+	pthread_mutex_lock(&c->lock);
+	chunk_relist_locked(c, ch);
+	pthread_mutex_unlock(&c->lock);
+}
+
+void cache_chunk_set_state(struct cache *c, struct chunk *ch, enum chunk_state st)
+{
+	pthread_mutex_lock(&c->lock);
+	if (ch->state != st) {
+		if (ch->state == CH_DIRTY)
+			atomic_fetch_sub(&c->st.chunks_dirty, 1);
+		else if (ch->state == CH_CLEAN)
+			atomic_fetch_sub(&c->st.chunks_clean, 1);
+		if (st == CH_DIRTY)
+			atomic_fetch_add(&c->st.chunks_dirty, 1);
+		else if (st == CH_CLEAN)
+			atomic_fetch_add(&c->st.chunks_clean, 1);
+		ch->state = (uint8_t)st;
+	}
+	chunk_relist_locked(c, ch);
+	pthread_mutex_unlock(&c->lock);
+}
+
+struct chunk *cache_spill_pick(struct cache *c, struct cfile **owner)
+{
+	struct chunk *ch = NULL;
+
+	pthread_mutex_lock(&c->lock);
+	if (!list_empty(&c->spill)) {
+		ch = list_entry(c->spill.next, struct chunk, link);
+		/* Rotate it so a chunk that cannot be spilled yet does not block others. */
+		list_del(&ch->link);
+		list_add_tail(&c->spill, &ch->link);
+		*owner = cfile_get(ch->owner);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ch;
+}
+
+uint32_t cache_reclaimable(struct cache *c)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&c->lock);
+	n = c->nfree;
+	for (struct list *e = c->clean.next; e != &c->clean && n < 64; e = e->next) {
+		struct chunk *ch = list_entry(e, struct chunk, link);
+		if (!ch->vrefs && !ch->pins)
+			n++;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}

@@ -1,0 +1,115 @@
+/*
+ * cache.h — the write-back cache arena: one pre-faulted mapping of
+ * cache_size bytes cut into fixed-size chunks.
+ *
+ * A chunk is either free (on the free stack) or owned by exactly one cfile
+ * (cfile.h), which holds it in its chunk map, in pending versions, or both.
+ * Chunk fields other than the list links are guarded by the owner's lock;
+ * the list links, the free stack and the counters below by cache->lock.
+ *
+ * Two lists order owned chunks for reclaim:
+ *   clean — equal to the published backend file; evicted LRU when a writer
+ *           needs space (cache_chunk_alloc);
+ *   spill — dirty chunks of files not yet sealed (still open, or larger than
+ *           the cache): the spiller writes them to the file's stage file so a
+ *           single file larger than the cache cannot wedge the writers.
+ *
+ * Lock order: cfile->lock -> cache->lock.  The allocator's eviction goes the
+ * other way only with trylock.  cache_chunk_alloc(wait=true) must be called
+ * with no cfile lock held: it may sleep until the flushers free space.
+ */
+#ifndef CKPTFS_CACHE_H
+#define CKPTFS_CACHE_H
+
+#include "cache/util.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+struct cfile;
+
+enum chunk_state { CH_FREE = 0, CH_DIRTY, CH_CLEAN };
+enum chunk_list { CL_NONE = 0, CL_CLEAN, CL_SPILL };
+
+struct chunk {
+	struct list link;	/* clean LRU or spill list (cache->lock) */
+	struct cfile *owner;	/* set while owned */
+	uint64_t index;		/* chunk index within the owner's file */
+	uint32_t id;		/* position in the arena */
+	uint32_t lo, hi;	/* valid bytes [lo, hi) within the chunk */
+	uint32_t vrefs;		/* versions or spills reading it: writers copy on write */
+	uint32_t pins;		/* readers replying from it */
+	uint8_t state;		/* enum chunk_state */
+	uint8_t in_map;		/* in the owner's chunk map */
+	uint8_t list;		/* enum chunk_list (cache->lock) */
+};
+
+/* Counters read lock-free by the stats view. */
+struct cache_stats {
+	atomic_uint_least64_t absorbed_bytes;	/* bytes written into the cache */
+	atomic_uint_least64_t backpressure_waits;
+	atomic_uint_least64_t backpressure_ns;
+	atomic_uint_least64_t evictions;
+	atomic_uint_least64_t spilled_bytes;
+	atomic_uint_least32_t chunks_used;
+	atomic_uint_least32_t chunks_dirty;
+	atomic_uint_least32_t chunks_clean;
+};
+
+struct cache {
+	char *base;
+	uint64_t size;		/* chunk_size * nchunks */
+	uint32_t chunk_size;
+	uint32_t nchunks;
+	struct chunk *chunks;
+
+	pthread_mutex_t lock;
+	pthread_cond_t freed;	/* signalled when a chunk returns to the free stack */
+	uint32_t *free_ids;	/* stack of free chunk ids */
+	uint32_t nfree;
+	struct list clean;	/* oldest first */
+	struct list spill;	/* oldest first */
+	uint32_t waiters;
+
+	/* Called (without locks) when writers wait and nothing is evictable. */
+	void (*spill_wanted)(void *arg);
+	void *spill_arg;
+	bool hugepages;
+
+	struct cache_stats st;
+};
+
+/*
+ * Map and pre-fault an arena of `size` bytes (rounded down to whole chunks).
+ * Returns 0 or -errno.
+ */
+int cache_init(struct cache *c, uint64_t size, uint32_t chunk_size);
+void cache_destroy(struct cache *c);
+
+static inline char *cache_chunk_mem(const struct cache *c, const struct chunk *ch)
+{
+	return c->base + (uint64_t)ch->id * c->chunk_size;
+}
+
+/*
+ * A free chunk for `owner`, evicting a clean one if needed.  With wait, sleeps
+ * (counted as backpressure) until one is freed; without, returns NULL.
+ */
+struct chunk *cache_chunk_alloc(struct cache *c, struct cfile *owner, bool wait);
+/* Return an owned chunk to the free stack (owner lock held or chunk private). */
+void cache_chunk_free(struct cache *c, struct chunk *ch);
+
+/* List membership, called with the owner's lock held. */
+void cache_chunk_set_state(struct cache *c, struct chunk *ch, enum chunk_state st);
+void cache_chunk_relist(struct cache *c, struct chunk *ch);
+
+/*
+ * The oldest spillable chunk, with a reference on its owner (cfile_put it).
+ * NULL when there is none.
+ */
+struct chunk *cache_spill_pick(struct cache *c, struct cfile **owner);
+
+/* Chunks that are free or evictable right now (for the spiller's watermark). */
+uint32_t cache_reclaimable(struct cache *c);
+
+#endif

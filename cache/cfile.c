@@ -1,0 +1,790 @@
+/*
+ * cfile.c — a file's contents as chunks over layers over zeros, and the
+ * versions sealed from it.  The model, its invariants (C1..C5) and the lock
+ * rules are in cfile.h.
+ */
+#include "cache/cfile.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- shared file descriptors ------------------------------------------- */
+
+struct cfd *cfd_new(int fd)
+{
+	struct cfd *f = xmalloc(sizeof(*f));
+	f->fd = fd;
+	f->tag = NULL;
+	f->tag_free = NULL;
+	atomic_init(&f->refs, 1);
+	return f;
+}
+
+struct cfd *cfd_get(struct cfd *f)
+{
+	atomic_fetch_add(&f->refs, 1);
+	return f;
+}
+
+void cfd_put(struct cfd *f)
+{
+	if (f && atomic_fetch_sub(&f->refs, 1) == 1) {
+		if (f->tag_free)
+			f->tag_free(f->tag);
+		if (f->fd >= 0)
+			close(f->fd);
+		free(f);
+	}
+}
+
+/* ---- layers ---------------------------------------------------------- */
+
+static struct clayer *layer_new(struct cfd *f, uint64_t ver)
+{
+	struct clayer *l = xcalloc(1, sizeof(*l));
+	l->f = f;
+	l->ver = ver;
+	return l;
+}
+
+static void layer_free(struct clayer *l)
+{
+	cfd_put(l->f);
+	free(l->ext);
+	free(l);
+}
+
+/* Add [lo, hi) to the sorted, disjoint extent list, merging neighbours (C3). */
+static void layer_add(struct clayer *l, uint64_t lo, uint64_t hi)
+{
+	uint32_t i = 0, j;
+
+	if (lo >= hi)
+		return;
+	while (i < l->next && l->ext[i].hi < lo)
+		i++;
+	j = i;
+	while (j < l->next && l->ext[j].lo <= hi) {
+		lo = CKPT_MIN(lo, l->ext[j].lo);
+		hi = CKPT_MAX(hi, l->ext[j].hi);
+		j++;
+	}
+	/* Replace ext[i, j) by the merged extent. */
+	if (i == j) {
+		if (l->next == l->cap) {
+			l->cap = l->cap ? l->cap * 2 : 4;
+			l->ext = xrealloc(l->ext, l->cap * sizeof(*l->ext));
+		}
+		memmove(&l->ext[i + 1], &l->ext[i], (l->next - i) * sizeof(*l->ext));
+		l->next++;
+	} else if (j > i + 1) {
+		memmove(&l->ext[i + 1], &l->ext[j], (l->next - j) * sizeof(*l->ext));
+		l->next -= j - i - 1;
+	}
+	l->ext[i].lo = lo;
+	l->ext[i].hi = hi;
+}
+
+static void layer_trim(struct clayer *l, uint64_t n)
+{
+	while (l->next && l->ext[l->next - 1].lo >= n)
+		l->next--;
+	if (l->next && l->ext[l->next - 1].hi > n)
+		l->ext[l->next - 1].hi = n;
+}
+
+/*
+ * Does l hold offset p?  If so, *hi is the end of its extent; if not, *next
+ * is where its next extent starts (UINT64_MAX if none).
+ */
+static bool layer_lookup(const struct clayer *l, uint64_t p, uint64_t *hi, uint64_t *next)
+{
+	uint32_t lo = 0, n = l->next;
+
+	while (lo < n) {		/* first extent with hi > p */
+		uint32_t mid = (lo + n) / 2;
+		if (l->ext[mid].hi <= p)
+			lo = mid + 1;
+		else
+			n = mid;
+	}
+	if (lo < l->next && l->ext[lo].lo <= p) {
+		*hi = l->ext[lo].hi;
+		return true;
+	}
+	*next = lo < l->next ? l->ext[lo].lo : UINT64_MAX;
+	return false;
+}
+
+static struct clayer *live_stage(struct cfile *cf)
+{
+	return cf->nlayers && cf->layers[0]->ver == 0 ? cf->layers[0] : NULL;
+}
+
+/* ---- the chunk map --------------------------------------------------- */
+
+static uint32_t map_lower(const struct cfile *cf, uint64_t index)
+{
+	uint32_t lo = 0, n = cf->nmap;
+
+	/* Sequential writers append: check the tail first. */
+	if (n && cf->map[n - 1].index < index)
+		return n;
+	while (lo < n) {
+		uint32_t mid = (lo + n) / 2;
+		if (cf->map[mid].index < index)
+			lo = mid + 1;
+		else
+			n = mid;
+	}
+	return lo;
+}
+
+static struct chunk *map_get(const struct cfile *cf, uint64_t index, uint32_t *pos)
+{
+	uint32_t i = map_lower(cf, index);
+	if (pos)
+		*pos = i;
+	return i < cf->nmap && cf->map[i].index == index ? cf->map[i].ch : NULL;
+}
+
+static void map_insert(struct cfile *cf, uint32_t pos, struct chunk *ch)
+{
+	if (cf->nmap == cf->capmap) {
+		cf->capmap = cf->capmap ? cf->capmap * 2 : 16;
+		cf->map = xrealloc(cf->map, cf->capmap * sizeof(*cf->map));
+	}
+	memmove(&cf->map[pos + 1], &cf->map[pos], (cf->nmap - pos) * sizeof(*cf->map));
+	cf->map[pos].index = ch->index;
+	cf->map[pos].ch = ch;
+	cf->nmap++;
+	ch->in_map = 1;
+}
+
+static void map_remove(struct cfile *cf, uint32_t pos)
+{
+	cf->map[pos].ch->in_map = 0;
+	memmove(&cf->map[pos], &cf->map[pos + 1], (cf->nmap - pos - 1) * sizeof(*cf->map));
+	cf->nmap--;
+}
+
+/* Drop a chunk that left the map, a version or a reply, if nothing holds it (C5). */
+static void chunk_maybe_free(struct cfile *cf, struct chunk *ch)
+{
+	if (!ch->in_map && !ch->vrefs && !ch->pins)
+		cache_chunk_free(cf->cache, ch);
+	else
+		cache_chunk_relist(cf->cache, ch);
+}
+
+void cfile_evict_locked(struct cfile *cf, struct chunk *ch)
+{
+	uint32_t pos;
+	if (map_get(cf, ch->index, &pos) == ch)
+		map_remove(cf, pos);
+}
+
+/* ---- life cycle -------------------------------------------------------- */
+
+struct cfile *cfile_new(struct cache *c, void *owner)
+{
+	struct cfile *cf = xcalloc(1, sizeof(*cf));
+	pthread_mutex_init(&cf->lock, NULL);
+	pthread_cond_init(&cf->spilled, NULL);
+	atomic_init(&cf->refs, 1);
+	cf->cache = c;
+	cf->owner = owner;
+	list_init(&cf->versions);
+	return cf;
+}
+
+struct cfile *cfile_get(struct cfile *cf)
+{
+	atomic_fetch_add(&cf->refs, 1);
+	return cf;
+}
+
+void cfile_put(struct cfile *cf)
+{
+	if (!cf || atomic_fetch_sub(&cf->refs, 1) != 1)
+		return;
+	/* Versions hold references, so none is pending here. */
+	pthread_mutex_lock(&cf->lock);
+	for (uint32_t i = cf->nmap; i-- > 0;) {
+		struct chunk *ch = cf->map[i].ch;
+		map_remove(cf, i);
+		chunk_maybe_free(cf, ch);
+	}
+	pthread_mutex_unlock(&cf->lock);
+	for (uint32_t i = 0; i < cf->nlayers; i++)
+		layer_free(cf->layers[i]);
+	free(cf->layers);
+	free(cf->map);
+	pthread_mutex_destroy(&cf->lock);
+	pthread_cond_destroy(&cf->spilled);
+	free(cf);
+}
+
+static void layers_append(struct cfile *cf, struct clayer *l)
+{
+	cf->layers = xrealloc(cf->layers, (cf->nlayers + 1) * sizeof(*cf->layers));
+	cf->layers[cf->nlayers++] = l;
+}
+
+void cfile_set_base_lazy(struct cfile *cf, uint64_t len, uint64_t ver)
+{
+	pthread_mutex_lock(&cf->lock);
+	if (len) {
+		struct clayer *l = layer_new(NULL, ver ? ver : 1);
+		layer_add(l, 0, len);
+		layers_append(cf, l);
+		cf->base_lazy = true;
+	}
+	cf->size = len;
+	pthread_mutex_unlock(&cf->lock);
+}
+
+void cfile_set_base_fd(struct cfile *cf, int fd)
+{
+	pthread_mutex_lock(&cf->lock);
+	if (cf->base_lazy && cf->nlayers && !cf->layers[cf->nlayers - 1]->f) {
+		cf->layers[cf->nlayers - 1]->f = cfd_new(fd);
+		fd = -1;
+	}
+	cf->base_lazy = false;
+	pthread_mutex_unlock(&cf->lock);
+	if (fd >= 0)
+		close(fd);
+}
+
+uint64_t cfile_size(struct cfile *cf)
+{
+	pthread_mutex_lock(&cf->lock);
+	uint64_t n = cf->size;
+	pthread_mutex_unlock(&cf->lock);
+	return n;
+}
+
+bool cfile_dirty(struct cfile *cf)
+{
+	pthread_mutex_lock(&cf->lock);
+	bool d = cf->dirty;
+	pthread_mutex_unlock(&cf->lock);
+	return d;
+}
+
+bool cfile_base_lazy(struct cfile *cf)
+{
+	pthread_mutex_lock(&cf->lock);
+	bool l = cf->base_lazy;
+	pthread_mutex_unlock(&cf->lock);
+	return l;
+}
+
+enum cfile_state cfile_state(struct cfile *cf)
+{
+	enum cfile_state st;
+	pthread_mutex_lock(&cf->lock);
+	st = cf->dirty ? CF_DIRTY : !list_empty(&cf->versions) ? CF_FLUSHING : CF_DURABLE;
+	pthread_mutex_unlock(&cf->lock);
+	return st;
+}
+
+/* ---- mapping ------------------------------------------------------------ */
+
+struct segbuf {
+	struct cseg *v;
+	uint32_t n, cap;
+};
+
+static void seg_push(struct segbuf *b, const struct cseg *s)
+{
+	if (b->n) {
+		struct cseg *t = &b->v[b->n - 1];
+		if (t->kind == s->kind && t->off + t->len == s->off &&
+		    ((s->kind == CSEG_ZERO) ||
+		     (s->kind == CSEG_FD && t->f == s->f && t->foff + t->len == s->foff))) {
+			t->len += s->len;
+			return;
+		}
+	}
+	if (b->n == b->cap) {
+		b->cap = b->cap ? b->cap * 2 : 8;
+		b->v = xrealloc(b->v, b->cap * sizeof(*b->v));
+	}
+	b->v[b->n++] = *s;
+}
+
+/* Segments for [p, q) from the layers and zeros, ignoring the chunk map. */
+static int map_under(struct cfile *cf, uint64_t p, uint64_t q, struct segbuf *b)
+{
+	while (p < q) {
+		uint64_t lim = q, hi, next;
+		struct cseg s = { .off = p };
+		uint32_t i;
+
+		for (i = 0; i < cf->nlayers; i++) {
+			struct clayer *l = cf->layers[i];
+			if (layer_lookup(l, p, &hi, &next)) {
+				if (!l->f)
+					return -EAGAIN;	/* base not opened yet */
+				s.kind = CSEG_FD;
+				s.f = l->f;
+				s.foff = p;
+				lim = CKPT_MIN(lim, hi);
+				break;
+			}
+			lim = CKPT_MIN(lim, next);
+		}
+		if (i == cf->nlayers)
+			s.kind = CSEG_ZERO;
+		s.len = lim - p;
+		seg_push(b, &s);
+		p = lim;
+	}
+	return 0;
+}
+
+/* Segments for [p, end) of the whole file (C4). */
+static int map_range(struct cfile *cf, uint64_t p, uint64_t end, struct segbuf *b)
+{
+	const uint64_t cs = cf->cache->chunk_size;
+	uint32_t pos = map_lower(cf, p / cs);
+
+	while (p < end) {
+		uint64_t i = p / cs, cbase = i * cs, q;
+		struct chunk *ch = NULL;
+		int r;
+
+		while (pos < cf->nmap && cf->map[pos].index < i)
+			pos++;
+		if (pos < cf->nmap && cf->map[pos].index == i)
+			ch = cf->map[pos].ch;
+		if (ch && p >= cbase + ch->lo && p < cbase + ch->hi) {
+			struct cseg s = { .kind = CSEG_MEM, .off = p, .ch = ch,
+					  .mem = cache_chunk_mem(cf->cache, ch) + (p - cbase) };
+			q = CKPT_MIN(end, cbase + ch->hi);
+			s.len = q - p;
+			seg_push(b, &s);
+			p = q;
+			continue;
+		}
+		q = end;
+		if (ch && p < cbase + ch->lo) {
+			q = CKPT_MIN(q, cbase + ch->lo);
+		} else {
+			uint32_t nx = ch ? pos + 1 : pos;
+			if (nx < cf->nmap)
+				q = CKPT_MIN(q, cf->map[nx].index * cs + cf->map[nx].ch->lo);
+		}
+		if ((r = map_under(cf, p, q, b)) < 0)
+			return r;
+		p = q;
+	}
+	return 0;
+}
+
+int cfile_map(struct cfile *cf, uint64_t off, uint64_t len, struct cseg **segs, uint32_t *nseg)
+{
+	struct segbuf b = { 0 };
+	int r;
+
+	pthread_mutex_lock(&cf->lock);
+	uint64_t end = off + len > cf->size || off + len < off ? cf->size : off + len;
+	r = off < end ? map_range(cf, off, end, &b) : 0;
+	if (r == 0) {
+		for (uint32_t i = 0; i < b.n; i++) {
+			if (b.v[i].kind == CSEG_MEM)
+				b.v[i].ch->pins++;
+			else if (b.v[i].kind == CSEG_FD)
+				cfd_get(b.v[i].f);
+		}
+	}
+	pthread_mutex_unlock(&cf->lock);
+	if (r < 0) {
+		free(b.v);
+		return r;
+	}
+	*segs = b.v;
+	*nseg = b.n;
+	return 0;
+}
+
+void cfile_unmap(struct cfile *cf, struct cseg *segs, uint32_t nseg)
+{
+	pthread_mutex_lock(&cf->lock);
+	for (uint32_t i = 0; i < nseg; i++) {
+		if (segs[i].kind == CSEG_MEM) {
+			struct chunk *ch = segs[i].ch;
+			if (--ch->pins == 0 && !ch->in_map && !ch->vrefs)
+				cache_chunk_free(cf->cache, ch);
+		} else if (segs[i].kind == CSEG_FD) {
+			cfd_put(segs[i].f);
+		}
+	}
+	pthread_mutex_unlock(&cf->lock);
+	free(segs);
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+/* Fill [lo, hi) of a chunk (file offsets) from what lies under the map. */
+static int chunk_fill_under(struct cfile *cf, struct chunk *ch, uint64_t lo, uint64_t hi)
+{
+	const uint64_t cbase = ch->index * cf->cache->chunk_size;
+	char *mem = cache_chunk_mem(cf->cache, ch);
+	struct segbuf b = { 0 };
+	int r = map_under(cf, lo, hi, &b);
+
+	for (uint32_t i = 0; r == 0 && i < b.n; i++) {
+		struct cseg *s = &b.v[i];
+		char *dst = mem + (s->off - cbase);
+		if (s->kind == CSEG_ZERO) {
+			memset(dst, 0, s->len);
+			continue;
+		}
+		for (uint64_t done = 0; done < s->len;) {
+			ssize_t n = pread(s->f->fd, dst + done, s->len - done, (off_t)(s->foff + done));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0) {
+				r = -errno;
+				break;
+			}
+			if (n == 0) {		/* shorter than recorded: reads as zeros */
+				memset(dst + done, 0, s->len - done);
+				break;
+			}
+			done += (uint64_t)n;
+		}
+	}
+	free(b.v);
+	return r;
+}
+
+/* How many chunks a write of [off, end) needs that the map cannot give. */
+static uint32_t chunks_needed(struct cfile *cf, uint64_t off, uint64_t end)
+{
+	const uint64_t cs = cf->cache->chunk_size;
+	uint32_t need = 0;
+
+	for (uint64_t i = off / cs; i * cs < end; i++) {
+		struct chunk *ch = map_get(cf, i, NULL);
+		if (!ch || ch->vrefs)
+			need++;
+	}
+	return need;
+}
+
+int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, void *arg)
+{
+	const uint64_t cs = cf->cache->chunk_size;
+	const uint64_t end = off + len;
+	struct chunk *spare_buf[8], **spare = spare_buf;
+	uint32_t nspare = 0, capspare = CKPT_ARRAY_LEN(spare_buf), need;
+	int r = 0;
+
+	if (len == 0)
+		return 0;
+	if (end < off)
+		return -EFBIG;
+	pthread_mutex_lock(&cf->lock);
+	if (cf->base_lazy) {
+		pthread_mutex_unlock(&cf->lock);
+		return -EAGAIN;
+	}
+	/* Gather new chunks without holding the lock: allocation may wait. */
+	while ((need = chunks_needed(cf, off, end)) > nspare) {
+		pthread_mutex_unlock(&cf->lock);
+		if (need > capspare) {
+			struct chunk **n = xmalloc(need * sizeof(*n));
+			memcpy(n, spare, nspare * sizeof(*n));
+			if (spare != spare_buf)
+				free(spare);
+			spare = n;
+			capspare = need;
+		}
+		while (nspare < need)
+			spare[nspare++] = cache_chunk_alloc(cf->cache, cf, true);
+		pthread_mutex_lock(&cf->lock);
+	}
+
+	for (uint64_t i = off / cs; i * cs < end && r == 0; i++) {
+		const uint64_t cbase = i * cs;
+		const uint32_t a = (uint32_t)(CKPT_MAX(off, cbase) - cbase);
+		const uint32_t z = (uint32_t)(CKPT_MIN(end, cbase + cs) - cbase);
+		uint32_t pos;
+		struct chunk *ch = map_get(cf, i, &pos);
+		char *mem;
+
+		if (!ch) {
+			ch = spare[--nspare];
+			ch->index = i;
+			ch->lo = a;
+			ch->hi = z;
+			map_insert(cf, pos, ch);
+		} else {
+			if (ch->vrefs) {	/* C1: a version reads it; copy on write */
+				struct chunk *n = spare[--nspare];
+				n->index = i;
+				n->lo = ch->lo;
+				n->hi = ch->hi;
+				memcpy(cache_chunk_mem(cf->cache, n) + ch->lo,
+				       cache_chunk_mem(cf->cache, ch) + ch->lo, ch->hi - ch->lo);
+				map_remove(cf, pos);
+				chunk_maybe_free(cf, ch);
+				map_insert(cf, pos, n);
+				ch = n;
+			}
+			if (z < ch->lo)
+				r = chunk_fill_under(cf, ch, cbase + z, cbase + ch->lo);
+			if (r == 0 && a > ch->hi)
+				r = chunk_fill_under(cf, ch, cbase + ch->hi, cbase + a);
+			if (r)
+				break;
+			ch->lo = CKPT_MIN(ch->lo, a);
+			ch->hi = CKPT_MAX(ch->hi, z);
+		}
+		mem = cache_chunk_mem(cf->cache, ch);
+		r = copy(arg, mem + a, z - a, (size_t)(cbase + a - off));
+		if (ch->state != CH_DIRTY || ch->list == CL_NONE)
+			cache_chunk_set_state(cf->cache, ch, CH_DIRTY);
+	}
+	if (r == 0) {
+		if (end > cf->size)
+			cf->size = end;
+		cf->dirty = true;
+		atomic_fetch_add(&cf->cache->st.absorbed_bytes, len);
+	}
+	pthread_mutex_unlock(&cf->lock);
+
+	while (nspare)
+		cache_chunk_free(cf->cache, spare[--nspare]);
+	if (spare != spare_buf)
+		free(spare);
+	return r;
+}
+
+void cfile_truncate(struct cfile *cf, uint64_t n)
+{
+	const uint64_t cs = cf->cache->chunk_size;
+
+	pthread_mutex_lock(&cf->lock);
+	if (n < cf->size) {
+		while (cf->nmap) {
+			uint32_t last = cf->nmap - 1;
+			struct chunk *ch = cf->map[last].ch;
+			uint64_t cbase = ch->index * cs;
+			if (cbase + ch->lo < n) {
+				if (cbase + ch->hi > n)
+					ch->hi = (uint32_t)(n - cbase);	/* data untouched: no copy */
+				break;
+			}
+			map_remove(cf, last);
+			chunk_maybe_free(cf, ch);
+		}
+		for (uint32_t i = 0; i < cf->nlayers; i++)
+			layer_trim(cf->layers[i], n);
+		/* A lazy base cut to nothing need never be opened. */
+		if (cf->base_lazy && cf->layers[cf->nlayers - 1]->next == 0) {
+			layer_free(cf->layers[--cf->nlayers]);
+			cf->base_lazy = false;
+		}
+		for (struct list *e = cf->versions.next; e != &cf->versions; e = e->next) {
+			struct cver *v = list_entry(e, struct cver, link);
+			v->trunc_after = CKPT_MIN(v->trunc_after, n);
+		}
+		cf->trunc_gen++;
+	}
+	if (n != cf->size)
+		cf->dirty = true;
+	cf->size = n;
+	pthread_mutex_unlock(&cf->lock);
+}
+
+/* ---- versions ----------------------------------------------------------- */
+
+struct cver *cfile_seal(struct cfile *cf, uint64_t seq)
+{
+	struct segbuf b = { 0 };
+	struct cver *v;
+	struct clayer *stage;
+
+	pthread_mutex_lock(&cf->lock);
+	/* A spill still writing into the stage could land past the sealed size. */
+	while (cf->spills)
+		pthread_cond_wait(&cf->spilled, &cf->lock);
+	if (map_range(cf, 0, cf->size, &b) < 0) {
+		pthread_mutex_unlock(&cf->lock);
+		free(b.v);
+		return NULL;	/* base not opened: the caller opens it and retries */
+	}
+	v = xcalloc(1, sizeof(*v));
+	v->cf = cfile_get(cf);
+	v->seq = seq;
+	v->size = cf->size;
+	v->trunc_after = UINT64_MAX;
+	v->segs = b.v;
+	v->nseg = b.n;
+	if ((stage = live_stage(cf))) {
+		stage->ver = seq;
+		v->out = cfd_get(stage->f);
+	}
+	for (uint32_t i = 0; i < b.n; i++) {
+		struct cseg *s = &b.v[i];
+		if (s->kind == CSEG_MEM) {
+			if (s->ch->vrefs++ == 0)
+				cache_chunk_relist(cf->cache, s->ch);	/* off the spill list */
+			v->bytes_cached += s->len;
+		} else if (s->kind == CSEG_FD) {
+			cfd_get(s->f);
+			if (v->out && s->f == v->out)
+				v->bytes_cached += s->len;
+		}
+	}
+	cf->dirty = false;
+	list_add_tail(&cf->versions, &v->link);
+	pthread_mutex_unlock(&cf->lock);
+	return v;
+}
+
+static void ver_release_locked(struct cver *v, bool published)
+{
+	struct cfile *cf = v->cf;
+
+	for (uint32_t i = 0; i < v->nseg; i++) {
+		struct cseg *s = &v->segs[i];
+		if (s->kind == CSEG_MEM) {
+			struct chunk *ch = s->ch;
+			ch->vrefs--;
+			if (published && ch->in_map)	/* C1 kept it equal to v: C2 */
+				cache_chunk_set_state(cf->cache, ch, CH_CLEAN);
+			else
+				chunk_maybe_free(cf, ch);
+		} else if (s->kind == CSEG_FD) {
+			cfd_put(s->f);
+		}
+	}
+	v->nseg = 0;
+	if (list_linked(&v->link))
+		list_del(&v->link);
+}
+
+void cfile_published(struct cver *v, struct cfd *out)
+{
+	struct cfile *cf = v->cf;
+	uint32_t k = 0;
+
+	pthread_mutex_lock(&cf->lock);
+	ver_release_locked(v, true);
+	/* Layers sealed or published at or before v are subsumed by its file. */
+	for (uint32_t i = 0; i < cf->nlayers; i++) {
+		struct clayer *l = cf->layers[i];
+		if (l->ver != 0 && l->ver <= v->seq)
+			layer_free(l);
+		else
+			cf->layers[k++] = l;
+	}
+	cf->nlayers = k;
+	if (out) {
+		struct clayer *base = layer_new(cfd_get(out), v->seq);
+		layer_add(base, 0, CKPT_MIN(CKPT_MIN(v->size, v->trunc_after), cf->size));
+		layers_append(cf, base);
+	}
+	cf->base_lazy = false;
+	pthread_mutex_unlock(&cf->lock);
+}
+
+void cver_discard(struct cver *v)
+{
+	pthread_mutex_lock(&v->cf->lock);
+	ver_release_locked(v, false);
+	pthread_mutex_unlock(&v->cf->lock);
+}
+
+void cver_free(struct cver *v)
+{
+	if (!v)
+		return;
+	if (v->nseg)
+		cver_discard(v);
+	cfd_put(v->out);
+	cfile_put(v->cf);
+	free(v->segs);
+	free(v);
+}
+
+/* ---- spilling ----------------------------------------------------------- */
+
+bool cfile_set_stage(struct cfile *cf, struct cfd *f)
+{
+	bool ok = false;
+
+	pthread_mutex_lock(&cf->lock);
+	if (!live_stage(cf)) {
+		cf->layers = xrealloc(cf->layers, (cf->nlayers + 1) * sizeof(*cf->layers));
+		memmove(&cf->layers[1], &cf->layers[0], cf->nlayers * sizeof(*cf->layers));
+		cf->layers[0] = layer_new(cfd_get(f), 0);
+		cf->nlayers++;
+		ok = true;
+	}
+	pthread_mutex_unlock(&cf->lock);
+	return ok;
+}
+
+int cfile_spill_begin(struct cfile *cf, struct chunk *ch, struct spill_job *job)
+{
+	const uint64_t cs = cf->cache->chunk_size;
+	struct clayer *stage;
+
+	pthread_mutex_lock(&cf->lock);
+	if (ch->owner != cf || !ch->in_map || ch->state != CH_DIRTY || ch->vrefs) {
+		pthread_mutex_unlock(&cf->lock);
+		return -ENOENT;
+	}
+	if (!(stage = live_stage(cf))) {
+		pthread_mutex_unlock(&cf->lock);
+		return -EAGAIN;
+	}
+	ch->vrefs++;
+	cf->spills++;
+	cache_chunk_relist(cf->cache, ch);
+	job->ch = ch;
+	job->f = cfd_get(stage->f);
+	job->mem = cache_chunk_mem(cf->cache, ch) + ch->lo;
+	job->off = ch->index * cs + ch->lo;
+	job->len = ch->hi - ch->lo;
+	job->gen = cf->trunc_gen;
+	pthread_mutex_unlock(&cf->lock);
+	return 0;
+}
+
+void cfile_spill_end(struct cfile *cf, struct spill_job *job, int err)
+{
+	struct chunk *ch = job->ch;
+
+	pthread_mutex_lock(&cf->lock);
+	ch->vrefs--;
+	if (--cf->spills == 0)
+		pthread_cond_broadcast(&cf->spilled);
+	if (!err && job->gen == cf->trunc_gen) {
+		struct clayer *l = NULL;
+		for (uint32_t i = 0; i < cf->nlayers; i++)
+			if (cf->layers[i]->f == job->f)
+				l = cf->layers[i];
+		if (l) {
+			layer_add(l, job->off, job->off + job->len);
+			if (ch->in_map && ch->state == CH_DIRTY) {
+				uint32_t pos;
+				if (map_get(cf, ch->index, &pos) == ch)
+					map_remove(cf, pos);
+			}
+			atomic_fetch_add(&cf->cache->st.spilled_bytes, job->len);
+		}
+	}
+	chunk_maybe_free(cf, ch);
+	pthread_mutex_unlock(&cf->lock);
+	cfd_put(job->f);
+}

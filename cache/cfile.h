@@ -1,0 +1,173 @@
+/*
+ * cfile.h — one file's contents in the cache, and the versions sealed from it.
+ *
+ * A file's bytes [0, size) are found, for each offset, in the first of:
+ *   1. its chunk map: arena chunks by index, each valid over [lo, hi);
+ *   2. its layers, newest first: backend files holding ranges of it — the
+ *      stage file that the spiller wrote dirty chunks into, the stage files
+ *      of versions sealed but not yet published, and last the base: the
+ *      published backend file, valid over [0, base length);
+ *   3. zeros (holes, or bytes past a truncation).
+ *
+ * Sealing (close or fsync of a modified file) takes a version: an immutable
+ * segment list of the whole file, holding a reference on every chunk and
+ * layer it names.  Writers never change a chunk a version holds — they copy
+ * it first (copy on write), so the version flushes exactly the bytes it was
+ * sealed with while the file goes on changing.  Publishing version v makes
+ * its output file the new base; chunks shared with v become clean.
+ *
+ * Invariants (tests cite them as C1..C5):
+ *  C1  a chunk with vrefs > 0 is never written to;
+ *  C2  a clean chunk's valid bytes equal the base at the same offsets;
+ *  C3  layer extents are disjoint, sorted and lie below `size`;
+ *  C4  a version's segments cover [0, v->size) exactly, in order;
+ *  C5  a chunk is freed only when it is in no map, no version and no reply.
+ *
+ * Locking: cf->lock guards everything in the cfile and the chunk fields of
+ * chunks it owns.  It is taken before cache->lock.  Copying user data into a
+ * chunk happens under cf->lock (writes to one file are serialized).
+ */
+#ifndef CKPTFS_CFILE_H
+#define CKPTFS_CFILE_H
+
+#include "cache/cache.h"
+
+#include <sys/types.h>
+
+/* A shared file descriptor: a base or stage file on the backend. */
+struct cfd {
+	int fd;
+	atomic_uint refs;
+	void *tag;			/* owner's data (a backend temp file's name) */
+	void (*tag_free)(void *tag);	/* called with tag at the last put, before close */
+};
+struct cfd *cfd_new(int fd);
+struct cfd *cfd_get(struct cfd *f);
+void cfd_put(struct cfd *f);
+
+struct cext {
+	uint64_t lo, hi;
+};
+
+struct clayer {
+	struct cfd *f;		/* NULL: base not opened yet (cfile_set_base_fd) */
+	struct cext *ext;
+	uint32_t next, cap;
+	uint64_t ver;		/* sequence that sealed or published it; 0 = live stage */
+};
+
+enum cseg_kind { CSEG_MEM, CSEG_FD, CSEG_ZERO };
+
+struct cseg {
+	uint8_t kind;
+	uint64_t off;		/* file offset */
+	uint64_t len;
+	char *mem;		/* CSEG_MEM */
+	struct chunk *ch;	/* CSEG_MEM */
+	struct cfd *f;		/* CSEG_FD */
+	uint64_t foff;		/* CSEG_FD: offset in f */
+};
+
+struct cver;
+
+struct cfile {
+	pthread_mutex_t lock;
+	atomic_uint refs;
+	struct cache *cache;
+	uint64_t size;
+	struct { uint64_t index; struct chunk *ch; } *map;	/* sorted by index */
+	uint32_t nmap, capmap;
+	struct clayer **layers;	/* newest first */
+	uint32_t nlayers;
+	struct list versions;	/* pending versions, oldest first */
+	uint64_t trunc_gen;	/* bumped by every shrinking truncate */
+	uint32_t spills;	/* spill writes in flight to the live stage */
+	pthread_cond_t spilled;	/* signalled when spills drops to 0 */
+	bool dirty;		/* modified since the last seal */
+	bool base_lazy;		/* last layer is a base whose fd is not open yet */
+	void *owner;		/* the upper layer's object (opaque here) */
+};
+
+/* A sealed version of a file, flushed and published as one unit. */
+struct cver {
+	struct list link;	/* in cf->versions */
+	struct cfile *cf;	/* reference */
+	uint64_t seq;
+	uint64_t size;
+	uint64_t trunc_after;	/* smallest truncation since the seal */
+	struct cseg *segs;
+	uint32_t nseg;
+	struct cfd *out;	/* stage file holding part of it already, or NULL */
+	uint64_t bytes_cached;	/* bytes coming from chunks or stage (persisted count) */
+	void *owner;		/* the upper layer's per-version data */
+};
+
+struct cfile *cfile_new(struct cache *c, void *owner);
+struct cfile *cfile_get(struct cfile *cf);
+void cfile_put(struct cfile *cf);
+
+/*
+ * Give a file loaded from the backend its base: `len` bytes in a file that
+ * is opened later (base_lazy) or now (fd >= 0, ownership passes).
+ */
+void cfile_set_base_lazy(struct cfile *cf, uint64_t len, uint64_t ver);
+void cfile_set_base_fd(struct cfile *cf, int fd);
+
+/*
+ * Write len bytes at off.  `copy` fills dst (len bytes of the write starting
+ * at src_off) and returns 0 or -errno; it runs under cf->lock.  May sleep for
+ * cache space (backpressure).  Returns 0 or -errno.
+ */
+typedef int (*cfile_copy_fn)(void *arg, char *dst, size_t len, size_t src_off);
+int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, void *arg);
+
+/* Set the size (truncate or extend with zeros). */
+void cfile_truncate(struct cfile *cf, uint64_t size);
+
+/*
+ * Map [off, off+len) ∩ [0, size) for a reply: MEM segments are pinned, FD
+ * segments referenced.  Release with cfile_unmap().  Returns 0 or -errno.
+ */
+int cfile_map(struct cfile *cf, uint64_t off, uint64_t len, struct cseg **segs, uint32_t *nseg);
+void cfile_unmap(struct cfile *cf, struct cseg *segs, uint32_t nseg);
+
+/* Seal the current contents as version `seq`; the file becomes clean. */
+struct cver *cfile_seal(struct cfile *cf, uint64_t seq);
+/* The version's output is durable under the final name: `out` is the file. */
+void cfile_published(struct cver *v, struct cfd *out);
+/* Drop a version that will never be published (its file was deleted). */
+void cver_discard(struct cver *v);
+/* Free a version after cfile_published/cver_discard. */
+void cver_free(struct cver *v);
+
+/*
+ * Spilling.  cfile_spill_begin() checks that ch is still a spillable chunk
+ * of cf and, if a live stage exists, pins ch and returns the stage fd
+ * (ref'd) and the range to write; -ENOENT if there is nothing to do,
+ * -EAGAIN if a stage file must first be installed (cfile_set_stage).
+ * cfile_spill_end() records the written extent and frees the chunk.
+ */
+struct spill_job {
+	struct chunk *ch;
+	struct cfd *f;
+	char *mem;
+	uint64_t off;
+	uint64_t len;
+	uint64_t gen;
+};
+int cfile_spill_begin(struct cfile *cf, struct chunk *ch, struct spill_job *job);
+void cfile_spill_end(struct cfile *cf, struct spill_job *job, int err);
+/* Install fd as the live stage; returns false (and closes nothing) if one exists. */
+bool cfile_set_stage(struct cfile *cf, struct cfd *f);
+
+/* Called by cache.c with both locks held: drop a clean chunk from the map. */
+void cfile_evict_locked(struct cfile *cf, struct chunk *ch);
+
+/* Cheap state for xattrs and the files list. */
+enum cfile_state { CF_DURABLE, CF_DIRTY, CF_FLUSHING };
+enum cfile_state cfile_state(struct cfile *cf);
+uint64_t cfile_size(struct cfile *cf);
+bool cfile_dirty(struct cfile *cf);
+bool cfile_base_lazy(struct cfile *cf);
+
+#endif

@@ -1,0 +1,68 @@
+/*
+ * util.h — small helpers every module uses: allocation that never returns
+ * NULL, monotonic time, size parsing and formatting, a doubly linked list.
+ *
+ * This is the bottom of the dependency graph: it includes only libc.  Each
+ * helper exists once here; modules call it rather than growing their own.
+ */
+#ifndef CKPTFS_UTIL_H
+#define CKPTFS_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+#include <time.h>
+
+#define CKPT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define CKPT_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define CKPT_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define CKPT_CONTAINER_OF(p, type, member) \
+	((type *)((char *)(p) - offsetof(type, member)))
+
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+
+/* Monotonic and wall clocks in nanoseconds. */
+uint64_t now_ns(void);
+uint64_t wall_ns(void);
+
+/*
+ * Parse "4096", "64K", "1.5G", "2GiB" into bytes (binary units).  Returns 0
+ * and sets *out, or -EINVAL for malformed input, -ERANGE on overflow.
+ */
+int parse_size(const char *s, uint64_t *out);
+/* Format bytes as "1.5 GiB" into buf (at least 16 bytes). */
+const char *format_size(uint64_t bytes, char *buf, size_t len);
+
+/* Bytes of MemAvailable / MemTotal from /proc/meminfo, 0 if unknown. */
+uint64_t mem_available(void);
+uint64_t mem_total(void);
+
+/* Write all of buf to fd (retrying EINTR and short writes): 0 or -errno. */
+int write_full(int fd, const void *buf, size_t len);
+
+/* Intrusive doubly linked list with a sentinel head. */
+struct list {
+	struct list *prev, *next;
+};
+static inline void list_init(struct list *h) { h->prev = h->next = h; }
+static inline bool list_empty(const struct list *h) { return h->next == h; }
+static inline bool list_linked(const struct list *e) { return e->next != NULL && e->next != e; }
+static inline void list_add_tail(struct list *h, struct list *e)
+{
+	e->prev = h->prev;
+	e->next = h;
+	h->prev->next = e;
+	h->prev = e;
+}
+static inline void list_del(struct list *e)
+{
+	e->prev->next = e->next;
+	e->next->prev = e->prev;
+	e->prev = e->next = e;
+}
+#define list_entry(p, type, member) CKPT_CONTAINER_OF(p, type, member)
+
+#endif

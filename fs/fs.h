@@ -1,0 +1,145 @@
+/*
+ * fs.h — the front end's shared types: the mount's namespace (nodes and
+ * dentries), open handles, and the daemon context.  Used by the files in fs/ only.
+ *
+ * The mount shows the backend with every pending operation applied on top.
+ * A directory's entries are read from the backend the first time it is
+ * touched; from then on the in-memory table is authoritative and every
+ * change is both applied here and queued (with its sequence number) for
+ * the publisher, so lookups never wait for the backend.
+ *
+ * Lock order: fs->ns -> node->alock -> cfile->lock -> backend locks.
+ *   fs->ns     the namespace: dentries, the dentry hash, node lifetimes
+ *              (nlookup, refs, dents), directory tables, node->sealed flags,
+ *              and sequence-number assignment for namespace operations;
+ *   node->alock  a node's attributes and in-memory xattrs (leaf).
+ * A handler drops every lock before it replies.
+ */
+#ifndef CKPTFS_FS_H
+#define CKPTFS_FS_H
+
+#include "backend/backend.h"
+#include "backend/bsys.h"
+#include "cache/cfile.h"
+#include "fs/opts.h"
+
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+
+struct fsnode;
+
+struct fsdent {
+	struct fsdent *hnext;	/* hash chain */
+	struct list dlink;	/* parent's entry list, insertion order */
+	struct list nlink;	/* node's dentries (hard links) */
+	struct fsnode *parent;
+	struct fsnode *node;
+	char name[];
+};
+
+struct xattr {
+	char *key;
+	void *val;
+	size_t len;
+};
+
+struct fsnode {
+	struct list all;	/* fs->all_nodes (ns) */
+	uint64_t nlookup;	/* kernel references (ns) */
+	uint32_t refs;		/* dentries, handles, snapshots (ns) */
+	struct list dents;	/* dentries naming it (ns) */
+	struct bnode *b;	/* backend presence */
+	struct cfile *cf;	/* regular files: contents, created on first use */
+
+	/* directories (ns) */
+	struct list entries;	/* child dentries */
+	uint32_t nentries;
+	uint32_t nsubdirs;
+	bool loaded;		/* entries read from the backend */
+
+	/* regular files (ns) */
+	bool ever_sealed;	/* a version was queued or it came from the backend */
+	bool new_file;		/* created here and not sealed yet */
+	uint32_t writers;	/* open handles that can write */
+
+	pthread_mutex_t alock;
+	mode_t mode;
+	uid_t uid;
+	gid_t gid;
+	struct timespec atime, mtime, ctime;
+	uint64_t loaded_size;	/* size on the backend when loaded (cf == NULL) */
+	char *symlink;
+	struct xattr *xattrs;	/* alock */
+	uint32_t nxattrs;
+	bool xattrs_loaded;
+};
+
+struct fshandle {
+	struct fsnode *node;
+	int flags;
+	bool writable;
+};
+
+struct ckptfs {
+	struct ckptfs_opts opt;
+	struct cache cache;
+	struct backend be;
+	struct fuse_session *se;
+	int root_fd;
+
+	pthread_mutex_t ns;
+	struct fsnode *root;
+	struct fsdent **htab;
+	size_t hsize, hcount;
+	struct list all_nodes;
+	uint64_t nodes;
+
+	char *zeros;		/* ZERO segments of read replies */
+	size_t zeros_len;
+	atomic_uint_least64_t read_bytes;
+	uint64_t started_ns;
+};
+
+/* ---- namespace (node.c), fs->ns held unless noted ---------------------- */
+
+int fs_init_namespace(struct ckptfs *fs);
+void fs_free_namespace(struct ckptfs *fs);
+struct fsnode *fs_node(struct ckptfs *fs, fuse_ino_t ino);
+fuse_ino_t fs_ino(struct ckptfs *fs, struct fsnode *n);
+struct fsnode *node_new(struct ckptfs *fs, mode_t mode, uid_t uid, gid_t gid);
+void node_ref(struct fsnode *n);
+void node_unref(struct ckptfs *fs, struct fsnode *n);
+void node_forget(struct ckptfs *fs, struct fsnode *n, uint64_t nlookup);
+struct cfile *node_cfile(struct ckptfs *fs, struct fsnode *n);
+struct fsdent *dent_find(struct ckptfs *fs, struct fsnode *dir, const char *name);
+struct fsdent *dent_add(struct ckptfs *fs, struct fsnode *dir, const char *name, struct fsnode *n);
+void dent_remove(struct ckptfs *fs, struct fsdent *d);
+struct fsdent *node_first_dent(struct fsnode *n);
+/* Read a directory's entries from the backend if not done yet: 0 or -errno. */
+int dir_load(struct ckptfs *fs, struct fsnode *dir);
+void node_fill_stat(struct ckptfs *fs, struct fsnode *n, struct stat *st);
+/* Open the backend file behind a loaded file's base (no lock needed). */
+int node_open_base(struct ckptfs *fs, struct fsnode *n);
+struct bnode *fs_stage_dir(void *fs, struct cfile *cf);
+bool name_valid(const char *name);
+
+/* ---- xattrs (xattr.c) ------------------------------------------------ */
+
+void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *key, size_t size);
+void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *key, const char *val,
+		 size_t len, int flags);
+void fs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *key);
+void xattrs_free(struct fsnode *n);
+/* Serialise a node's in-memory xattrs for a version (alock held). */
+bool xattrs_snapshot(struct fsnode *n, void **buf, size_t *len);
+
+/* ---- handlers (ops.c) ------------------------------------------------- */
+
+extern const struct fuse_lowlevel_ops ckptfs_ops;
+/* Seal every modified file and wait until all is durable. */
+int fs_drain(struct ckptfs *fs, uint64_t timeout_ns);
+
+#endif

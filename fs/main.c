@@ -1,0 +1,190 @@
+/*
+ * main.c — the ckptfs daemon: check the command line, fork into the
+ * background (the parent exits with the child's verdict, so `mount` and a
+ * Slurm prolog see failures), map and pre-fault the cache, start the
+ * backend threads, mount, serve, and on unmount or SIGTERM drain everything
+ * to the backend before exiting.
+ *
+ * Exit status: 0 mounted and later drained cleanly; 1 a runtime failure
+ * (the cache could not be mapped, the mount failed, the drain failed);
+ * 2 a usage error, with one line on stderr naming the problem.
+ */
+#include "fs/fs.h"
+#include "backend/bsys.h"
+#include "cache/log.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/*
+ * Fork; the parent waits for one status byte from the child and exits with
+ * it.  Returns the pipe's write end in the child.  The arena is mapped after
+ * this, so no page of it is ever shared copy-on-write with a parent.
+ */
+static int daemon_fork(void)
+{
+	int p[2];
+	pid_t pid;
+	unsigned char status = 1;
+
+	if (pipe(p) < 0) {
+		perror("ckptfs: pipe");
+		exit(1);
+	}
+	if ((pid = fork()) < 0) {
+		perror("ckptfs: fork");
+		exit(1);
+	}
+	if (pid > 0) {
+		close(p[1]);
+		if (read(p[0], &status, 1) != 1)
+			status = 1;	/* the child died before reporting */
+		_exit(status);
+	}
+	close(p[0]);
+	setsid();
+	return p[1];
+}
+
+static void daemon_report(int *fd, unsigned char status)
+{
+	if (*fd < 0)
+		return;
+	if (write(*fd, &status, 1) != 1) {
+		/* the parent is gone; nothing else to tell */
+	}
+	close(*fd);
+	*fd = -1;
+}
+
+static void detach_stdio(void)
+{
+	int fd = open("/dev/null", O_RDWR);
+	if (fd >= 0) {
+		dup2(fd, 0);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		if (fd > 2)
+			close(fd);
+	}
+	if (chdir("/") < 0) {
+		/* cannot happen for "/" */
+	}
+}
+
+int main(int argc, char **argv)
+{
+	struct ckptfs *fs = xcalloc(1, sizeof(*fs));
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_loop_config *lcfg;
+	int status_fd = -1, r, rc = 1;
+	char sz[32];
+
+	r = opts_parse(argc, argv, &fs->opt);
+	if (r == -1)
+		return 0;
+	if (r)
+		return r;
+	if ((r = opts_validate(&fs->opt)))
+		return r;
+	if (bsys_faults_from_env() < 0)
+		return CKPTFS_USAGE_ERROR;
+	fs->root_fd = open(fs->opt.backend_real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fs->root_fd < 0) {
+		fprintf(stderr, "ckptfs: backend '%s': %s\n", fs->opt.backend, strerror(errno));
+		return CKPTFS_USAGE_ERROR;
+	}
+	if (!fs->opt.foreground)
+		status_fd = daemon_fork();
+	ckpt_log_init("ckptfs", 0, fs->opt.debug);
+
+	if ((r = cache_init(&fs->cache, fs->opt.cache_size, fs->opt.chunk_size)) < 0) {
+		fprintf(stderr, "ckptfs: cannot map a cache of %s: %s\n",
+			format_size(fs->opt.cache_size, sz, sizeof(sz)), strerror(-r));
+		daemon_report(&status_fd, 1);
+		return 1;
+	}
+	fs->zeros_len = 1u << 20;
+	fs->zeros = xcalloc(1, fs->zeros_len);
+	fs->started_ns = now_ns();
+
+	struct backend_opts bo = {
+		.io = fs->opt.io,
+		.flush_threads = fs->opt.flush_threads,
+		.queue_depth = fs->opt.queue_depth,
+		.chown = geteuid() == 0,
+	};
+	struct backend_hooks hooks = { .stage_dir = fs_stage_dir, .arg = fs };
+	if ((r = backend_start(&fs->be, fs->root_fd, &fs->cache, &bo, &hooks)) < 0 ||
+	    (r = fs_init_namespace(fs)) < 0) {
+		fprintf(stderr, "ckptfs: cannot start: %s\n", strerror(-r));
+		daemon_report(&status_fd, 1);
+		return 1;
+	}
+
+	char opts[8192];
+	snprintf(opts, sizeof(opts), "fsname=%s,subtype=ckptfs,default_permissions%s%s",
+		 fs->opt.backend_real, fs->opt.fuse_opts ? "," : "",
+		 fs->opt.fuse_opts ? fs->opt.fuse_opts : "");
+	if (fuse_opt_add_arg(&args, argv[0]) || fuse_opt_add_arg(&args, "-o") ||
+	    fuse_opt_add_arg(&args, opts) || (fs->opt.debug && fuse_opt_add_arg(&args, "-d"))) {
+		daemon_report(&status_fd, 1);
+		return 1;
+	}
+	fs->se = fuse_session_new(&args, &ckptfs_ops, sizeof(ckptfs_ops), fs);
+	if (!fs->se) {
+		fprintf(stderr, "ckptfs: FUSE rejected the options '%s'\n", opts);
+		daemon_report(&status_fd, CKPTFS_USAGE_ERROR);
+		return CKPTFS_USAGE_ERROR;
+	}
+	if (fuse_set_signal_handlers(fs->se) != 0 ||
+	    fuse_session_mount(fs->se, fs->opt.mountpoint_real) != 0) {
+		fprintf(stderr, "ckptfs: cannot mount on '%s'\n", fs->opt.mountpoint);
+		daemon_report(&status_fd, 1);
+		goto out_session;
+	}
+	if (!fs->opt.foreground) {
+		ckpt_log_init("ckptfs", 1, fs->opt.debug);
+		detach_stdio();
+	}
+	log_info("mounted %s on %s (cache %s, chunk %u KiB, %u flushers, io %s, fsync %s)",
+		 fs->opt.backend_real, fs->opt.mountpoint_real,
+		 format_size(fs->cache.size, sz, sizeof(sz)), fs->cache.chunk_size >> 10,
+		 fs->opt.flush_threads, bio_kind_name(fs->be.io_in_use),
+		 fs->opt.fsync_lazy ? "lazy" : "durable");
+	daemon_report(&status_fd, 0);
+
+	lcfg = fuse_loop_cfg_create();
+	fuse_loop_cfg_set_clone_fd(lcfg, 1);
+	fuse_loop_cfg_set_max_threads(lcfg, fs->opt.max_threads);
+	fuse_loop_cfg_set_idle_threads(lcfg, fs->opt.max_threads / 2);
+	r = fuse_session_loop_mt(fs->se, lcfg);
+	fuse_loop_cfg_destroy(lcfg);
+	fuse_session_unmount(fs->se);
+
+	log_info("unmounted %s; draining %llu pending operations to %s", fs->opt.mountpoint_real,
+		 (unsigned long long)(backend_last_seq(&fs->be) - backend_durable_seq(&fs->be)),
+		 fs->opt.backend_real);
+	r = fs_drain(fs, 0);
+	if (r < 0)
+		log_err("drain failed: %s", strerror(-r));
+	else
+		log_info("drained: everything is durable on %s", fs->opt.backend_real);
+	rc = r < 0 ? 1 : 0;
+	fuse_remove_signal_handlers(fs->se);
+out_session:
+	fuse_session_destroy(fs->se);
+	backend_stop(&fs->be);
+	pthread_mutex_lock(&fs->ns);
+	fs_free_namespace(fs);
+	pthread_mutex_unlock(&fs->ns);
+	cache_destroy(&fs->cache);
+	fuse_opt_free_args(&args);
+	free(fs->zeros);
+	opts_free(&fs->opt);
+	free(fs);
+	return rc;
+}

@@ -1,0 +1,1053 @@
+/*
+ * ops.c — the FUSE low-level handlers.  Each handler is small, takes the
+ * namespace lock for as short a time as it can, drops every lock, and then
+ * replies exactly once.  The ops table is at the bottom.
+ *
+ * Where sequence numbers come from (DESIGN "Order"): namespace changes take
+ * theirs under fs->ns before the reply; a file's contents are sealed as a
+ * version at FLUSH (close waits for FLUSH), at fsync, and when truncate(2)
+ * changes a file nobody has open for writing.  A file that was created but
+ * never sealed exists only in the mount: renaming or linking it seals it
+ * first, so every name the backend gets refers to a published file.
+ */
+#include "fs/fs.h"
+#include "cache/log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+static struct ckptfs *FS(fuse_req_t req) { return fuse_req_userdata(req); }
+
+static void now_ts(struct timespec *ts) { clock_gettime(CLOCK_REALTIME, ts); }
+
+/* Fill an entry reply and count the kernel's new reference (ns held). */
+static void fill_entry(struct ckptfs *fs, struct fsnode *n, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = fs_ino(fs, n);
+	e->generation = 1;
+	e->attr_timeout = fs->opt.attr_timeout;
+	e->entry_timeout = fs->opt.attr_timeout;
+	node_fill_stat(fs, n, &e->attr);
+	n->nlookup++;
+}
+
+static void touch_mtime(struct fsnode *n)
+{
+	pthread_mutex_lock(&n->alock);
+	now_ts(&n->mtime);
+	n->ctime = n->mtime;
+	pthread_mutex_unlock(&n->alock);
+}
+
+static void touch_ctime(struct fsnode *n)
+{
+	pthread_mutex_lock(&n->alock);
+	now_ts(&n->ctime);
+	pthread_mutex_unlock(&n->alock);
+}
+
+/* A directory to look into or change: loaded, or an error (ns held). */
+static int dir_ready(struct ckptfs *fs, struct fsnode *d)
+{
+	if (!S_ISDIR(d->mode))
+		return -ENOTDIR;
+	return dir_load(fs, d);
+}
+
+/* May a new entry take this name here? */
+static int name_check(struct ckptfs *fs, struct fsnode *dir, const char *name)
+{
+	if (strlen(name) > 255)
+		return -ENAMETOOLONG;
+	if (!name_valid(name) || backend_name_reserved(name, dir == fs->root))
+		return -EINVAL;
+	return 0;
+}
+
+static bool node_needs_seal(struct fsnode *n)
+{
+	return S_ISREG(n->mode) && (n->new_file || (n->cf && cfile_dirty(n->cf)));
+}
+
+/*
+ * Queue the file's current contents (and attributes, xattrs) as a version,
+ * published under its current name.  ns held.  0 or -errno.
+ */
+static int seal_locked(struct ckptfs *fs, struct fsnode *n)
+{
+	struct fsdent *d = node_first_dent(n);
+	struct cfile *cf = node_cfile(fs, n);
+	struct op *op;
+	int r;
+
+	if (!d) {		/* unlinked: no name to publish it under */
+		n->new_file = false;
+		return 0;
+	}
+	if (cfile_base_lazy(cf) && (r = node_open_base(fs, n)) < 0)
+		return r;
+	op = op_new(OP_VERSION);
+	op->seq = backend_next_seq(&fs->be);
+	op->ver = cfile_seal(cf, op->seq);
+	op->node = bnode_get(n->b);
+	op->dir = bnode_get(d->parent->b);
+	op->name = xstrdup(d->name);
+	pthread_mutex_lock(&n->alock);
+	op->mode = n->mode;
+	op->uid = n->uid;
+	op->gid = n->gid;
+	op->atime = n->atime;
+	op->mtime = n->mtime;
+	op->valid = OPA_MODE | OPA_UID | OPA_GID | OPA_ATIME | OPA_MTIME;
+	op->xattr_blob = xattrs_snapshot(n, &op->value, &op->value_len);
+	op->copy_xattrs = !op->xattr_blob;
+	pthread_mutex_unlock(&n->alock);
+	n->ever_sealed = true;
+	n->new_file = false;
+	backend_submit(&fs->be, op);
+	return 0;
+}
+
+/* ---- lookups and attributes ---------------------------------------------- */
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct ckptfs *fs = FS(req);
+	struct fuse_entry_param e;
+	struct fsnode *p;
+	struct fsdent *d = NULL;
+	int r;
+
+	pthread_mutex_lock(&fs->ns);
+	p = fs_node(fs, parent);
+	r = dir_ready(fs, p);
+	if (r == 0 && !backend_name_reserved(name, p == fs->root))
+		d = dent_find(fs, p, name);
+	if (r == 0 && d) {
+		fill_entry(fs, d->node, &e);
+	} else if (r == 0) {
+		memset(&e, 0, sizeof(e));	/* negative entry: we are authoritative */
+		e.entry_timeout = fs->opt.attr_timeout;
+	}
+	pthread_mutex_unlock(&fs->ns);
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_entry(req, &e);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct ckptfs *fs = FS(req);
+
+	pthread_mutex_lock(&fs->ns);
+	node_forget(fs, fs_node(fs, ino), nlookup);
+	pthread_mutex_unlock(&fs->ns);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	struct ckptfs *fs = FS(req);
+
+	pthread_mutex_lock(&fs->ns);
+	for (size_t i = 0; i < count; i++)
+		node_forget(fs, fs_node(fs, forgets[i].ino), forgets[i].nlookup);
+	pthread_mutex_unlock(&fs->ns);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ckptfs *fs = FS(req);
+	struct stat st;
+
+	pthread_mutex_lock(&fs->ns);
+	node_fill_stat(fs, fs_node(fs, ino), &st);
+	pthread_mutex_unlock(&fs->ns);
+	fuse_reply_attr(req, &st, fs->opt.attr_timeout);
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	struct ckptfs *fs = FS(req);
+	struct fsnode *n;
+	struct stat st;
+	int r = 0;
+
+	pthread_mutex_lock(&fs->ns);
+	n = fs_node(fs, ino);
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if (!S_ISREG(n->mode)) {
+			r = S_ISDIR(n->mode) ? -EISDIR : -EINVAL;
+			goto out;
+		}
+		cfile_truncate(node_cfile(fs, n), (uint64_t)attr->st_size);
+		touch_mtime(n);
+		/* truncate(2) of a file no one is writing: that is its new version. */
+		if (!fi && n->writers == 0 && (r = seal_locked(fs, n)) < 0)
+			goto out;
+	}
+	unsigned valid = 0;
+	pthread_mutex_lock(&n->alock);
+	if (to_set & FUSE_SET_ATTR_MODE) {
+		n->mode = (n->mode & S_IFMT) | (attr->st_mode & 07777);
+		valid |= OPA_MODE;
+	}
+	if (to_set & FUSE_SET_ATTR_UID) {
+		n->uid = attr->st_uid;
+		valid |= OPA_UID;
+	}
+	if (to_set & FUSE_SET_ATTR_GID) {
+		n->gid = attr->st_gid;
+		valid |= OPA_GID;
+	}
+	if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+		now_ts(&n->atime);
+	else if (to_set & FUSE_SET_ATTR_ATIME)
+		n->atime = attr->st_atim;
+	if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+		now_ts(&n->mtime);
+	else if (to_set & FUSE_SET_ATTR_MTIME)
+		n->mtime = attr->st_mtim;
+	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW))
+		valid |= OPA_ATIME;
+	if (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW))
+		valid |= OPA_MTIME;
+	if (valid)
+		now_ts(&n->ctime);
+	struct op *op = NULL;
+	if (valid) {
+		op = op_new(OP_SETATTR);
+		op->node = bnode_get(n->b);
+		op->valid = valid;
+		op->mode = n->mode;
+		op->uid = n->uid;
+		op->gid = n->gid;
+		op->atime = n->atime;
+		op->mtime = n->mtime;
+	}
+	pthread_mutex_unlock(&n->alock);
+	if (op)
+		backend_submit(&fs->be, op);
+out:
+	if (r == 0)
+		node_fill_stat(fs, n, &st);
+	pthread_mutex_unlock(&fs->ns);
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_attr(req, &st, fs->opt.attr_timeout);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct ckptfs *fs = FS(req);
+	struct fsnode *n;
+	char *target = NULL;
+
+	pthread_mutex_lock(&fs->ns);
+	n = fs_node(fs, ino);
+	if (S_ISLNK(n->mode) && n->symlink)
+		target = xstrdup(n->symlink);
+	pthread_mutex_unlock(&fs->ns);
+	if (!target) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	fuse_reply_readlink(req, target);
+	free(target);
+}
+
+/* ---- creating and removing names --------------------------------------- */
+
+/* Owner and mode for a new object in dir, honouring a set-group-ID dir. */
+static struct fsnode *new_child(struct ckptfs *fs, fuse_req_t req, struct fsnode *dir, mode_t mode)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	gid_t gid = ctx->gid;
+
+	if (dir->mode & S_ISGID) {
+		gid = dir->gid;
+		if (S_ISDIR(mode))
+			mode |= S_ISGID;
+	}
+	return node_new(fs, mode, ctx->uid, gid);
+}
+
+/* Checks shared by everything that adds a name: 0 or -errno (ns held). */
+static int prepare_add(struct ckptfs *fs, struct fsnode *p, const char *name)
+{
+	int r = dir_ready(fs, p);
+	if (r == 0)
+		r = name_check(fs, p, name);
+	if (r == 0 && dent_find(fs, p, name))
+		r = -EEXIST;
+	return r;
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	struct ckptfs *fs = FS(req);
+	struct fuse_entry_param e;
+	struct fsnode *p, *n;
+	int r;
+
+	pthread_mutex_lock(&fs->ns);
+	p = fs_node(fs, parent);
+	if ((r = prepare_add(fs, p, name)) == 0) {
+		n = new_child(fs, req, p, S_IFDIR | (mode & 07777));
+		n->loaded = true;
+		dent_add(fs, p, name, n);
+		struct op *op = op_new(OP_MKDIR);
+		op->node = bnode_get(n->b);
+		op->dir = bnode_get(p->b);
+		op->name = xstrdup(name);
+		op->mode = n->mode;
+		op->uid = n->uid;
+		op->gid = n->gid;
+		op->valid = OPA_UID | OPA_GID;
+		backend_submit(&fs->be, op);
+		touch_mtime(p);
+		fill_entry(fs, n, &e);
+	}
+	pthread_mutex_unlock(&fs->ns);
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_entry(req, &e);
+}
+
+static void op_symlink(fuse_req_t req, const char *target, fuse_ino_t parent, const char *name)
+{
+	struct ckptfs *fs = FS(req);
+	struct fuse_entry_param e;
+	struct fsnode *p, *n;
+	int r;
+
+	pthread_mutex_lock(&fs->ns);
+	p = fs_node(fs, parent);
+	if ((r = prepare_add(fs, p, name)) == 0) {
+		n = new_child(fs, req, p, S_IFLNK | 0777);
+		n->symlink = xstrdup(target);
+		dent_add(fs, p, name, n);
+		struct op *op = op_new(OP_SYMLINK);
+		op->node = bnode_get(n->b);
+		op->dir = bnode_get(p->b);
+		op->name = xstrdup(name);
+		op->target = xstrdup(target);
+		op->uid = n->uid;
+		op->gid = n->gid;
+		op->valid = OPA_UID | OPA_GID;
+		backend_submit(&fs->be, op);
+		touch_mtime(p);
+		fill_entry(fs, n, &e);
+	}
+	pthread_mutex_unlock(&fs->ns);
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_entry(req, &e);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	struct ckptfs *fs = FS(req);
+	struct fuse_entry_param e;
+	struct fsnode *p, *n;
+	int r;
+
+	if (!S_ISREG(mode)) {
+		fuse_reply_err(req, EPERM);	/* checkpoints hold no devices or fifos */
+		return;
+	}
+	pthread_mutex_lock(&fs->ns);
+	p = fs_node(fs, parent);
+	if ((r = prepare_add(fs, p, name)) == 0) {
+		n = new_child(fs, req, p, S_IFREG | (mode & 07777));
+		n->new_file = true;
+		dent_add(fs, p, name, n);
+		r = seal_locked(fs, n);
+		touch_mtime(p);
+		fill_entry(fs, n, &e);
+	}
+	pthread_mutex_unlock(&fs->ns);
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_entry(req, &e);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	struct ckptfs *fs = FS(req);
+	struct fuse_entry_param e;
+	struct fsnode *n, *p;
+	int r;
+
+	pthread_mutex_lock(&fs->ns);
+	n = fs_node(fs, ino);
+	p = fs_node(fs, newparent);
+	r = S_ISDIR(n->mode) ? -EPERM : prepare_add(fs, p, newname);
+	if (r == 0 && S_ISREG(n->mode) && !n->ever_sealed)
+		r = seal_locked(fs, n);
+	if (r == 0) {
+		struct op *op = op_new(OP_LINK);
+		op->node = bnode_get(n->b);
+		op->dir2 = bnode_get(p->b);
+		op->name2 = xstrdup(newname);
+		backend_submit(&fs->be, op);
+		dent_add(fs, p, newname, n);
+		touch_ctime(n);
+		touch_mtime(p);
+		fill_entry(fs, n, &e);
+	}
+	pthread_mutex_unlock(&fs->ns);
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_entry(req, &e);
+}
+
+/* Remove a name (unlink or rmdir); ns held. */
+static int remove_name(struct ckptfs *fs, fuse_ino_t parent, const char *name, bool dir)
+{
+	struct fsnode *p = fs_node(fs, parent), *n;
+	struct fsdent *d;
+	int r = dir_ready(fs, p);
+
+	if (r < 0)
+		return r;
+	if (backend_name_reserved(name, p == fs->root) || !(d = dent_find(fs, p, name)))
+		return -ENOENT;
+	n = d->node;
+	if (dir && !S_ISDIR(n->mode))
+		return -ENOTDIR;
+	if (!dir && S_ISDIR(n->mode))
+		return -EISDIR;
+	if (dir) {
+		if ((r = dir_load(fs, n)) < 0)
+			return r;
+		if (n->nentries)
+			return -ENOTEMPTY;
+	}
+	/* A file never sealed was never sent to the backend: nothing to remove. */
+	if (!S_ISREG(n->mode) || n->ever_sealed) {
+		struct op *op = op_new(dir ? OP_RMDIR : OP_UNLINK);
+		op->node = bnode_get(n->b);
+		op->dir = bnode_get(p->b);
+		op->name = xstrdup(name);
+		backend_submit(&fs->be, op);
+	}
+	touch_ctime(n);
+	touch_mtime(p);
+	dent_remove(fs, d);
+	return 0;
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct ckptfs *fs = FS(req);
+	int r;
+
+	pthread_mutex_lock(&fs->ns);
+	r = remove_name(fs, parent, name, false);
+	pthread_mutex_unlock(&fs->ns);
+	fuse_reply_err(req, -r);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct ckptfs *fs = FS(req);
+	int r;
+
+	pthread_mutex_lock(&fs->ns);
+	r = remove_name(fs, parent, name, true);
+	pthread_mutex_unlock(&fs->ns);
+	fuse_reply_err(req, -r);
+}
+
+/* Is `n` the directory `anc` or below it? (ns held) */
+static bool is_within(struct fsnode *n, struct fsnode *anc)
+{
+	for (;;) {
+		if (n == anc)
+			return true;
+		struct fsdent *d = node_first_dent(n);
+		if (!d)
+			return false;
+		n = d->parent;
+	}
+}
+
+static int rename_locked(struct ckptfs *fs, fuse_ino_t parent, const char *name,
+			 fuse_ino_t newparent, const char *newname, unsigned flags)
+{
+	struct fsnode *p = fs_node(fs, parent), *np = fs_node(fs, newparent), *sn, *dn = NULL;
+	struct fsdent *sd, *dd;
+	bool exchange = flags & RENAME_EXCHANGE;
+	int r;
+
+	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
+		return -EINVAL;
+	if ((r = dir_ready(fs, p)) < 0 || (r = dir_ready(fs, np)) < 0)
+		return r;
+	if (backend_name_reserved(name, p == fs->root) || !(sd = dent_find(fs, p, name)))
+		return -ENOENT;
+	if ((r = name_check(fs, np, newname)) < 0)
+		return r;
+	sn = sd->node;
+	dd = dent_find(fs, np, newname);
+	if (dd)
+		dn = dd->node;
+	if (exchange && !dd)
+		return -ENOENT;
+	if ((flags & RENAME_NOREPLACE) && dd)
+		return -EEXIST;
+	if (dn == sn)
+		return 0;	/* two names of one file: nothing to do */
+	if (S_ISDIR(sn->mode) && is_within(np, sn))
+		return -EINVAL;
+	if (exchange && S_ISDIR(dn->mode) && is_within(p, dn))
+		return -EINVAL;
+	if (dn && !exchange) {
+		if (S_ISDIR(sn->mode) && !S_ISDIR(dn->mode))
+			return -ENOTDIR;
+		if (!S_ISDIR(sn->mode) && S_ISDIR(dn->mode))
+			return -EISDIR;
+		if (S_ISDIR(dn->mode)) {
+			if ((r = dir_load(fs, dn)) < 0)
+				return r;
+			if (dn->nentries)
+				return -ENOTEMPTY;
+		}
+	}
+	/* Whatever moves must exist on the backend, in order, before it moves. */
+	if (S_ISREG(sn->mode) && !sn->ever_sealed && (r = seal_locked(fs, sn)) < 0)
+		return r;
+	if (exchange && S_ISREG(dn->mode) && !dn->ever_sealed && (r = seal_locked(fs, dn)) < 0)
+		return r;
+
+	struct op *op = op_new(OP_RENAME);
+	op->node = bnode_get(sn->b);
+	op->dir = bnode_get(p->b);
+	op->name = xstrdup(name);
+	op->dir2 = bnode_get(np->b);
+	op->name2 = xstrdup(newname);
+	op->flags = exchange ? RENAME_EXCHANGE : 0;
+	op->victim = dn ? bnode_get(dn->b) : NULL;
+	backend_submit(&fs->be, op);
+
+	node_ref(sn);
+	if (dn)
+		node_ref(dn);
+	if (dd)
+		dent_remove(fs, dd);
+	dent_remove(fs, sd);
+	dent_add(fs, np, newname, sn);
+	if (exchange)
+		dent_add(fs, p, name, dn);
+	touch_ctime(sn);
+	touch_mtime(p);
+	if (np != p)
+		touch_mtime(np);
+	node_unref(fs, sn);
+	if (dn)
+		node_unref(fs, dn);
+	return 0;
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	struct ckptfs *fs = FS(req);
+	int r;
+
+	pthread_mutex_lock(&fs->ns);
+	r = rename_locked(fs, parent, name, newparent, newname, flags);
+	pthread_mutex_unlock(&fs->ns);
+	fuse_reply_err(req, -r);
+}
+
+/* ---- files -------------------------------------------------------------- */
+
+static struct fshandle *handle_new(struct fsnode *n, int flags)
+{
+	struct fshandle *h = xcalloc(1, sizeof(*h));
+	h->node = n;
+	h->flags = flags;
+	h->writable = (flags & O_ACCMODE) != O_RDONLY;
+	node_ref(n);
+	if (h->writable)
+		n->writers++;
+	return h;
+}
+
+static void handle_setup(struct fshandle *h, struct fuse_file_info *fi)
+{
+	fi->fh = (uint64_t)(uintptr_t)h;
+	/* Every change passes through the kernel, so its page cache stays valid. */
+	fi->keep_cache = !(h->flags & O_DIRECT);
+	fi->direct_io = (h->flags & O_DIRECT) != 0;
+}
+
+static void open_truncate(struct ckptfs *fs, struct fsnode *n, int flags)
+{
+	if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) {
+		cfile_truncate(node_cfile(fs, n), 0);
+		touch_mtime(n);
+	}
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ckptfs *fs = FS(req);
+	struct fsnode *n;
+	struct fshandle *h = NULL;
+	int r = 0;
+
+	pthread_mutex_lock(&fs->ns);
+	n = fs_node(fs, ino);
+	if (S_ISDIR(n->mode)) {
+		r = -EISDIR;
+	} else if (!S_ISREG(n->mode)) {
+		r = -EINVAL;
+	} else {
+		node_cfile(fs, n);
+		open_truncate(fs, n, fi->flags);
+		h = handle_new(n, fi->flags);
+	}
+	pthread_mutex_unlock(&fs->ns);
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	handle_setup(h, fi);
+	if (fuse_reply_open(req, fi) == -ENOENT) {	/* the opener was interrupted */
+		pthread_mutex_lock(&fs->ns);
+		if (h->writable)
+			n->writers--;
+		node_unref(fs, n);
+		pthread_mutex_unlock(&fs->ns);
+		free(h);
+	}
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	struct ckptfs *fs = FS(req);
+	struct fuse_entry_param e;
+	struct fsnode *p, *n = NULL;
+	struct fsdent *d;
+	struct fshandle *h = NULL;
+	int r;
+
+	pthread_mutex_lock(&fs->ns);
+	p = fs_node(fs, parent);
+	if ((r = dir_ready(fs, p)) == 0 && (r = name_check(fs, p, name)) == 0) {
+		d = dent_find(fs, p, name);
+		if (d && (fi->flags & O_EXCL)) {
+			r = -EEXIST;
+		} else if (d) {		/* raced with another creator: plain open */
+			n = d->node;
+			if (!S_ISREG(n->mode))
+				r = S_ISDIR(n->mode) ? -EISDIR : -EINVAL;
+			else
+				open_truncate(fs, n, fi->flags);
+		} else {
+			n = new_child(fs, req, p, S_IFREG | (mode & 07777));
+			n->new_file = true;
+			dent_add(fs, p, name, n);
+			touch_mtime(p);
+		}
+	}
+	if (r == 0) {
+		node_cfile(fs, n);
+		h = handle_new(n, fi->flags);
+		fill_entry(fs, n, &e);
+	}
+	pthread_mutex_unlock(&fs->ns);
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	handle_setup(h, fi);
+	fuse_reply_create(req, &e, fi);
+}
+
+/* Copy the next len bytes of a write request into cache memory. */
+static int copy_from_bufvec(void *arg, char *dst, size_t len, size_t src_off)
+{
+	struct fuse_bufvec *src = arg;
+	struct fuse_bufvec d = FUSE_BUFVEC_INIT(len);
+	ssize_t n;
+
+	(void)src_off;		/* chunks are filled in order: the bufvec advances itself */
+	d.buf[0].mem = dst;
+	n = fuse_buf_copy(&d, src, 0);
+	if (n < 0)
+		return (int)n;
+	return (size_t)n == len ? 0 : -EIO;
+}
+
+static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off,
+			 struct fuse_file_info *fi)
+{
+	struct ckptfs *fs = FS(req);
+	struct fshandle *h = (struct fshandle *)(uintptr_t)fi->fh;
+	struct fsnode *n = h->node;
+	size_t len = fuse_buf_size(bufv);
+	int r;
+
+	if (off < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	while ((r = cfile_write(n->cf, (uint64_t)off, len, copy_from_bufvec, bufv)) == -EAGAIN)
+		if ((r = node_open_base(fs, n)) < 0)
+			break;
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	touch_mtime(n);
+	fuse_reply_write(req, len);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct ckptfs *fs = FS(req);
+	struct fshandle *h = (struct fshandle *)(uintptr_t)fi->fh;
+	struct fsnode *n = h->node;
+	struct cseg *segs;
+	uint32_t nseg, nbuf = 0;
+	int r;
+
+	while ((r = cfile_map(n->cf, (uint64_t)off, size, &segs, &nseg)) == -EAGAIN)
+		if ((r = node_open_base(fs, n)) < 0)
+			break;
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	size_t nb = nseg + 1;
+	for (uint32_t i = 0; i < nseg; i++)
+		if (segs[i].kind == CSEG_ZERO)
+			nb += segs[i].len / fs->zeros_len + 1;
+	struct fuse_bufvec *bv = xcalloc(1, sizeof(*bv) + nb * sizeof(struct fuse_buf));
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < nseg; i++) {
+		struct cseg *s = &segs[i];
+		if (s->kind == CSEG_MEM) {
+			bv->buf[nbuf++] = (struct fuse_buf){ .size = s->len, .mem = s->mem };
+		} else if (s->kind == CSEG_FD) {
+			bv->buf[nbuf++] = (struct fuse_buf){
+				.size = s->len, .flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK,
+				.fd = s->f->fd, .pos = (off_t)s->foff };
+		} else {
+			for (uint64_t done = 0; done < s->len;) {
+				size_t k = (size_t)CKPT_MIN(s->len - done, fs->zeros_len);
+				bv->buf[nbuf++] = (struct fuse_buf){ .size = k, .mem = fs->zeros };
+				done += k;
+			}
+		}
+		total += s->len;
+	}
+	bv->count = nbuf;
+	if (nbuf == 0)
+		fuse_reply_buf(req, NULL, 0);
+	else
+		fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
+	atomic_fetch_add(&fs->read_bytes, total);
+	cfile_unmap(n->cf, segs, nseg);
+	free(bv);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ckptfs *fs = FS(req);
+	struct fshandle *h = (struct fshandle *)(uintptr_t)fi->fh;
+	struct fsnode *n = h->node;
+	int r = 0;
+
+	pthread_mutex_lock(&fs->ns);
+	if ((h->writable || n->new_file) && node_needs_seal(n))
+		r = seal_locked(fs, n);
+	if (r == 0)
+		r = -atomic_load(&n->b->sticky_err);
+	pthread_mutex_unlock(&fs->ns);
+	fuse_reply_err(req, -r);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ckptfs *fs = FS(req);
+	struct fshandle *h = (struct fshandle *)(uintptr_t)fi->fh;
+
+	pthread_mutex_lock(&fs->ns);
+	if (h->writable)
+		h->node->writers--;
+	node_unref(fs, h->node);
+	pthread_mutex_unlock(&fs->ns);
+	free(h);
+	fuse_reply_err(req, 0);
+}
+
+struct fsync_wait {
+	struct pub_waiter w;
+	fuse_req_t req;
+};
+
+static void fsync_done(struct pub_waiter *w, int err)
+{
+	struct fsync_wait *fw = CKPT_CONTAINER_OF(w, struct fsync_wait, w);
+	fuse_reply_err(fw->req, -err);
+	free(fw);
+}
+
+/* Reply once everything queued so far is durable (or at once with fsync=lazy). */
+static void reply_when_durable(struct ckptfs *fs, fuse_req_t req, int sticky)
+{
+	if (fs->opt.fsync_lazy || sticky) {
+		fuse_reply_err(req, -sticky);
+		return;
+	}
+	struct fsync_wait *fw = xcalloc(1, sizeof(*fw));
+	fw->req = req;
+	fw->w.seq = backend_last_seq(&fs->be);
+	fw->w.done = fsync_done;
+	backend_wait_async(&fs->be, &fw->w);
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct ckptfs *fs = FS(req);
+	struct fsnode *n = fs_node(fs, ino);
+	int r = 0;
+
+	pthread_mutex_lock(&fs->ns);
+	if (node_needs_seal(n))
+		r = seal_locked(fs, n);
+	int sticky = -atomic_load(&n->b->sticky_err);
+	pthread_mutex_unlock(&fs->ns);
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else
+		reply_when_durable(fs, req, sticky);
+}
+
+static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	reply_when_durable(FS(req), req, 0);
+}
+
+/* ---- directories ------------------------------------------------------- */
+
+struct dirsnap {
+	uint32_t n;
+	struct {
+		struct fsnode *node;
+		char *name;
+	} e[];
+};
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ckptfs *fs = FS(req);
+	struct fsnode *dir;
+	struct dirsnap *s = NULL;
+	int r;
+
+	pthread_mutex_lock(&fs->ns);
+	dir = fs_node(fs, ino);
+	if ((r = dir_ready(fs, dir)) == 0) {
+		uint32_t i = 0;
+		s = xmalloc(sizeof(*s) + dir->nentries * sizeof(s->e[0]));
+		for (struct list *e = dir->entries.next; e != &dir->entries; e = e->next) {
+			struct fsdent *d = list_entry(e, struct fsdent, dlink);
+			s->e[i].node = d->node;
+			s->e[i].name = xstrdup(d->name);
+			node_ref(d->node);
+			i++;
+		}
+		s->n = i;
+		node_ref(dir);
+	}
+	pthread_mutex_unlock(&fs->ns);
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	fi->fh = (uint64_t)(uintptr_t)s;
+	fuse_reply_open(req, fi);
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi, bool plus)
+{
+	struct ckptfs *fs = FS(req);
+	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
+	struct fsnode *dir = fs_node(fs, ino);
+	char *buf = xmalloc(size);
+	size_t pos = 0;
+
+	pthread_mutex_lock(&fs->ns);
+	for (off_t i = off; i < (off_t)s->n + 2; i++) {
+		struct fuse_entry_param e;
+		struct fsnode *n;
+		const char *name;
+		size_t len;
+
+		if (i < 2) {
+			struct fsdent *up = node_first_dent(dir);
+			n = i == 0 || !up ? dir : up->parent;
+			name = i == 0 ? "." : "..";
+		} else {
+			n = s->e[i - 2].node;
+			name = s->e[i - 2].name;
+		}
+		if (plus) {
+			fill_entry(fs, n, &e);
+			if (i < 2) {	/* the kernel takes no reference on these */
+				n->nlookup--;
+				e.ino = 0;
+			}
+			len = fuse_add_direntry_plus(req, buf + pos, size - pos, name, &e, i + 1);
+			if (len > size - pos && i >= 2)
+				n->nlookup--;
+		} else {
+			struct stat st = { .st_ino = fs_ino(fs, n), .st_mode = n->mode };
+			len = fuse_add_direntry(req, buf + pos, size - pos, name, &st, i + 1);
+		}
+		if (len > size - pos)
+			break;
+		pos += len;
+	}
+	pthread_mutex_unlock(&fs->ns);
+	fuse_reply_buf(req, buf, pos);
+	free(buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, false);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			   struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, true);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ckptfs *fs = FS(req);
+	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
+
+	pthread_mutex_lock(&fs->ns);
+	for (uint32_t i = 0; i < s->n; i++) {
+		free(s->e[i].name);
+		node_unref(fs, s->e[i].node);
+	}
+	node_unref(fs, fs_node(fs, ino));
+	pthread_mutex_unlock(&fs->ns);
+	free(s);
+	fuse_reply_err(req, 0);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct ckptfs *fs = FS(req);
+	struct statvfs sv;
+
+	if (fstatvfs(fs->root_fd, &sv) < 0) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	sv.f_namemax = 255;
+	fuse_reply_statfs(req, &sv);
+}
+
+/* ---- session ------------------------------------------------------------- */
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	struct ckptfs *fs = userdata;
+
+	conn->max_write = 1u << 20;
+	conn->max_readahead = 1u << 20;
+	conn->time_gran = 1;
+	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
+		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+	/* Kernel write-back caching would make close wait and split writes. */
+	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+	if (fs->opt.splice && (conn->capable & FUSE_CAP_SPLICE_READ))
+		conn->want |= FUSE_CAP_SPLICE_READ;
+	else
+		conn->want &= ~FUSE_CAP_SPLICE_READ;
+	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
+		conn->want |= FUSE_CAP_SPLICE_WRITE;
+	if (conn->capable & FUSE_CAP_READDIRPLUS)
+		conn->want |= FUSE_CAP_READDIRPLUS;
+}
+
+int fs_drain(struct ckptfs *fs, uint64_t timeout_ns)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&fs->ns);
+	for (struct list *e = fs->all_nodes.next; e != &fs->all_nodes; e = e->next) {
+		struct fsnode *n = list_entry(e, struct fsnode, all);
+		if (node_needs_seal(n)) {
+			int k = seal_locked(fs, n);
+			if (k < 0 && !r)
+				r = k;
+		}
+	}
+	uint64_t seq = backend_last_seq(&fs->be);
+	pthread_mutex_unlock(&fs->ns);
+	int w = backend_wait(&fs->be, seq, timeout_ns);
+	return r ? r : w;
+}
+
+const struct fuse_lowlevel_ops ckptfs_ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.readlink = op_readlink,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.symlink = op_symlink,
+	.link = op_link,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.rename = op_rename,
+	.open = op_open,
+	.create = op_create,
+	.read = op_read,
+	.write_buf = op_write_buf,
+	.flush = op_flush,
+	.release = op_release,
+	.fsync = op_fsync,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
+	.releasedir = op_releasedir,
+	.fsyncdir = op_fsyncdir,
+	.statfs = op_statfs,
+	.setxattr = fs_setxattr,
+	.getxattr = fs_getxattr,
+	.listxattr = fs_listxattr,
+	.removexattr = fs_removexattr,
+};

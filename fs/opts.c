@@ -1,0 +1,386 @@
+/*
+ * opts.c — the daemon's command line and its checks against the machine.
+ *
+ * `ckptfs BACKEND MOUNTPOINT [-f] [-d] [-o opt[,opt...]]` — the form that
+ * mount.fuse3 uses for fstab entries of type fuse.ckptfs, so fstab, mount(8)
+ * and a Slurm prolog all start the daemon the same way.  Options are ckptfs's
+ * own (see opts_usage), FUSE mount options passed on to libfuse, or options
+ * mount(8) and systemd add for their own use, which are accepted and ignored.
+ * Anything else is an error naming the option: one line, exit status 2.
+ */
+#include "fs/opts.h"
+#include "cache/util.h"
+#include "backend/backend.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DEFAULT_CHUNK (4u << 20)
+
+static int usage_error(const char *fmt, const char *a, const char *b)
+{
+	fprintf(stderr, "ckptfs: ");
+	fprintf(stderr, fmt, a, b);
+	fprintf(stderr, "\n");
+	return CKPTFS_USAGE_ERROR;
+}
+
+void opts_usage(FILE *f)
+{
+	fprintf(f,
+"usage: ckptfs BACKEND MOUNTPOINT [-f] [-d] [-o opt[,opt...]]\n"
+"\n"
+"Mount a write-back checkpoint cache over the directory BACKEND at MOUNTPOINT.\n"
+"Writes return once they are in the cache; files are persisted to BACKEND in\n"
+"the order they were closed, whole, with XXH3 checksums.\n"
+"\n"
+"  -f                   stay in the foreground, log to stderr\n"
+"  -d                   debug: foreground, FUSE request trace\n"
+"  -h, --help           this help\n"
+"  -V, --version        version\n"
+"\n"
+"ckptfs options (-o):\n"
+"  cache_size=SIZE      cache bytes, K/M/G suffixes (default: 1/4 of RAM)\n"
+"  chunk_size=SIZE      cache chunk, a power of two from 64K to 64M (default 4M)\n"
+"  flush_threads=N      threads writing to the backend, 1-64 (default 2)\n"
+"  queue_depth=N        I/O requests in flight per flusher, 1-1024 (default 32)\n"
+"  max_threads=N        FUSE worker threads, 2-256 (default 16)\n"
+"  fsync=durable|lazy   fsync waits for the backend (default), or returns at once\n"
+"  io=uring|pwrite      backend I/O engine (default uring; pwrite if unavailable)\n"
+"  splice=on|off        move write data with splice(2) (default on)\n"
+"  attr_timeout=SEC     kernel attribute and entry cache time (default 1)\n"
+"\n"
+"FUSE options passed on: allow_other, allow_root, auto_unmount, fsname=,\n"
+"subtype=, ro, rw, suid, nosuid, dev, nodev, exec, noexec, atime, noatime,\n"
+"sync, async, dirsync, max_read=.  Ignored, as mount(8) expects: defaults,\n"
+"auto, noauto, user, users, nouser, owner, group, _netdev, nofail, comment=,\n"
+"x-*.\n");
+}
+
+static const char *const fuse_flags[] = {
+	"allow_other", "allow_root", "auto_unmount", "ro", "rw", "suid", "nosuid", "dev",
+	"nodev", "exec", "noexec", "atime", "noatime", "sync", "async", "dirsync",
+	"default_permissions",
+};
+static const char *const fuse_valued[] = { "fsname", "subtype", "max_read" };
+static const char *const ignored[] = {
+	"defaults", "auto", "noauto", "user", "users", "nouser", "owner", "group", "_netdev",
+	"nofail", "relatime", "strictatime", "lazytime", "nodiratime", "diratime",
+};
+
+static bool in_list(const char *key, const char *const *list, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(key, list[i]) == 0)
+			return true;
+	return false;
+}
+
+static void fuse_opt_append(struct ckptfs_opts *o, const char *opt)
+{
+	size_t have = o->fuse_opts ? strlen(o->fuse_opts) : 0, add = strlen(opt);
+	o->fuse_opts = xrealloc(o->fuse_opts, have + add + 2);
+	if (have)
+		o->fuse_opts[have++] = ',';
+	memcpy(o->fuse_opts + have, opt, add + 1);
+}
+
+static int parse_uint(const char *key, const char *val, unsigned lo, unsigned hi, unsigned *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(val, &end, 10);
+	if (!*val || *end || errno || v < lo || v > hi) {
+		char range[64];
+		snprintf(range, sizeof(range), "%u to %u", lo, hi);
+		return usage_error("option '%s' needs a whole number from %s", key, range);
+	}
+	*out = (unsigned)v;
+	return 0;
+}
+
+static int parse_one(struct ckptfs_opts *o, char *opt)
+{
+	char *val = strchr(opt, '=');
+	uint64_t size;
+	int r;
+
+	if (val)
+		*val++ = '\0';
+	if (!*opt)
+		return 0;
+	if (!strcmp(opt, "cache_size") || !strcmp(opt, "chunk_size")) {
+		if (!val || parse_size(val, &size) < 0 || size == 0)
+			return usage_error("option '%s' needs a size such as 4M or 64G, not '%s'", opt,
+					   val ? val : "");
+		if (opt[1] == 'a')
+			o->cache_size = size;
+		else if (size < (64u << 10) || size > (64u << 20) || (size & (size - 1)))
+			return usage_error("option '%s=%s' must be a power of two from 64K to 64M",
+					   opt, val);
+		else
+			o->chunk_size = (uint32_t)size;
+		return 0;
+	}
+	if (!strcmp(opt, "flush_threads"))
+		return parse_uint(opt, val ? val : "", 1, 64, &o->flush_threads);
+	if (!strcmp(opt, "queue_depth"))
+		return parse_uint(opt, val ? val : "", 1, 1024, &o->queue_depth);
+	if (!strcmp(opt, "max_threads"))
+		return parse_uint(opt, val ? val : "", 2, 256, &o->max_threads);
+	if (!strcmp(opt, "fsync")) {
+		if (val && !strcmp(val, "durable"))
+			o->fsync_lazy = false;
+		else if (val && !strcmp(val, "lazy"))
+			o->fsync_lazy = true;
+		else
+			return usage_error("option '%s' must be fsync=durable or fsync=lazy, not '%s'",
+					   opt, val ? val : "");
+		return 0;
+	}
+	if (!strcmp(opt, "io")) {
+		if (val && !strcmp(val, "uring"))
+			o->io = BIO_URING;
+		else if (val && !strcmp(val, "pwrite"))
+			o->io = BIO_PWRITE;
+		else
+			return usage_error("option '%s' must be io=uring or io=pwrite, not '%s'", opt,
+					   val ? val : "");
+		return 0;
+	}
+	if (!strcmp(opt, "splice")) {
+		if (val && !strcmp(val, "on"))
+			o->splice = true;
+		else if (val && !strcmp(val, "off"))
+			o->splice = false;
+		else
+			return usage_error("option '%s' must be splice=on or splice=off, not '%s'", opt,
+					   val ? val : "");
+		return 0;
+	}
+	if (!strcmp(opt, "attr_timeout")) {
+		char *end;
+		double t = val ? strtod(val, &end) : -1;
+		if (!val || *end || t < 0 || t > 86400)
+			return usage_error("option '%s' needs seconds from 0 to 86400, not '%s'", opt,
+					   val ? val : "");
+		o->attr_timeout = t;
+		return 0;
+	}
+	if (in_list(opt, ignored, CKPT_ARRAY_LEN(ignored)) || !strncmp(opt, "x-", 2) ||
+	    !strcmp(opt, "comment"))
+		return 0;
+	if ((!val && in_list(opt, fuse_flags, CKPT_ARRAY_LEN(fuse_flags))) ||
+	    (val && in_list(opt, fuse_valued, CKPT_ARRAY_LEN(fuse_valued)))) {
+		if (!strcmp(opt, "allow_other"))
+			o->allow_other = true;
+		if (val) {
+			char buf[4096];
+			snprintf(buf, sizeof(buf), "%s=%s", opt, val);
+			fuse_opt_append(o, buf);
+		} else if (strcmp(opt, "default_permissions") != 0) {
+			fuse_opt_append(o, opt);
+		}
+		return 0;
+	}
+	r = usage_error("unknown option '%s'%s (see ckptfs --help)", opt,
+			val ? " with a value" : "");
+	return r;
+}
+
+static int parse_optstr(struct ckptfs_opts *o, const char *s)
+{
+	char *dup = xstrdup(s), *save = NULL, *tok;
+	int r = 0;
+
+	for (tok = strtok_r(dup, ",", &save); tok && !r; tok = strtok_r(NULL, ",", &save))
+		r = parse_one(o, tok);
+	free(dup);
+	return r;
+}
+
+int opts_parse(int argc, char **argv, struct ckptfs_opts *o)
+{
+	int npos = 0, r;
+
+	memset(o, 0, sizeof(*o));
+	o->chunk_size = DEFAULT_CHUNK;
+	o->flush_threads = 2;
+	o->queue_depth = 32;
+	o->max_threads = 16;
+	o->io = BIO_URING;
+	o->splice = true;
+	o->attr_timeout = 1.0;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			opts_usage(stdout);
+			return -1;
+		}
+		if (!strcmp(a, "-V") || !strcmp(a, "--version")) {
+			printf("ckptfs %s\n", CKPTFS_VERSION);
+			return -1;
+		}
+		if (!strcmp(a, "-f")) {
+			o->foreground = true;
+		} else if (!strcmp(a, "-d")) {
+			o->debug = o->foreground = true;
+		} else if (!strcmp(a, "-s")) {
+			/* single-threaded: accepted for FUSE compatibility, ignored */
+		} else if (!strncmp(a, "-o", 2)) {
+			const char *s = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
+			if (!s)
+				return usage_error("%s%s", "option -o needs a value", "");
+			if ((r = parse_optstr(o, s)))
+				return r;
+		} else if (a[0] == '-' && a[1]) {
+			return usage_error("unknown argument '%s'%s (see ckptfs --help)", a, "");
+		} else if (npos == 0) {
+			o->backend = xstrdup(a);
+			npos++;
+		} else if (npos == 1) {
+			o->mountpoint = xstrdup(a);
+			npos++;
+		} else {
+			return usage_error("unexpected argument '%s'%s: give BACKEND and MOUNTPOINT only",
+					   a, "");
+		}
+	}
+	if (npos < 2) {
+		fprintf(stderr, "ckptfs: missing %s\n", npos == 0 ? "BACKEND and MOUNTPOINT" : "MOUNTPOINT");
+		fprintf(stderr, "usage: ckptfs BACKEND MOUNTPOINT [-f] [-d] [-o opt[,opt...]]\n");
+		return CKPTFS_USAGE_ERROR;
+	}
+	if (o->fuse_opts && strstr(o->fuse_opts, "allow_other") && strstr(o->fuse_opts, "allow_root"))
+		return usage_error("options '%s' and '%s' exclude each other; pick one",
+				   "allow_other", "allow_root");
+	return 0;
+}
+
+/* Decode mountinfo's octal escapes (\040 for space) in place. */
+static void unescape(char *s)
+{
+	char *w = s;
+	for (char *r = s; *r; r++) {
+		if (r[0] == '\\' && r[1] >= '0' && r[1] <= '7' && r[2] && r[3]) {
+			*w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
+			r += 3;
+		} else {
+			*w++ = *r;
+		}
+	}
+	*w = '\0';
+}
+
+/* The type of the mount at `path` if it is a mount point, else NULL (static). */
+static const char *mounted_at(const char *path)
+{
+	static char type[128];
+	char line[4096];
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	const char *found = NULL;
+
+	if (!f)
+		return NULL;
+	while (fgets(line, sizeof(line), f)) {
+		char *fields[10], *save = NULL, *tok = strtok_r(line, " ", &save);
+		int n = 0;
+		for (; tok && n < 10; tok = strtok_r(NULL, " ", &save))
+			fields[n++] = tok;
+		if (n < 5)
+			continue;
+		unescape(fields[4]);
+		if (strcmp(fields[4], path) != 0)
+			continue;
+		found = "?";
+		for (int i = 5; i < n; i++) {
+			if (!strcmp(fields[i], "-") && i + 1 < n) {
+				snprintf(type, sizeof(type), "%s", fields[i + 1]);
+				found = type;
+				break;
+			}
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+static bool path_within(const char *inner, const char *outer)
+{
+	size_t n = strlen(outer);
+	if (strcmp(outer, "/") == 0)
+		return true;
+	return strncmp(inner, outer, n) == 0 && (inner[n] == '/' || inner[n] == '\0');
+}
+
+int opts_validate(struct ckptfs_opts *o)
+{
+	struct stat st;
+	char buf[PATH_MAX], sz1[32], sz2[32];
+	const char *type;
+
+	if (stat(o->backend, &st) < 0)
+		return usage_error("backend '%s': %s", o->backend, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return usage_error("backend '%s' is not a directory%s", o->backend, "");
+	if (access(o->backend, R_OK | W_OK | X_OK) < 0)
+		return usage_error("backend '%s' is not writable: %s", o->backend, strerror(errno));
+	if (!realpath(o->backend, buf))
+		return usage_error("backend '%s': %s", o->backend, strerror(errno));
+	o->backend_real = xstrdup(buf);
+
+	if (stat(o->mountpoint, &st) < 0)
+		return usage_error("mountpoint '%s': %s", o->mountpoint, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return usage_error("mountpoint '%s' is not a directory%s", o->mountpoint, "");
+	if (!realpath(o->mountpoint, buf))
+		return usage_error("mountpoint '%s': %s", o->mountpoint, strerror(errno));
+	o->mountpoint_real = xstrdup(buf);
+	if ((type = mounted_at(o->mountpoint_real)) && strcmp(o->mountpoint_real, "/") != 0) {
+		char what[160];
+		snprintf(what, sizeof(what), "%s", type);
+		return usage_error("mountpoint '%s' is already mounted (%s); unmount it first",
+				   o->mountpoint, what);
+	}
+	if (strcmp(o->mountpoint_real, o->backend_real) != 0 &&
+	    path_within(o->mountpoint_real, o->backend_real))
+		return usage_error("mountpoint '%s' lies inside the backend '%s'; pick one outside it",
+				   o->mountpoint, o->backend);
+
+	uint64_t avail = mem_available();
+	if (!o->cache_size) {
+		o->cache_size = mem_total() / 4;
+		if (avail && o->cache_size > avail / 2)
+			o->cache_size = avail / 2;
+		if (o->cache_size < 64ull << 20)
+			o->cache_size = 64ull << 20;
+	}
+	o->cache_size -= o->cache_size % o->chunk_size;
+	if (o->cache_size < 2ull * o->chunk_size) {
+		snprintf(buf, sizeof(buf), "%s", format_size(o->chunk_size, sz1, sizeof(sz1)));
+		return usage_error("cache_size must hold at least two chunks (2 x %s); raise it%s",
+				   buf, "");
+	}
+	if (avail && o->cache_size > avail)
+		return usage_error("cache_size=%s exceeds available memory (%s)",
+				   format_size(o->cache_size, sz1, sizeof(sz1)),
+				   format_size(avail, sz2, sizeof(sz2)));
+	return 0;
+}
+
+void opts_free(struct ckptfs_opts *o)
+{
+	free(o->backend);
+	free(o->mountpoint);
+	free(o->backend_real);
+	free(o->mountpoint_real);
+	free(o->fuse_opts);
+	memset(o, 0, sizeof(*o));
+}

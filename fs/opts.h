@@ -1,0 +1,47 @@
+/*
+ * opts.h — the daemon's command line: `ckptfs BACKEND MOUNTPOINT [-f] [-d]
+ * [-o opt,...]`, the form mount.fuse3 uses for fstab type fuse.ckptfs.
+ */
+#ifndef CKPTFS_OPTS_H
+#define CKPTFS_OPTS_H
+
+#include "backend/bio.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CKPTFS_USAGE_ERROR 2
+
+struct ckptfs_opts {
+	char *backend;		/* as given */
+	char *mountpoint;	/* as given */
+	char *backend_real;	/* realpath */
+	char *mountpoint_real;
+	bool foreground;
+	bool debug;
+	uint64_t cache_size;
+	uint32_t chunk_size;
+	unsigned flush_threads;
+	unsigned queue_depth;
+	unsigned max_threads;	/* FUSE worker threads */
+	bool fsync_lazy;
+	enum bio_kind io;
+	bool splice;		/* read write requests with splice(2) */
+	double attr_timeout;
+	char *fuse_opts;	/* -o string passed on to libfuse */
+	bool allow_other;
+};
+
+/*
+ * Parse argv.  On a usage error prints one line naming the problem to
+ * stderr and returns CKPTFS_USAGE_ERROR; -1 means "printed help/version,
+ * exit 0"; 0 means go on.
+ */
+int opts_parse(int argc, char **argv, struct ckptfs_opts *o);
+/* Check the paths and sizes against the machine: 0 or CKPTFS_USAGE_ERROR. */
+int opts_validate(struct ckptfs_opts *o);
+void opts_usage(FILE *f);
+void opts_free(struct ckptfs_opts *o);
+
+#endif

@@ -1,0 +1,296 @@
+/*
+ * xattr.c — extended attributes.  A node's xattrs are read from the backend
+ * on first use and kept in memory (node->alock); changes are applied there
+ * and queued as operations, so they reach the backend in order like any
+ * other change, and each file version carries the set it was sealed with.
+ *
+ * Two read-only keys are ckptfs's own, on every regular file:
+ *   user.ckptfs.state  dirty | flushing | durable
+ *   user.ckptfs.xxh3   XXH3-128 of the published contents (hex), once durable
+ */
+#include "fs/fs.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/xattr.h>
+
+#define XATTR_STATE "user.ckptfs.state"
+#define XATTR_XXH3 "user.ckptfs.xxh3"
+#define XATTR_OWN_PREFIX "user.ckptfs."
+
+void xattrs_free(struct fsnode *n)
+{
+	for (uint32_t i = 0; i < n->nxattrs; i++) {
+		free(n->xattrs[i].key);
+		free(n->xattrs[i].val);
+	}
+	free(n->xattrs);
+	n->xattrs = NULL;
+	n->nxattrs = 0;
+}
+
+static struct xattr *xattr_find(struct fsnode *n, const char *key)
+{
+	for (uint32_t i = 0; i < n->nxattrs; i++)
+		if (strcmp(n->xattrs[i].key, key) == 0)
+			return &n->xattrs[i];
+	return NULL;
+}
+
+static void xattr_put(struct fsnode *n, const char *key, const void *val, size_t len)
+{
+	struct xattr *x = xattr_find(n, key);
+
+	if (!x) {
+		n->xattrs = xrealloc(n->xattrs, (n->nxattrs + 1) * sizeof(*n->xattrs));
+		x = &n->xattrs[n->nxattrs++];
+		x->key = xstrdup(key);
+		x->val = NULL;
+	}
+	free(x->val);
+	x->val = xmalloc(len);
+	memcpy(x->val, val, len);
+	x->len = len;
+}
+
+static int xattr_del(struct fsnode *n, const char *key)
+{
+	struct xattr *x = xattr_find(n, key);
+
+	if (!x)
+		return -ENODATA;
+	free(x->key);
+	free(x->val);
+	*x = n->xattrs[--n->nxattrs];
+	return 0;
+}
+
+/* Read the backend's xattrs into memory once (alock held). */
+static int xattrs_load(struct ckptfs *fs, struct fsnode *n)
+{
+	char path[512], keys[8192];
+	struct bnode *dir = NULL;
+	char name[256];
+	ssize_t kl;
+
+	if (n->xattrs_loaded)
+		return 0;
+	if (n == fs->root) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fs->root_fd);
+	} else if (bnode_locate(&fs->be, n->b, &dir, name, sizeof(name)) == 0) {
+		int dfd = bnode_dirfd(&fs->be, dir);
+		bnode_put(dir);
+		if (dfd < 0)
+			return dfd;
+		snprintf(path, sizeof(path), "/proc/self/fd/%d/%s", dfd, name);
+	} else {
+		n->xattrs_loaded = true;	/* not on the backend: nothing to read */
+		return 0;
+	}
+	kl = llistxattr(path, keys, sizeof(keys));
+	for (ssize_t off = 0; kl > 0 && off < kl; off += (ssize_t)strlen(keys + off) + 1) {
+		char val[65536];
+		ssize_t vl = lgetxattr(path, keys + off, val, sizeof(val));
+		if (vl >= 0)
+			xattr_put(n, keys + off, val, (size_t)vl);
+	}
+	if (kl < 0 && errno != ENOTSUP && errno != ENODATA)
+		return -errno;
+	n->xattrs_loaded = true;
+	return 0;
+}
+
+bool xattrs_snapshot(struct fsnode *n, void **buf, size_t *len)
+{
+	size_t total = 0;
+	char *p;
+
+	if (!n->xattrs_loaded)
+		return false;
+	for (uint32_t i = 0; i < n->nxattrs; i++)
+		total += 8 + strlen(n->xattrs[i].key) + 1 + n->xattrs[i].len;
+	*buf = p = xmalloc(total ? total : 1);
+	*len = total;
+	for (uint32_t i = 0; i < n->nxattrs; i++) {
+		uint32_t kl = (uint32_t)strlen(n->xattrs[i].key) + 1, vl = (uint32_t)n->xattrs[i].len;
+		memcpy(p, &kl, 4);
+		memcpy(p + 4, n->xattrs[i].key, kl);
+		memcpy(p + 4 + kl, &vl, 4);
+		memcpy(p + 8 + kl, n->xattrs[i].val, vl);
+		p += 8 + kl + vl;
+	}
+	return true;
+}
+
+static const char *file_state(struct fsnode *n)
+{
+	if (n->new_file)
+		return "dirty";
+	if (!n->cf)
+		return "durable";
+	switch (cfile_state(n->cf)) {
+	case CF_DIRTY: return "dirty";
+	case CF_FLUSHING: return "flushing";
+	default: return "durable";
+	}
+}
+
+/* user.ckptfs.* values; -ENODATA if not applicable. */
+static int own_xattr(struct fsnode *n, const char *key, char *buf, size_t len)
+{
+	if (!S_ISREG(n->mode))
+		return -ENODATA;
+	if (strcmp(key, XATTR_STATE) == 0)
+		return snprintf(buf, len, "%s", file_state(n));
+	if (strcmp(key, XATTR_XXH3) == 0) {
+		if (strcmp(file_state(n), "durable") != 0 || !atomic_load(&n->b->has_digest))
+			return -ENODATA;
+		XXH128_canonical_t c;
+		XXH128_canonicalFromHash(&c, n->b->digest);
+		for (int i = 0; i < 16; i++)
+			snprintf(buf + 2 * i, len - 2 * (size_t)i, "%02x", c.digest[i]);
+		return 32;
+	}
+	return -ENODATA;
+}
+
+static void reply_value(fuse_req_t req, const void *val, size_t len, size_t size)
+{
+	if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (len > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, val, len);
+}
+
+void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *key, size_t size)
+{
+	struct ckptfs *fs = fuse_req_userdata(req);
+	struct fsnode *n = fs_node(fs, ino);
+	char own[64];
+	int r;
+
+	if (strncmp(key, XATTR_OWN_PREFIX, sizeof(XATTR_OWN_PREFIX) - 1) == 0) {
+		pthread_mutex_lock(&fs->ns);
+		r = own_xattr(n, key, own, sizeof(own));
+		pthread_mutex_unlock(&fs->ns);
+		if (r < 0)
+			fuse_reply_err(req, -r);
+		else
+			reply_value(req, own, (size_t)r, size);
+		return;
+	}
+	pthread_mutex_lock(&n->alock);
+	r = xattrs_load(fs, n);
+	struct xattr *x = r == 0 ? xattr_find(n, key) : NULL;
+	if (r == 0 && !x)
+		r = -ENODATA;
+	if (r < 0) {
+		pthread_mutex_unlock(&n->alock);
+		fuse_reply_err(req, -r);
+		return;
+	}
+	void *copy = xmalloc(x->len ? x->len : 1);
+	size_t len = x->len;
+	memcpy(copy, x->val, len);
+	pthread_mutex_unlock(&n->alock);
+	reply_value(req, copy, len, size);
+	free(copy);
+}
+
+void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct ckptfs *fs = fuse_req_userdata(req);
+	struct fsnode *n = fs_node(fs, ino);
+	char own[64];
+	char *buf = NULL;
+	size_t len = 0;
+	int r;
+
+	pthread_mutex_lock(&n->alock);
+	r = xattrs_load(fs, n);
+	for (uint32_t i = 0; r == 0 && i < n->nxattrs; i++) {
+		size_t kl = strlen(n->xattrs[i].key) + 1;
+		buf = xrealloc(buf, len + kl);
+		memcpy(buf + len, n->xattrs[i].key, kl);
+		len += kl;
+	}
+	pthread_mutex_unlock(&n->alock);
+	if (r < 0) {
+		free(buf);
+		fuse_reply_err(req, -r);
+		return;
+	}
+	static const char *const own_keys[] = { XATTR_STATE, XATTR_XXH3 };
+	pthread_mutex_lock(&fs->ns);
+	for (size_t i = 0; i < CKPT_ARRAY_LEN(own_keys); i++) {
+		if (own_xattr(n, own_keys[i], own, sizeof(own)) < 0)
+			continue;
+		size_t kl = strlen(own_keys[i]) + 1;
+		buf = xrealloc(buf, len + kl);
+		memcpy(buf + len, own_keys[i], kl);
+		len += kl;
+	}
+	pthread_mutex_unlock(&fs->ns);
+	reply_value(req, buf, len, size);
+	free(buf);
+}
+
+/* Set (val != NULL) or remove an xattr, in memory and on the backend in order. */
+static void xattr_change(fuse_req_t req, fuse_ino_t ino, const char *key, const char *val,
+			 size_t len, int flags)
+{
+	struct ckptfs *fs = fuse_req_userdata(req);
+	struct fsnode *n = fs_node(fs, ino);
+	int r;
+
+	if (strncmp(key, XATTR_OWN_PREFIX, sizeof(XATTR_OWN_PREFIX) - 1) == 0) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	pthread_mutex_lock(&fs->ns);
+	pthread_mutex_lock(&n->alock);
+	r = xattrs_load(fs, n);
+	if (r == 0) {
+		struct xattr *x = xattr_find(n, key);
+		if (val && (flags & XATTR_CREATE) && x)
+			r = -EEXIST;
+		else if (val && (flags & XATTR_REPLACE) && !x)
+			r = -ENODATA;
+		else if (val)
+			xattr_put(n, key, val, len);
+		else
+			r = xattr_del(n, key);
+	}
+	if (r == 0)
+		clock_gettime(CLOCK_REALTIME, &n->ctime);
+	pthread_mutex_unlock(&n->alock);
+	if (r == 0) {
+		struct op *op = op_new(val ? OP_SETXATTR : OP_RMXATTR);
+		op->node = bnode_get(n->b);
+		op->target = xstrdup(key);
+		if (val) {
+			op->value = xmalloc(len ? len : 1);
+			memcpy(op->value, val, len);
+			op->value_len = len;
+		}
+		backend_submit(&fs->be, op);
+	}
+	pthread_mutex_unlock(&fs->ns);
+	fuse_reply_err(req, -r);
+}
+
+void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *key, const char *val,
+		       size_t len, int flags)
+{
+	xattr_change(req, ino, key, val, len, flags);
+}
+
+void fs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *key)
+{
+	xattr_change(req, ino, key, NULL, 0, 0);
+}
+
