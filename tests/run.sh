@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The test command: install what the build and the tests need (Debian 12),
+# build ckptfs, and run the whole suite with ctest — then once more under
+# AddressSanitizer + UndefinedBehaviorSanitizer.
+#
+#   tests/run.sh            everything (as root: installs packages, mounts)
+#   tests/run.sh --quick    the plain build only, no sanitizer pass
+#   CTEST_ARGS="-R core" tests/run.sh --quick    a subset
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+
+packages=(build-essential cmake pkg-config libfuse3-dev fuse3 liburing-dev
+          libxxhash-dev attr python3 util-linux)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "tests/run.sh: missing packages: ${missing[*]} (run as root to install them)" >&2
+    exit 2
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Test areas that need more (Slurm, PyTorch, ...) install it in their own setup.
+for setup in tests/*/setup.sh; do
+  [ -f "$setup" ] && bash "$setup"
+done
+
+jobs=$(nproc)
+run_suite() {
+  local dir=$1; shift
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake --build "$dir" -j"$jobs" >/dev/null
+  ctest --test-dir "$dir" --output-on-failure ${CTEST_ARGS:-}
+}
+run_suite build
+if [ $quick -eq 0 ]; then
+  # Sanitizer pass: leaks are reported at daemon exit, so every mount test
+  # also checks for leaks.
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    CTEST_ARGS="${CTEST_ARGS:-} -LE nosan" run_suite build-asan -DCKPTFS_ASAN=ON
+fi
