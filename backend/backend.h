@@ -33,6 +33,7 @@
 
 #include "cache/cfile.h"
 #include "backend/bio.h"
+#include "backend/manifest.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -186,6 +187,9 @@ struct backend {
 	bool spill_wanted;
 	uint64_t temp_counter;
 
+	struct manifest man;
+	struct recovery_report recovery;
+
 	pthread_t publisher;
 	pthread_t *flushers;
 	pthread_t spiller;
@@ -248,6 +252,9 @@ void bnode_link_del_locked(struct bnode *b, struct bnode *dir, const char *name)
 void bnode_link_move_locked(struct bnode *b, struct bnode *dir, const char *name,
 			    struct bnode *ndir, const char *nname);
 void bnode_link_primary_locked(struct bnode *b, struct bnode *dir, const char *name);
+
+/* Backend-relative path of (dir, name) (name may be NULL): 0 or -ENOENT. */
+int bnode_path(struct backend *be, struct bnode *dir, const char *name, char *buf, size_t len);
 
 /* Is this a name ckptfs reserves on the backend? */
 bool backend_name_reserved(const char *name, bool at_root);

@@ -15,6 +15,7 @@
 #include "backend/bsys.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -206,4 +207,32 @@ void bnode_set_loaded(struct backend *be, struct bnode *b, struct bnode *dir, co
 	if (link_find(b, dir, name) < 0)
 		bnode_link_add_locked(b, dir, name);
 	pthread_rwlock_unlock(&be->bt_lock);
+}
+
+int bnode_path(struct backend *be, struct bnode *dir, const char *name, char *buf, size_t len)
+{
+	const char *parts[256];
+	size_t k = 0, pos = 0;
+	int r = 0;
+
+	if (name)
+		parts[k++] = name;
+	pthread_rwlock_rdlock(&be->bt_lock);
+	for (struct bnode *b = dir; b && !b->is_root; b = b->links[0].dir) {
+		if (!b->nlinks || k == CKPT_ARRAY_LEN(parts)) {
+			r = -ENOENT;
+			break;
+		}
+		parts[k++] = b->links[0].name;
+	}
+	buf[0] = '\0';
+	while (r == 0 && k--) {
+		int w = snprintf(buf + pos, len - pos, "%s%s", pos ? "/" : "", parts[k]);
+		if (w < 0 || (size_t)w >= len - pos)
+			r = -ENAMETOOLONG;
+		else
+			pos += (size_t)w;
+	}
+	pthread_rwlock_unlock(&be->bt_lock);
+	return r;
 }

@@ -222,6 +222,8 @@ static bool err_transient(int err)
 	}
 }
 
+static const char *op_kind_name(enum op_kind k);
+
 struct touched {
 	struct bnode *dirs[PUB_BATCH * 2];
 	unsigned n;
@@ -354,8 +356,77 @@ static int apply_version(struct backend *be, struct op *op, struct touched *t)
 	return r;
 }
 
+/*
+ * Append the manifest record of op, before it is applied (write-ahead): a
+ * crash can leave a record whose operation did not happen, which recovery
+ * detects, but never an applied operation without its record.
+ */
+static void record_op(struct backend *be, struct op *op)
+{
+	struct strbuf b = { 0 };
+	char path[4096], to[4096];
+	struct bnode *at = NULL;
+	char name[256];
+
+	path[0] = to[0] = '\0';
+	switch (op->kind) {
+	case OP_VERSION:
+	case OP_MKDIR:
+	case OP_RMDIR:
+	case OP_UNLINK:
+	case OP_SYMLINK:
+	case OP_RENAME:
+		if (bnode_path(be, op->dir, op->name, path, sizeof(path)) < 0)
+			return;
+		if (op->kind == OP_RENAME && bnode_path(be, op->dir2, op->name2, to, sizeof(to)) < 0)
+			return;
+		break;
+	case OP_LINK:
+	case OP_SETATTR:
+	case OP_SETXATTR:
+	case OP_RMXATTR:
+		if (bnode_locate(be, op->node, &at, name, sizeof(name)) < 0)
+			return;	/* not on the backend: nothing happens there */
+		int r = bnode_path(be, at, name, path, sizeof(path));
+		bnode_put(at);
+		if (r < 0 || (op->kind == OP_LINK &&
+			      bnode_path(be, op->dir2, op->name2, to, sizeof(to)) < 0))
+			return;
+		break;
+	}
+	sb_printf(&b, "{\"t\": \"%s\", \"m\": \"%s\", \"seq\": %llu, \"time\": %llu, \"path\": ",
+		  op->kind == OP_VERSION ? "file" : op_kind_name(op->kind), be->mount_id,
+		  (unsigned long long)op->seq, (unsigned long long)wall_ns());
+	sb_json_str(&b, path);
+	if (to[0]) {
+		sb_printf(&b, ", \"to\": ");
+		sb_json_str(&b, to);
+	}
+	if (op->kind == OP_VERSION) {
+		char hex[33];
+		hash_hex(op->digest, hex);
+		sb_printf(&b, ", \"size\": %llu, \"mode\": %u, \"mtime\": %lld.%09ld, \"xxh3\": \"%s\"",
+			  (unsigned long long)op->ver->size, (unsigned)op->mode,
+			  (long long)op->mtime.tv_sec, op->mtime.tv_nsec, hex);
+	} else if (op->kind == OP_RENAME) {
+		sb_printf(&b, ", \"exchange\": %s", op->flags & RENAME_EXCHANGE ? "true" : "false");
+	} else if (op->kind == OP_MKDIR || op->kind == OP_SETATTR) {
+		sb_printf(&b, ", \"mode\": %u", (unsigned)op->mode);
+	} else if (op->kind == OP_SYMLINK) {
+		sb_printf(&b, ", \"target\": ");
+		sb_json_str(&b, op->target);
+	} else if (op->kind == OP_SETXATTR || op->kind == OP_RMXATTR) {
+		sb_printf(&b, ", \"key\": ");
+		sb_json_str(&b, op->target);
+	}
+	sb_printf(&b, "}");
+	manifest_append(&be->man, b.s, b.len);
+	sb_free(&b);
+}
+
 static int apply_op(struct backend *be, struct op *op, struct touched *t)
 {
+	record_op(be, op);
 	int dfd = -1, r = 0;
 	char name[256];
 	struct bnode *at = NULL;
@@ -489,7 +560,7 @@ static int apply_op(struct backend *be, struct op *op, struct touched *t)
 /* fsync every directory and file the batch touched (P3). */
 static int sync_touched(struct backend *be, struct touched *t)
 {
-	int err = 0;
+	int err = manifest_sync(&be->man);
 
 	for (unsigned i = 0; i < t->n; i++) {
 		int fd = bnode_dirfd(be, t->dirs[i]), r = 0;
@@ -684,8 +755,13 @@ static void *publisher_main(void *arg)
 		pthread_mutex_lock(&be->lock);
 		for (unsigned i = 0; i < applied; i++)
 			list_del(&batch[i]->link);
-		if (applied)
+		if (applied) {
+			char rec[128];
+			int len = snprintf(rec, sizeof(rec), "{\"t\": \"durable\", \"m\": \"%s\", \"seq\": %llu}",
+					   be->mount_id, (unsigned long long)batch[applied - 1]->seq);
+			manifest_append(&be->man, rec, (size_t)len);
 			atomic_store(&be->durable_seq, batch[applied - 1]->seq);
+		}
 		if (!err && be->blocked_seq) {
 			pthread_mutex_unlock(&be->lock);
 			clear_blocked(be);
@@ -749,6 +825,9 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 	list_init(&be->flushq);
 	list_init(&be->waiters);
 	be->started_ns = now_ns();
+	int r = manifest_open(&be->man, root_fd, be->mount_id, &be->recovery);
+	if (r < 0)
+		return r;
 
 	/* Probe the I/O engine once so stats can say which one runs and why. */
 	const char *why;
@@ -777,6 +856,7 @@ void backend_stop(struct backend *be)
 	pthread_mutex_unlock(&be->lock);
 	pthread_join(be->publisher, NULL);
 	flush_threads_stop(be);
+	manifest_close(&be->man, atomic_load(&be->durable_seq), list_empty(&be->ops));
 	be->cache->spill_wanted = NULL;
 	bnode_put(be->root);
 	pthread_rwlock_destroy(&be->bt_lock);

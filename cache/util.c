@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,4 +148,46 @@ int write_full(int fd, const void *buf, size_t len)
 		len -= (size_t)n;
 	}
 	return 0;
+}
+
+void sb_printf(struct strbuf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	for (;;) {
+		size_t room = b->cap - b->len;
+		va_start(ap, fmt);
+		n = vsnprintf(b->s ? b->s + b->len : NULL, room, fmt, ap);
+		va_end(ap);
+		if (n < 0)
+			return;
+		if ((size_t)n < room) {
+			b->len += (size_t)n;
+			return;
+		}
+		b->cap = CKPT_MAX(b->cap * 2, b->len + (size_t)n + 64);
+		b->s = xrealloc(b->s, b->cap);
+	}
+}
+
+void sb_json_str(struct strbuf *b, const char *s)
+{
+	sb_printf(b, "\"");
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			sb_printf(b, "\\%c", c);
+		else if (c < 0x20)
+			sb_printf(b, "\\u%04x", c);
+		else
+			sb_printf(b, "%c", c);
+	}
+	sb_printf(b, "\"");
+}
+
+void sb_free(struct strbuf *b)
+{
+	free(b->s);
+	memset(b, 0, sizeof(*b));
 }

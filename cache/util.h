@@ -43,6 +43,16 @@ uint64_t mem_total(void);
 /* Write all of buf to fd (retrying EINTR and short writes): 0 or -errno. */
 int write_full(int fd, const void *buf, size_t len);
 
+/* A growable string (always NUL-terminated). */
+struct strbuf {
+	char *s;
+	size_t len, cap;
+};
+void sb_printf(struct strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Append s as a JSON string literal, quotes included. */
+void sb_json_str(struct strbuf *b, const char *s);
+void sb_free(struct strbuf *b);
+
 /* Intrusive doubly linked list with a sentinel head. */
 struct list {
 	struct list *prev, *next;

@@ -74,12 +74,23 @@ struct fsnode {
 	struct xattr *xattrs;	/* alock */
 	uint32_t nxattrs;
 	bool xattrs_loaded;
+	uint64_t dirty_ns;	/* alock: when it was first modified since its last seal */
+	uint64_t sealed_ns;	/* alock: when its last version was sealed */
+	uint8_t ctl;		/* enum ctl_kind: a node of the control directory */
 };
+
+/* Nodes of the control directory MOUNT/.ckptfs (ctl.c). */
+enum ctl_kind { CTL_NONE = 0, CTL_DIR, CTL_STATS, CTL_FILES, CTL_DRAIN, CTL_CMD };
 
 struct fshandle {
 	struct fsnode *node;
 	int flags;
 	bool writable;
+	/* control files */
+	struct strbuf out;	/* what reads return */
+	bool done;		/* drain: already waited */
+	uint64_t drain_seq;
+	uint64_t timeout_ns;	/* drain: 0 = wait as long as it takes */
 };
 
 struct ckptfs {
@@ -95,6 +106,11 @@ struct ckptfs {
 	size_t hsize, hcount;
 	struct list all_nodes;
 	uint64_t nodes;
+
+	struct fsnode *ctl_dir;	/* MOUNT/.ckptfs, not in the root's entries */
+	pthread_mutex_t rate_lock;
+	uint64_t rate_ns, rate_absorbed, rate_persisted;	/* last rate sample */
+	double absorb_rate, persist_rate;
 
 	char *zeros;		/* ZERO segments of read replies */
 	size_t zeros_len;
@@ -136,7 +152,24 @@ void xattrs_free(struct fsnode *n);
 /* Serialise a node's in-memory xattrs for a version (alock held). */
 bool xattrs_snapshot(struct fsnode *n, void **buf, size_t *len);
 
+/* ---- the control directory (ctl.c) ------------------------------------- */
+
+void ctl_init(struct ckptfs *fs);
+/* Open a control file: fills h; 0 or -errno.  ns held. */
+int ctl_open(struct ckptfs *fs, fuse_req_t req, struct fshandle *h);
+void ctl_read(struct ckptfs *fs, fuse_req_t req, struct fshandle *h, size_t size, off_t off);
+void ctl_write(struct ckptfs *fs, fuse_req_t req, struct fshandle *h, const char *buf,
+	       size_t len, off_t off);
+/* Path of n below the mount root into buf ("" for the root); false if unlinked.  ns held. */
+bool node_path(struct ckptfs *fs, struct fsnode *n, char *buf, size_t len);
+
 /* ---- handlers (ops.c) ------------------------------------------------- */
+
+/* Seal a file's current contents as a version (ns held): 0 or -errno. */
+int seal_locked(struct ckptfs *fs, struct fsnode *n);
+bool node_needs_seal(struct fsnode *n);
+/* Seal every modified file; returns the sequence number to wait for.  ns held. */
+uint64_t seal_all_locked(struct ckptfs *fs, int *err);
 
 extern const struct fuse_lowlevel_ops ckptfs_ops;
 /* Seal every modified file and wait until all is durable. */

@@ -124,6 +124,7 @@ int main(int argc, char **argv)
 		daemon_report(&status_fd, 1);
 		return 1;
 	}
+	ctl_init(fs);
 
 	char opts[8192];
 	snprintf(opts, sizeof(opts), "fsname=%s,subtype=ckptfs,default_permissions%s%s",

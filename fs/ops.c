@@ -43,6 +43,17 @@ static void touch_mtime(struct fsnode *n)
 	pthread_mutex_unlock(&n->alock);
 }
 
+/* After a write: times, and when the file started to differ from its last version. */
+static void note_write(struct fsnode *n)
+{
+	pthread_mutex_lock(&n->alock);
+	now_ts(&n->mtime);
+	n->ctime = n->mtime;
+	if (!n->dirty_ns)
+		n->dirty_ns = now_ns();
+	pthread_mutex_unlock(&n->alock);
+}
+
 static void touch_ctime(struct fsnode *n)
 {
 	pthread_mutex_lock(&n->alock);
@@ -61,6 +72,8 @@ static int dir_ready(struct ckptfs *fs, struct fsnode *d)
 /* May a new entry take this name here? */
 static int name_check(struct ckptfs *fs, struct fsnode *dir, const char *name)
 {
+	if (dir->ctl)
+		return -EPERM;
 	if (strlen(name) > 255)
 		return -ENAMETOOLONG;
 	if (!name_valid(name) || backend_name_reserved(name, dir == fs->root))
@@ -68,16 +81,16 @@ static int name_check(struct ckptfs *fs, struct fsnode *dir, const char *name)
 	return 0;
 }
 
-static bool node_needs_seal(struct fsnode *n)
+bool node_needs_seal(struct fsnode *n)
 {
-	return S_ISREG(n->mode) && (n->new_file || (n->cf && cfile_dirty(n->cf)));
+	return S_ISREG(n->mode) && !n->ctl && (n->new_file || (n->cf && cfile_dirty(n->cf)));
 }
 
 /*
  * Queue the file's current contents (and attributes, xattrs) as a version,
  * published under its current name.  ns held.  0 or -errno.
  */
-static int seal_locked(struct ckptfs *fs, struct fsnode *n)
+int seal_locked(struct ckptfs *fs, struct fsnode *n)
 {
 	struct fsdent *d = node_first_dent(n);
 	struct cfile *cf = node_cfile(fs, n);
@@ -105,6 +118,8 @@ static int seal_locked(struct ckptfs *fs, struct fsnode *n)
 	op->valid = OPA_MODE | OPA_UID | OPA_GID | OPA_ATIME | OPA_MTIME;
 	op->xattr_blob = xattrs_snapshot(n, &op->value, &op->value_len);
 	op->copy_xattrs = !op->xattr_blob;
+	n->dirty_ns = 0;
+	n->sealed_ns = now_ns();
 	pthread_mutex_unlock(&n->alock);
 	n->ever_sealed = true;
 	n->new_file = false;
@@ -127,7 +142,9 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	r = dir_ready(fs, p);
 	if (r == 0 && !backend_name_reserved(name, p == fs->root))
 		d = dent_find(fs, p, name);
-	if (r == 0 && d) {
+	if (r == 0 && p == fs->root && strcmp(name, CKPTFS_META_DIR) == 0) {
+		fill_entry(fs, fs->ctl_dir, &e);	/* reachable by name, never listed */
+	} else if (r == 0 && d) {
 		fill_entry(fs, d->node, &e);
 	} else if (r == 0) {
 		memset(&e, 0, sizeof(e));	/* negative entry: we are authoritative */
@@ -182,6 +199,10 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 
 	pthread_mutex_lock(&fs->ns);
 	n = fs_node(fs, ino);
+	if (n->ctl) {
+		r = (to_set & FUSE_SET_ATTR_SIZE) && n->ctl != CTL_DIR ? 0 : -EPERM;
+		goto out;	/* O_TRUNC on a control file is harmless */
+	}
 	if (to_set & FUSE_SET_ATTR_SIZE) {
 		if (!S_ISREG(n->mode)) {
 			r = S_ISDIR(n->mode) ? -EISDIR : -EINVAL;
@@ -393,7 +414,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 	pthread_mutex_lock(&fs->ns);
 	n = fs_node(fs, ino);
 	p = fs_node(fs, newparent);
-	r = S_ISDIR(n->mode) ? -EPERM : prepare_add(fs, p, newname);
+	r = S_ISDIR(n->mode) || n->ctl ? -EPERM : prepare_add(fs, p, newname);
 	if (r == 0 && S_ISREG(n->mode) && !n->ever_sealed)
 		r = seal_locked(fs, n);
 	if (r == 0) {
@@ -423,6 +444,8 @@ static int remove_name(struct ckptfs *fs, fuse_ino_t parent, const char *name, b
 
 	if (r < 0)
 		return r;
+	if (p->ctl)
+		return -EPERM;
 	if (backend_name_reserved(name, p == fs->root) || !(d = dent_find(fs, p, name)))
 		return -ENOENT;
 	n = d->node;
@@ -497,6 +520,8 @@ static int rename_locked(struct ckptfs *fs, fuse_ino_t parent, const char *name,
 		return -EINVAL;
 	if ((r = dir_ready(fs, p)) < 0 || (r = dir_ready(fs, np)) < 0)
 		return r;
+	if (p->ctl || np->ctl)
+		return -EPERM;
 	if (backend_name_reserved(name, p == fs->root) || !(sd = dent_find(fs, p, name)))
 		return -ENOENT;
 	if ((r = name_check(fs, np, newname)) < 0)
@@ -613,7 +638,15 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	pthread_mutex_lock(&fs->ns);
 	n = fs_node(fs, ino);
-	if (S_ISDIR(n->mode)) {
+	if (n->ctl) {
+		h = handle_new(n, fi->flags);
+		if ((r = ctl_open(fs, req, h)) < 0) {
+			node_unref(fs, n);
+			sb_free(&h->out);
+			free(h);
+			h = NULL;
+		}
+	} else if (S_ISDIR(n->mode)) {
 		r = -EISDIR;
 	} else if (!S_ISREG(n->mode)) {
 		r = -EINVAL;
@@ -628,12 +661,17 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	handle_setup(h, fi);
+	if (n->ctl) {		/* generated contents: no size, no page cache */
+		fi->direct_io = 1;
+		fi->keep_cache = 0;
+	}
 	if (fuse_reply_open(req, fi) == -ENOENT) {	/* the opener was interrupted */
 		pthread_mutex_lock(&fs->ns);
 		if (h->writable)
 			n->writers--;
 		node_unref(fs, n);
 		pthread_mutex_unlock(&fs->ns);
+		sb_free(&h->out);
 		free(h);
 	}
 }
@@ -663,6 +701,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		} else {
 			n = new_child(fs, req, p, S_IFREG | (mode & 07777));
 			n->new_file = true;
+			n->dirty_ns = now_ns();
 			dent_add(fs, p, name, n);
 			touch_mtime(p);
 		}
@@ -705,6 +744,17 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 	size_t len = fuse_buf_size(bufv);
 	int r;
 
+	if (n->ctl) {
+		char small[4096];
+		struct fuse_bufvec d = FUSE_BUFVEC_INIT(CKPT_MIN(len, sizeof(small)));
+		d.buf[0].mem = small;
+		ssize_t got = fuse_buf_copy(&d, bufv, 0);
+		if (got < 0)
+			fuse_reply_err(req, (int)-got);
+		else
+			ctl_write(fs, req, h, small, (size_t)got, off);
+		return;
+	}
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
 		return;
@@ -716,7 +766,7 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 		fuse_reply_err(req, -r);
 		return;
 	}
-	touch_mtime(n);
+	note_write(n);
 	fuse_reply_write(req, len);
 }
 
@@ -730,6 +780,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	uint32_t nseg, nbuf = 0;
 	int r;
 
+	if (n->ctl) {
+		ctl_read(fs, req, h, size, off);
+		return;
+	}
 	while ((r = cfile_map(n->cf, (uint64_t)off, size, &segs, &nseg)) == -EAGAIN)
 		if ((r = node_open_base(fs, n)) < 0)
 			break;
@@ -796,6 +850,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		h->node->writers--;
 	node_unref(fs, h->node);
 	pthread_mutex_unlock(&fs->ns);
+	sb_free(&h->out);
 	free(h);
 	fuse_reply_err(req, 0);
 }
@@ -999,20 +1054,26 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_READDIRPLUS;
 }
 
-int fs_drain(struct ckptfs *fs, uint64_t timeout_ns)
+uint64_t seal_all_locked(struct ckptfs *fs, int *err)
 {
-	int r = 0;
-
-	pthread_mutex_lock(&fs->ns);
+	*err = 0;
 	for (struct list *e = fs->all_nodes.next; e != &fs->all_nodes; e = e->next) {
 		struct fsnode *n = list_entry(e, struct fsnode, all);
 		if (node_needs_seal(n)) {
 			int k = seal_locked(fs, n);
-			if (k < 0 && !r)
-				r = k;
+			if (k < 0 && !*err)
+				*err = k;
 		}
 	}
-	uint64_t seq = backend_last_seq(&fs->be);
+	return backend_last_seq(&fs->be);
+}
+
+int fs_drain(struct ckptfs *fs, uint64_t timeout_ns)
+{
+	int r;
+
+	pthread_mutex_lock(&fs->ns);
+	uint64_t seq = seal_all_locked(fs, &r);
 	pthread_mutex_unlock(&fs->ns);
 	int w = backend_wait(&fs->be, seq, timeout_ns);
 	return r ? r : w;

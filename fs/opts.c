@@ -11,6 +11,7 @@
 #include "fs/opts.h"
 #include "cache/util.h"
 #include "backend/backend.h"
+#include "fs/mounts.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -264,52 +265,19 @@ int opts_parse(int argc, char **argv, struct ckptfs_opts *o)
 	return 0;
 }
 
-/* Decode mountinfo's octal escapes (\040 for space) in place. */
-static void unescape(char *s)
+/* The type of the mount at `path` if it is a mount point, else NULL. */
+static char *mounted_at(const char *path)
 {
-	char *w = s;
-	for (char *r = s; *r; r++) {
-		if (r[0] == '\\' && r[1] >= '0' && r[1] <= '7' && r[2] && r[3]) {
-			*w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
-			r += 3;
-		} else {
-			*w++ = *r;
-		}
-	}
-	*w = '\0';
-}
+	struct mountent *m;
+	int n = mounts_read(&m), i;
+	char *type = NULL;
 
-/* The type of the mount at `path` if it is a mount point, else NULL (static). */
-static const char *mounted_at(const char *path)
-{
-	static char type[128];
-	char line[4096];
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	const char *found = NULL;
-
-	if (!f)
+	if (n < 0)
 		return NULL;
-	while (fgets(line, sizeof(line), f)) {
-		char *fields[10], *save = NULL, *tok = strtok_r(line, " ", &save);
-		int n = 0;
-		for (; tok && n < 10; tok = strtok_r(NULL, " ", &save))
-			fields[n++] = tok;
-		if (n < 5)
-			continue;
-		unescape(fields[4]);
-		if (strcmp(fields[4], path) != 0)
-			continue;
-		found = "?";
-		for (int i = 5; i < n; i++) {
-			if (!strcmp(fields[i], "-") && i + 1 < n) {
-				snprintf(type, sizeof(type), "%s", fields[i + 1]);
-				found = type;
-				break;
-			}
-		}
-	}
-	fclose(f);
-	return found;
+	if ((i = mounts_find(m, n, path)) >= 0)
+		type = xstrdup(m[i].fstype);
+	mounts_free(m, n);
+	return type;
 }
 
 static bool path_within(const char *inner, const char *outer)
@@ -324,7 +292,7 @@ int opts_validate(struct ckptfs_opts *o)
 {
 	struct stat st;
 	char buf[PATH_MAX], sz1[32], sz2[32];
-	const char *type;
+	char *type;
 
 	if (stat(o->backend, &st) < 0)
 		return usage_error("backend '%s': %s", o->backend, strerror(errno));
@@ -344,11 +312,12 @@ int opts_validate(struct ckptfs_opts *o)
 		return usage_error("mountpoint '%s': %s", o->mountpoint, strerror(errno));
 	o->mountpoint_real = xstrdup(buf);
 	if ((type = mounted_at(o->mountpoint_real)) && strcmp(o->mountpoint_real, "/") != 0) {
-		char what[160];
-		snprintf(what, sizeof(what), "%s", type);
-		return usage_error("mountpoint '%s' is already mounted (%s); unmount it first",
-				   o->mountpoint, what);
+		usage_error("mountpoint '%s' is already mounted (%s); unmount it first",
+			    o->mountpoint, type);
+		free(type);
+		return CKPTFS_USAGE_ERROR;
 	}
+	free(type);
 	if (strcmp(o->mountpoint_real, o->backend_real) != 0 &&
 	    path_within(o->mountpoint_real, o->backend_real))
 		return usage_error("mountpoint '%s' lies inside the backend '%s'; pick one outside it",

@@ -140,7 +140,7 @@ static const char *file_state(struct fsnode *n)
 /* user.ckptfs.* values; -ENODATA if not applicable. */
 static int own_xattr(struct fsnode *n, const char *key, char *buf, size_t len)
 {
-	if (!S_ISREG(n->mode))
+	if (!S_ISREG(n->mode) || n->ctl)
 		return -ENODATA;
 	if (strcmp(key, XATTR_STATE) == 0)
 		return snprintf(buf, len, "%s", file_state(n));
@@ -247,7 +247,7 @@ static void xattr_change(fuse_req_t req, fuse_ino_t ino, const char *key, const 
 	struct fsnode *n = fs_node(fs, ino);
 	int r;
 
-	if (strncmp(key, XATTR_OWN_PREFIX, sizeof(XATTR_OWN_PREFIX) - 1) == 0) {
+	if (strncmp(key, XATTR_OWN_PREFIX, sizeof(XATTR_OWN_PREFIX) - 1) == 0 || n->ctl) {
 		fuse_reply_err(req, EPERM);
 		return;
 	}

@@ -1,0 +1,199 @@
+/*
+ * ctl_main.c — ckptfs-ctl: act on ckptfs mounts and backends.
+ *
+ *   ckptfs-ctl drain MOUNT [--timeout S]   wait until everything written so
+ *                                          far is durable on the backend
+ *   ckptfs-ctl flush MOUNT PATH            persist one file now (in order)
+ *   ckptfs-ctl verify PATH...              check backend files against the
+ *                                          manifest (see verify.c)
+ *   ckptfs-ctl help
+ *
+ * Exit: 0 success; 1 not durable (timeout, backend error) or a verify
+ * failure; 2 usage errors.
+ */
+#include "fs/cli.h"
+#include "cache/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int verify_main(int argc, char **argv);	/* verify.c */
+
+static const char *prog = "ckptfs-ctl";
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: ckptfs-ctl COMMAND [ARGS]\n"
+"\n"
+"  drain MOUNT [--timeout S]  wait until everything written to MOUNT so far is\n"
+"                             durable on the backend; exit 1 on timeout or error\n"
+"  flush MOUNT PATH           persist one file now; files closed before it are\n"
+"                             persisted first, so the backend keeps their order\n"
+"  verify [--jobs N] [--quiet] PATH...\n"
+"                             recompute the XXH3-128 of backend files and compare\n"
+"                             with the manifest; PATH is a backend directory (no\n"
+"                             daemon needed) or a directory in a ckptfs mount\n"
+"  help                       this help\n");
+}
+
+/* Talk to a control file: write `msg` (if any), then read the answer whole. */
+static char *ctl_exchange(const char *mnt, const char *name, const char *msg)
+{
+	char path[PATH_MAX], buf[4096];
+	struct strbuf b = { 0 };
+	int fd;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "%s/.ckptfs/%s", mnt, name);
+	if ((fd = open(path, msg ? O_RDWR : O_RDONLY)) < 0) {
+		fprintf(stderr, "%s: cannot open %s: %s\n", prog, path, strerror(errno));
+		return NULL;
+	}
+	if (msg && write(fd, msg, strlen(msg)) < 0) {
+		fprintf(stderr, "%s: %s: %s\n", prog, path, strerror(errno));
+		close(fd);
+		return NULL;
+	}
+	while ((n = pread(fd, buf, sizeof(buf), (off_t)b.len)) > 0)
+		sb_printf(&b, "%.*s", (int)n, buf);
+	close(fd);
+	if (n < 0) {
+		fprintf(stderr, "%s: reading %s: %s\n", prog, path, strerror(errno));
+		sb_free(&b);
+		return NULL;
+	}
+	return b.s ? b.s : xstrdup("");
+}
+
+/* Report a drain answer; 0 when everything is durable. */
+static int drain_report(const char *mnt, const char *answer)
+{
+	struct jobj o;
+	int rc;
+
+	if (!answer)
+		return 1;
+	if (!jobj_parse(answer, &o)) {
+		fprintf(stderr, "%s: unexpected answer from %s: %s\n", prog, mnt, answer);
+		return 1;
+	}
+	if (!strcmp(jobj_get(&o, "ok") ? jobj_get(&o, "ok") : "", "true")) {
+		printf("%s: durable up to operation %.0f (waited %.3f s)\n", mnt,
+		       jobj_num(&o, "seq"), jobj_num(&o, "waited_s"));
+		rc = 0;
+	} else {
+		fprintf(stderr, "%s: %s: not durable: %s (durable up to %.0f of %.0f)\n", prog, mnt,
+			jobj_get(&o, "error") ? jobj_get(&o, "error") : "unknown error",
+			jobj_num(&o, "seq_durable"), jobj_num(&o, "seq"));
+		rc = 1;
+	}
+	jobj_free(&o);
+	return rc;
+}
+
+static int cmd_drain(int argc, char **argv)
+{
+	char mnt[PATH_MAX], msg[64];
+	const char *path = NULL;
+	double timeout = -1;
+	int r;
+
+	for (int i = 0; i < argc; i++) {
+		if (!strcmp(argv[i], "--timeout") || !strncmp(argv[i], "--timeout=", 10)) {
+			const char *v = argv[i][9] == '=' ? argv[i] + 10 : (i + 1 < argc ? argv[++i] : "");
+			char *end;
+			timeout = strtod(v, &end);
+			if (!*v || *end || timeout < 0) {
+				fprintf(stderr, "%s: --timeout needs seconds (a number >= 0), not '%s'\n", prog, v);
+				return CLI_USAGE;
+			}
+		} else if (!path) {
+			path = argv[i];
+		} else {
+			fprintf(stderr, "%s: drain takes one MOUNT\n", prog);
+			return CLI_USAGE;
+		}
+	}
+	if (!path) {
+		fprintf(stderr, "%s: drain needs a MOUNT\n", prog);
+		return CLI_USAGE;
+	}
+	if ((r = cli_mount(prog, path, mnt, sizeof(mnt), NULL, 0)))
+		return r;
+	snprintf(msg, sizeof(msg), "timeout=%.3f\n", timeout);
+	char *answer = ctl_exchange(mnt, "drain", timeout >= 0 ? msg : NULL);
+	r = drain_report(mnt, answer);
+	free(answer);
+	return r;
+}
+
+static int cmd_flush(int argc, char **argv)
+{
+	char mnt[PATH_MAX], real[PATH_MAX], msg[PATH_MAX + 16];
+	struct jobj o;
+	int r;
+
+	if (argc != 2) {
+		fprintf(stderr, "%s: flush needs MOUNT and PATH\n", prog);
+		return CLI_USAGE;
+	}
+	if ((r = cli_mount(prog, argv[0], mnt, sizeof(mnt), NULL, 0)))
+		return r;
+	const char *rel = argv[1];
+	if (rel[0] == '/') {
+		size_t ml = strlen(mnt);
+		if (!realpath(rel, real) || strncmp(real, mnt, ml) != 0 || real[ml] != '/') {
+			fprintf(stderr, "%s: '%s' is not a file inside %s\n", prog, rel, mnt);
+			return CLI_USAGE;
+		}
+		rel = real + ml + 1;
+	}
+	snprintf(msg, sizeof(msg), "flush %s\n", rel);
+	char *answer = ctl_exchange(mnt, "ctl", msg);
+	if (!answer)
+		return 1;
+	if (!jobj_parse(answer, &o) || strcmp(jobj_get(&o, "ok") ? jobj_get(&o, "ok") : "", "true")) {
+		fprintf(stderr, "%s: flush %s: %s\n", prog, argv[1],
+			jobj_get(&o, "error") ? jobj_get(&o, "error") : answer);
+		jobj_free(&o);
+		free(answer);
+		return 1;
+	}
+	double ahead = jobj_num(&o, "ahead");
+	jobj_free(&o);
+	free(answer);
+	if (ahead > 0)
+		printf("%s: %.0f earlier operations are published first, to keep their order\n",
+		       argv[1], ahead);
+	answer = ctl_exchange(mnt, "drain", NULL);
+	r = drain_report(mnt, answer);
+	free(answer);
+	return r;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return CLI_USAGE;
+	}
+	const char *cmd = argv[1];
+	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(cmd, "drain"))
+		return cmd_drain(argc - 2, argv + 2);
+	if (!strcmp(cmd, "flush"))
+		return cmd_flush(argc - 2, argv + 2);
+	if (!strcmp(cmd, "verify"))
+		return verify_main(argc - 2, argv + 2);
+	fprintf(stderr, "%s: unknown command '%s' (try: ckptfs-ctl help)\n", prog, cmd);
+	return CLI_USAGE;
+}

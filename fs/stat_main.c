@@ -1,0 +1,276 @@
+/*
+ * stat_main.c — ckptfs-stat: what a ckptfs cache holds and how far
+ * persistence lags, for people and for machines.
+ *
+ *   ckptfs-stat [--json | --prometheus] [--files] [--watch N] [MOUNT...]
+ *
+ * Reads MOUNT/.ckptfs/stats (and files) and renders them: a compact
+ * key: value view with bars (default), the daemon's JSON as it is (--json),
+ * or Prometheus text exposition for node_exporter's textfile collector
+ * (--prometheus).  Without MOUNT, every ckptfs mount on the machine.
+ * Exit: 0, 1 if a mount could not be read, 2 for bad usage or a path that
+ * is not a ckptfs mount.
+ */
+#include "fs/cli.h"
+#include "cache/util.h"
+
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum fmt { FMT_HUMAN, FMT_JSON, FMT_PROM };
+
+static const char *prog = "ckptfs-stat";
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: ckptfs-stat [--json | --prometheus] [--files] [--watch N] [MOUNT...]\n"
+"\n"
+"Show the state of ckptfs mounts: cache fill, dirty and durable bytes,\n"
+"pending files, rates, backpressure and backend errors.\n"
+"\n"
+"  --json          the daemon's stats as JSON, one object per mount per line\n"
+"  --prometheus    Prometheus text format (node_exporter textfile collector)\n"
+"  --files         also list the files not yet durable\n"
+"  --watch N       repeat every N seconds until interrupted\n"
+"  -h, --help      this help\n"
+"\n"
+"Without MOUNT, every ckptfs mount on this machine is shown.\n");
+}
+
+/* One Prometheus metric per numeric stats key: name, type, help. */
+static const struct metric {
+	const char *key, *type, *help;
+} metrics[] = {
+	{ "uptime_s", "gauge", "Seconds since the mount" },
+	{ "cache_capacity_bytes", "gauge", "Cache size" },
+	{ "cache_used_bytes", "gauge", "Cache bytes in use" },
+	{ "cache_dirty_bytes", "gauge", "Cached bytes not yet durable and not being written" },
+	{ "cache_flushing_bytes", "gauge", "Cached bytes being written to the backend" },
+	{ "cache_clean_bytes", "gauge", "Cached bytes equal to the backend (evictable)" },
+	{ "files_pending", "gauge", "Files not yet durable" },
+	{ "ops_pending", "gauge", "Operations not yet durable" },
+	{ "oldest_pending_age_s", "gauge", "Age of the oldest pending operation" },
+	{ "absorbed_bytes", "counter", "Bytes written into the cache" },
+	{ "persisted_bytes", "counter", "Written bytes that are durable on the backend" },
+	{ "backend_written_bytes", "counter", "Bytes written to the backend" },
+	{ "read_bytes", "counter", "Bytes read through the mount" },
+	{ "absorb_rate_bps", "gauge", "Bytes absorbed per second, recent" },
+	{ "persist_rate_bps", "gauge", "Bytes persisted per second, recent" },
+	{ "seq_current", "counter", "Last operation sequence number" },
+	{ "seq_durable", "counter", "Last durable sequence number" },
+	{ "versions_published", "counter", "File versions published" },
+	{ "backpressure_waits", "counter", "Writes that waited for cache space" },
+	{ "backpressure_wait_s", "counter", "Seconds writers waited for cache space" },
+	{ "spilled_bytes", "counter", "Bytes of open files written early to free cache" },
+	{ "evictions", "counter", "Clean chunks evicted" },
+	{ "backend_errors", "counter", "Backend operations that failed" },
+	{ "backend_retries", "counter", "Backend retries" },
+	{ "degraded", "gauge", "1 while the backend is failing" },
+};
+
+static void prom_escape(const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			putchar('\\');
+		if (*s == '\n') {
+			fputs("\\n", stdout);
+			continue;
+		}
+		putchar(*s);
+	}
+}
+
+static void show_prom(const struct jobj *o, const char *mnt, bool header)
+{
+	for (size_t i = 0; i < CKPT_ARRAY_LEN(metrics); i++) {
+		const char *v = jobj_get(o, metrics[i].key);
+		if (!v)
+			continue;
+		if (header)
+			printf("# HELP ckptfs_%s %s\n# TYPE ckptfs_%s %s\n", metrics[i].key,
+			       metrics[i].help, metrics[i].key, metrics[i].type);
+		printf("ckptfs_%s{mount=\"", metrics[i].key);
+		prom_escape(mnt);
+		printf("\"} %s\n", !strcmp(v, "true") ? "1" : !strcmp(v, "false") ? "0" : v);
+	}
+}
+
+static void bar(double frac, char *out, int width)
+{
+	int n = (int)(frac * width + 0.5);
+	if (n > width)
+		n = width;
+	for (int i = 0; i < width; i++)
+		out[i] = i < n ? '#' : '.';
+	out[width] = '\0';
+}
+
+static const char *sz(double bytes, char *buf)
+{
+	return format_size(bytes < 0 ? 0 : (uint64_t)bytes, buf, 32);
+}
+
+static void show_human(const struct jobj *o)
+{
+	char a[32], b[32], c[32], d[32], e[32], bb[41];
+	double cap = jobj_num(o, "cache_capacity_bytes"), used = jobj_num(o, "cache_used_bytes");
+	double dirty = jobj_num(o, "cache_dirty_bytes"), fl = jobj_num(o, "cache_flushing_bytes");
+	double absorbed = jobj_num(o, "absorbed_bytes"), persisted = jobj_num(o, "persisted_bytes");
+	const char *err = jobj_get(o, "last_error");
+
+	printf("%s  (backend %s)\n", jobj_get(o, "mount"), jobj_get(o, "backend"));
+	bar(cap > 0 ? used / cap : 0, bb, 30);
+	printf("  cache:        [%s] %3.0f%%  %s of %s\n", bb, cap > 0 ? 100 * used / cap : 0,
+	       sz(used, a), sz(cap, b));
+	printf("  held:         dirty %s, flushing %s, clean %s\n", sz(dirty, a), sz(fl, b),
+	       sz(jobj_num(o, "cache_clean_bytes"), c));
+	bar(absorbed > 0 ? persisted / absorbed : 1, bb, 30);
+	printf("  durable:      [%s] %3.0f%%  %s of %s absorbed\n", bb,
+	       absorbed > 0 ? 100 * persisted / absorbed : 100, sz(persisted, d), sz(absorbed, e));
+	printf("  pending:      %.0f files, %.0f operations, oldest %.1f s\n",
+	       jobj_num(o, "files_pending"), jobj_num(o, "ops_pending"),
+	       jobj_num(o, "oldest_pending_age_s"));
+	printf("  rates:        absorb %s/s, persist %s/s\n", sz(jobj_num(o, "absorb_rate_bps"), a),
+	       sz(jobj_num(o, "persist_rate_bps"), b));
+	printf("  sequence:     %.0f durable of %.0f\n", jobj_num(o, "seq_durable"),
+	       jobj_num(o, "seq_current"));
+	printf("  backpressure: %.0f waits, %.3f s\n", jobj_num(o, "backpressure_waits"),
+	       jobj_num(o, "backpressure_wait_s"));
+	if (!strcmp(jobj_get(o, "degraded") ? jobj_get(o, "degraded") : "", "true"))
+		printf("  backend:      DEGRADED: %s (%.0f errors, %.0f retries); data stays cached\n",
+		       err ? err : "?", jobj_num(o, "backend_errors"), jobj_num(o, "backend_retries"));
+	else
+		printf("  backend:      ok (%.0f errors so far)\n", jobj_num(o, "backend_errors"));
+	printf("  io:           %s, fsync %s, up %.0f s\n", jobj_get(o, "io_engine"),
+	       jobj_get(o, "fsync"), jobj_num(o, "uptime_s"));
+}
+
+static void show_files_human(const char *text)
+{
+	printf("  %-10s %12s %9s  %s\n", "STATE", "SIZE", "AGE", "PATH");
+	for (const char *line = text; *line;) {
+		const char *nl = strchr(line, '\n');
+		size_t len = nl ? (size_t)(nl - line) : strlen(line);
+		char *one = xmalloc(len + 1);
+		struct jobj o;
+		char s[32];
+		memcpy(one, line, len);
+		one[len] = '\0';
+		if (jobj_parse(one, &o)) {
+			printf("  %-10s %12s %8.1fs  %s\n", jobj_get(&o, "state"),
+			       sz(jobj_num(&o, "size"), s), jobj_num(&o, "age_s"), jobj_get(&o, "path"));
+			jobj_free(&o);
+		}
+		free(one);
+		line += len + (nl ? 1 : 0);
+	}
+}
+
+/* Show one mount; returns 0 or 1. */
+static int show_mount(const char *mnt, enum fmt fmt, bool files, bool header)
+{
+	char *text = cli_read_ctl(prog, mnt, "stats"), *ftext = NULL;
+	struct jobj o;
+	int rc = 0;
+
+	if (!text)
+		return 1;
+	if (!jobj_parse(text, &o)) {
+		fprintf(stderr, "%s: %s/.ckptfs/stats is not valid JSON\n", prog, mnt);
+		free(text);
+		return 1;
+	}
+	if (files && !(ftext = cli_read_ctl(prog, mnt, "files")))
+		rc = 1;
+	if (fmt == FMT_JSON) {
+		fputs(text, stdout);
+		if (ftext)
+			fputs(ftext, stdout);
+	} else if (fmt == FMT_PROM) {
+		show_prom(&o, mnt, header);
+	} else {
+		show_human(&o);
+		if (ftext)
+			show_files_human(ftext);
+	}
+	jobj_free(&o);
+	free(text);
+	free(ftext);
+	return rc;
+}
+
+static volatile sig_atomic_t stop;
+static void on_signal(int sig) { (void)sig; stop = 1; }
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "json", no_argument, NULL, 'j' }, { "prometheus", no_argument, NULL, 'p' },
+		{ "files", no_argument, NULL, 'f' }, { "watch", required_argument, NULL, 'w' },
+		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
+	};
+	enum fmt fmt = FMT_HUMAN;
+	bool files = false;
+	double watch = 0;
+	char **mounts = NULL;
+	int nm = 0, c, rc = 0;
+
+	while ((c = getopt_long(argc, argv, "jpfw:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'j': fmt = FMT_JSON; break;
+		case 'p': fmt = FMT_PROM; break;
+		case 'f': files = true; break;
+		case 'w': {
+			char *end;
+			watch = strtod(optarg, &end);
+			if (*end || watch <= 0) {
+				fprintf(stderr, "%s: --watch needs a positive number of seconds, not '%s'\n",
+					prog, optarg);
+				return CLI_USAGE;
+			}
+			break;
+		}
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return CLI_USAGE;
+		}
+	}
+	if (optind < argc) {
+		for (int i = optind; i < argc; i++) {
+			char mnt[PATH_MAX];
+			int r = cli_mount(prog, argv[i], mnt, sizeof(mnt), NULL, 0);
+			if (r)
+				return r;
+			mounts = xrealloc(mounts, (size_t)(nm + 1) * sizeof(char *));
+			mounts[nm++] = xstrdup(mnt);
+		}
+	} else if ((nm = cli_all_mounts(&mounts)) == 0) {
+		fprintf(stderr, "%s: no ckptfs mounts on this machine\n", prog);
+		return 1;
+	}
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	do {
+		for (int i = 0; i < nm; i++) {
+			if (fmt == FMT_HUMAN && i)
+				putchar('\n');
+			rc |= show_mount(mounts[i], fmt, files, i == 0);
+		}
+		fflush(stdout);
+		if (watch > 0 && !stop) {
+			usleep((useconds_t)(watch * 1e6));
+			if (fmt == FMT_HUMAN && !stop)
+				putchar('\n');
+		}
+	} while (watch > 0 && !stop);
+	for (int i = 0; i < nm; i++)
+		free(mounts[i]);
+	free(mounts);
+	return rc;
+}
