@@ -184,6 +184,8 @@ struct backend {
 	uint64_t blocked_seq;		/* seq of a failing op, 0 if none */
 	int blocked_err;
 	bool stopping;
+	bool aborting;			/* stop now, leave the queue (rescue) */
+	bool joined;			/* threads have exited */
 	bool spill_wanted;
 	uint64_t temp_counter;
 
@@ -207,6 +209,14 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 		  const struct backend_opts *opt, const struct backend_hooks *hooks);
 /* Wait until everything queued is durable, then stop threads and free. */
 void backend_stop(struct backend *be);
+/* Stop the threads at once, leaving unpublished operations queued. */
+void backend_abort(struct backend *be);
+/*
+ * After backend_abort: write every queued file version to
+ * <dir>/<host>-<mount id>/ with a manifest.jsonl of all queued operations.
+ * Returns the number of operations saved, or -errno; *where gets the path.
+ */
+long backend_rescue(struct backend *be, const char *dir, char *where, size_t wlen);
 
 /* A new operation (zeroed, kind set).  Fill it, then backend_submit it. */
 struct op *op_new(enum op_kind kind);

@@ -399,6 +399,8 @@ static void *flusher_main(void *arg)
 	fl->bio = bio_create(be->opt.io, be->opt.queue_depth, &why);
 	pthread_mutex_lock(&be->lock);
 	for (;;) {
+		if (be->aborting)
+			break;
 		unsigned n = flush_pick(be, jobs);
 		if (!n) {
 			if (be->stopping && list_empty(&be->ops))
@@ -424,6 +426,43 @@ static void *flusher_main(void *arg)
 }
 
 /* ---- the spiller ---------------------------------------------------------- */
+
+/* A version's whole contents into fd, hashed (rescue.c uses this too). */
+int flush_copy_version(struct cver *v, int fd, XXH128_hash_t *digest)
+{
+	char *buf = xmalloc(BOUNCE_SIZE);
+	XXH3_state_t *hs = XXH3_createState();
+	int r = 0;
+
+	XXH3_128bits_reset(hs);
+	for (uint32_t i = 0; i < v->nseg && r == 0; i++) {
+		const struct cseg *s = &v->segs[i];
+		for (uint64_t done = 0; done < s->len && r == 0;) {
+			size_t n = (size_t)CKPT_MIN(s->len - done, BOUNCE_SIZE);
+			const char *src = buf;
+			if (s->kind == CSEG_MEM) {
+				src = s->mem + done;
+			} else if (s->kind == CSEG_ZERO) {
+				memset(buf, 0, n);
+			} else {
+				ssize_t k = pread(s->f->fd, buf, n, (off_t)(s->foff + done));
+				if (k < 0) {
+					r = -errno;
+					break;
+				}
+				if ((size_t)k < n)
+					memset(buf + k, 0, n - (size_t)k);
+			}
+			XXH3_128bits_update(hs, src, n);
+			r = write_full(fd, src, n);
+			done += n;
+		}
+	}
+	*digest = XXH3_128bits_digest(hs);
+	XXH3_freeState(hs);
+	free(buf);
+	return r;
+}
 
 static void spill_one(struct backend *be, struct cfile *cf, struct chunk *ch)
 {

@@ -674,6 +674,8 @@ static void *publisher_main(void *arg)
 
 	pthread_mutex_lock(&be->lock);
 	for (;;) {
+		if (be->aborting)
+			break;
 		struct op *head = list_empty(&be->ops) ? NULL
 				  : list_entry(be->ops.next, struct op, link);
 		if (!head) {
@@ -846,17 +848,38 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 	return 0;
 }
 
-void backend_stop(struct backend *be)
+static void threads_join(struct backend *be, bool abort)
 {
+	if (be->joined)
+		return;
 	pthread_mutex_lock(&be->lock);
 	be->stopping = true;
+	be->aborting = abort;
 	pthread_cond_broadcast(&be->pub_cond);
 	pthread_cond_broadcast(&be->flush_cond);
 	pthread_cond_broadcast(&be->spill_cond);
+	pthread_cond_broadcast(&be->durable_cond);
 	pthread_mutex_unlock(&be->lock);
 	pthread_join(be->publisher, NULL);
 	flush_threads_stop(be);
-	manifest_close(&be->man, atomic_load(&be->durable_seq), list_empty(&be->ops));
+	be->joined = true;
+}
+
+void backend_abort(struct backend *be)
+{
+	threads_join(be, true);
+}
+
+void backend_stop(struct backend *be)
+{
+	threads_join(be, false);
+	bool clean = list_empty(&be->ops);
+	manifest_close(&be->man, atomic_load(&be->durable_seq), clean);
+	while (!list_empty(&be->ops)) {
+		struct op *op = list_entry(be->ops.next, struct op, link);
+		list_del(&op->link);
+		op_free(op);
+	}
 	be->cache->spill_wanted = NULL;
 	bnode_put(be->root);
 	pthread_rwlock_destroy(&be->bt_lock);

@@ -172,7 +172,5 @@ bool node_needs_seal(struct fsnode *n);
 uint64_t seal_all_locked(struct ckptfs *fs, int *err);
 
 extern const struct fuse_lowlevel_ops ckptfs_ops;
-/* Seal every modified file and wait until all is durable. */
-int fs_drain(struct ckptfs *fs, uint64_t timeout_ns);
 
 #endif

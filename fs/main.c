@@ -75,6 +75,49 @@ static void detach_stdio(void)
 	}
 }
 
+/*
+ * Seal everything and wait until it is durable.  While the backend makes
+ * progress, wait; once it has made none for drain_timeout seconds, give up
+ * and save what is left in the rescue directory.  0, or -errno.
+ */
+static int drain_or_rescue(struct ckptfs *fs)
+{
+	uint64_t seq, last = backend_durable_seq(&fs->be), since = now_ns();
+	char where[4096];
+	int r;
+
+	pthread_mutex_lock(&fs->ns);
+	seq = seal_all_locked(fs, &r);
+	pthread_mutex_unlock(&fs->ns);
+	for (;;) {
+		int w = backend_wait(&fs->be, seq, 1000000000ull);
+		if (w == 0)
+			return r;
+		if (w != -ETIMEDOUT)
+			usleep(200000);	/* failing: the publisher is backing off */
+		uint64_t d = backend_durable_seq(&fs->be);
+		if (d != last) {
+			last = d;
+			since = now_ns();
+		}
+		if (fs->opt.drain_timeout > 0 &&
+		    (double)(now_ns() - since) / 1e9 > fs->opt.drain_timeout)
+			break;
+	}
+	log_err("the backend made no progress for %.0f s (%s); giving up on it",
+		fs->opt.drain_timeout, atomic_load(&fs->be.st.last_error) ?
+		strerror(atomic_load(&fs->be.st.last_error)) : "no error reported");
+	backend_abort(&fs->be);
+	long n = backend_rescue(&fs->be, fs->opt.rescue_dir, where, sizeof(where));
+	if (n < 0)
+		log_err("could not write the rescue directory %s: %s; unpersisted data is lost",
+			fs->opt.rescue_dir, strerror((int)-n));
+	else
+		log_err("could not persist %ld operations to %s: saved them in %s "
+			"(see manifest.jsonl there)", n, fs->opt.backend_real, where);
+	return -EIO;
+}
+
 int main(int argc, char **argv)
 {
 	struct ckptfs *fs = xcalloc(1, sizeof(*fs));
@@ -169,10 +212,8 @@ int main(int argc, char **argv)
 	log_info("unmounted %s; draining %llu pending operations to %s", fs->opt.mountpoint_real,
 		 (unsigned long long)(backend_last_seq(&fs->be) - backend_durable_seq(&fs->be)),
 		 fs->opt.backend_real);
-	r = fs_drain(fs, 0);
-	if (r < 0)
-		log_err("drain failed: %s", strerror(-r));
-	else
+	r = drain_or_rescue(fs);
+	if (r == 0)
 		log_info("drained: everything is durable on %s", fs->opt.backend_real);
 	rc = r < 0 ? 1 : 0;
 	fuse_remove_signal_handlers(fs->se);

@@ -1068,17 +1068,6 @@ uint64_t seal_all_locked(struct ckptfs *fs, int *err)
 	return backend_last_seq(&fs->be);
 }
 
-int fs_drain(struct ckptfs *fs, uint64_t timeout_ns)
-{
-	int r;
-
-	pthread_mutex_lock(&fs->ns);
-	uint64_t seq = seal_all_locked(fs, &r);
-	pthread_mutex_unlock(&fs->ns);
-	int w = backend_wait(&fs->be, seq, timeout_ns);
-	return r ? r : w;
-}
-
 const struct fuse_lowlevel_ops ckptfs_ops = {
 	.init = op_init,
 	.lookup = op_lookup,

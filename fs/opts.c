@@ -54,6 +54,11 @@ void opts_usage(FILE *f)
 "  io=uring|pwrite      backend I/O engine (default uring; pwrite if unavailable)\n"
 "  splice=on|off        move write data with splice(2) (default on)\n"
 "  attr_timeout=SEC     kernel attribute and entry cache time (default 1)\n"
+"  drain_timeout=SEC    at unmount, give up on a failing backend after SEC\n"
+"                       seconds without progress and rescue the data (default\n"
+"                       60; 0 waits forever)\n"
+"  rescue_dir=PATH      where data the backend refused is saved at exit\n"
+"                       (default /var/tmp/ckptfs-rescue)\n"
 "\n"
 "FUSE options passed on: allow_other, allow_root, auto_unmount, fsname=,\n"
 "subtype=, ro, rw, suid, nosuid, dev, nodev, exec, noexec, atime, noatime,\n"
@@ -165,13 +170,24 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 					   val ? val : "");
 		return 0;
 	}
-	if (!strcmp(opt, "attr_timeout")) {
+	if (!strcmp(opt, "attr_timeout") || !strcmp(opt, "drain_timeout")) {
 		char *end;
 		double t = val ? strtod(val, &end) : -1;
-		if (!val || *end || t < 0 || t > 86400)
-			return usage_error("option '%s' needs seconds from 0 to 86400, not '%s'", opt,
+		if (!val || *end || t < 0 || t > 86400 * 7)
+			return usage_error("option '%s' needs seconds from 0 to 604800, not '%s'", opt,
 					   val ? val : "");
-		o->attr_timeout = t;
+		if (opt[0] == 'a')
+			o->attr_timeout = t;
+		else
+			o->drain_timeout = t;
+		return 0;
+	}
+	if (!strcmp(opt, "rescue_dir")) {
+		if (!val || val[0] != '/')
+			return usage_error("option '%s' needs an absolute path, not '%s'", opt,
+					   val ? val : "");
+		free(o->rescue_dir);
+		o->rescue_dir = xstrdup(val);
 		return 0;
 	}
 	if (in_list(opt, ignored, CKPT_ARRAY_LEN(ignored)) || !strncmp(opt, "x-", 2) ||
@@ -194,6 +210,8 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 			val ? " with a value" : "");
 	return r;
 }
+
+static bool path_within(const char *inner, const char *outer);
 
 static int parse_optstr(struct ckptfs_opts *o, const char *s)
 {
@@ -218,6 +236,8 @@ int opts_parse(int argc, char **argv, struct ckptfs_opts *o)
 	o->io = BIO_URING;
 	o->splice = true;
 	o->attr_timeout = 1.0;
+	o->drain_timeout = 60;
+	o->rescue_dir = xstrdup("/var/tmp/ckptfs-rescue");
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -259,6 +279,9 @@ int opts_parse(int argc, char **argv, struct ckptfs_opts *o)
 		fprintf(stderr, "usage: ckptfs BACKEND MOUNTPOINT [-f] [-d] [-o opt[,opt...]]\n");
 		return CKPTFS_USAGE_ERROR;
 	}
+	if (path_within(o->rescue_dir, o->backend ? o->backend : "") && o->backend[0] == '/')
+		return usage_error("rescue_dir '%s' lies inside the backend '%s'; it must survive the "
+				   "backend failing", o->rescue_dir, o->backend);
 	if (o->fuse_opts && strstr(o->fuse_opts, "allow_other") && strstr(o->fuse_opts, "allow_root"))
 		return usage_error("options '%s' and '%s' exclude each other; pick one",
 				   "allow_other", "allow_root");
@@ -351,5 +374,6 @@ void opts_free(struct ckptfs_opts *o)
 	free(o->backend_real);
 	free(o->mountpoint_real);
 	free(o->fuse_opts);
+	free(o->rescue_dir);
 	memset(o, 0, sizeof(*o));
 }

@@ -29,6 +29,8 @@ struct ckptfs_opts {
 	enum bio_kind io;
 	bool splice;		/* read write requests with splice(2) */
 	double attr_timeout;
+	char *rescue_dir;	/* where unpersistable data goes at exit */
+	double drain_timeout;	/* seconds without progress before rescuing; 0 = never */
 	char *fuse_opts;	/* -o string passed on to libfuse */
 	bool allow_other;
 };
