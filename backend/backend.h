@@ -157,6 +157,7 @@ struct backend_opts {
 	unsigned flush_threads;
 	unsigned queue_depth;
 	bool chown;		/* set owners on the backend (running as root) */
+	bool direct;		/* write aligned data with O_DIRECT where the backend allows */
 };
 
 struct backend {
@@ -167,6 +168,7 @@ struct backend {
 	struct backend_hooks hooks;
 	char mount_id[24];
 	enum bio_kind io_in_use;
+	atomic_bool direct_unsupported;
 	const char *io_fallback_reason;
 
 	pthread_rwlock_t bt_lock;	/* bnode links */

@@ -104,6 +104,7 @@ struct fjob {
 	struct op *op;
 	struct cver *v;
 	struct cfd *out;
+	int dfd;		/* out opened O_DIRECT for aligned writes, or -1 */
 	bool fresh;		/* out was created by this flush */
 	XXH3_state_t *hs;
 	uint32_t seg;		/* next segment to submit */
@@ -114,6 +115,7 @@ struct fjob {
 
 struct wreq {
 	struct fjob *j;
+	int fd;
 	const char *buf;
 	size_t len;
 	uint64_t off;
@@ -214,18 +216,59 @@ static int flush_finish_attrs(struct backend *be, struct fjob *j)
 	return bsys.utimensat(d, tname, ts);
 }
 
+#define DIRECT_ALIGN 4096u
+
+static bool direct_aligned(const char *buf, size_t len, uint64_t off)
+{
+	return ((uintptr_t)buf | len | off) % DIRECT_ALIGN == 0;
+}
+
+static void submit_write(struct flusher *fl, struct fjob *j, int fd, const char *buf, size_t len,
+			 uint64_t off)
+{
+	struct wreq *w = xmalloc(sizeof(*w));
+	*w = (struct wreq){ .j = j, .fd = fd, .buf = buf, .len = len, .off = off };
+	j->inflight++;
+	bio_prep_write(fl->bio, fd, buf, len, off, w);
+}
+
+/*
+ * Open the output again with O_DIRECT: arena chunks are page aligned, so
+ * most of a version goes to the backend by DMA, without a copy through its
+ * page cache that would take CPU from the writers.  -1 if not possible.
+ */
+static int open_direct(struct backend *be, struct cfd *out)
+{
+	struct bnode *tdir;
+	const char *tname = flush_temp_name(out, &tdir);
+	int d, fd;
+
+	if (!be->opt.direct || atomic_load(&be->direct_unsupported))
+		return -1;
+	if ((d = bnode_dirfd(be, tdir)) < 0)
+		return -1;
+	fd = bsys.openat(d, tname, O_WRONLY | O_DIRECT | O_NOFOLLOW, 0);
+	if (fd == -EINVAL || fd == -EOPNOTSUPP)
+		atomic_store(&be->direct_unsupported, true);
+	return fd < 0 ? -1 : fd;
+}
+
 static void fjob_submit(struct flusher *fl, struct fjob *j)
 {
-	while (j->phase == FJ_WRITING && !j->err && j->seg < j->v->nseg && bio_space(fl->bio)) {
+	while (j->phase == FJ_WRITING && !j->err && j->seg < j->v->nseg && bio_space(fl->bio) >= 2) {
 		const struct cseg *s = &j->v->segs[j->seg++];
 		int r = 0;
 
 		if (s->kind == CSEG_MEM) {
-			struct wreq *w = xmalloc(sizeof(*w));
-			*w = (struct wreq){ .j = j, .buf = s->mem, .len = s->len, .off = s->off };
+			size_t direct = 0;
 			XXH3_128bits_update(j->hs, s->mem, s->len);
-			j->inflight++;
-			bio_prep_write(fl->bio, j->out->fd, w->buf, w->len, w->off, w);
+			if (j->dfd >= 0 && direct_aligned(s->mem, 0, s->off))
+				direct = s->len & ~(size_t)(DIRECT_ALIGN - 1);
+			if (direct)
+				submit_write(fl, j, j->dfd, s->mem, direct, s->off);
+			if (s->len > direct)	/* the unaligned tail goes through the page cache */
+				submit_write(fl, j, j->out->fd, s->mem + direct, s->len - direct,
+					     s->off + direct);
 		} else if (s->kind == CSEG_FD) {
 			r = flush_fd_seg(fl, j, s);
 		} else {
@@ -271,7 +314,9 @@ static void fjob_complete(struct flusher *fl, const struct bio_cqe *c)
 			w->len -= (size_t)c->res;
 			w->off += (uint64_t)c->res;
 		}
-		bio_prep_write(fl->bio, j->out->fd, w->buf, w->len, w->off, w);
+		if (w->fd != j->out->fd && !direct_aligned(w->buf, w->len, w->off))
+			w->fd = j->out->fd;	/* what is left is not aligned for O_DIRECT */
+		bio_prep_write(fl->bio, w->fd, w->buf, w->len, w->off, w);
 		return;
 	}
 	j->inflight--;
@@ -312,12 +357,15 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 		flush_intent(be, j->op);
 		j->hs = XXH3_createState();
 		XXH3_128bits_reset(j->hs);
+		j->dfd = -1;
 		if (j->v->out) {
 			j->out = cfd_get(j->v->out);
 		} else {
 			j->err = temp_create(be, j->op->dir, 't', &j->out);
 			j->fresh = true;
 		}
+		if (!j->err)
+			j->dfd = open_direct(be, j->out);
 		if (j->err)
 			j->phase = FJ_DONE;
 		atomic_fetch_add(&be->st.flushing_bytes, j->v->size);
@@ -337,6 +385,8 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 	for (unsigned i = 0; i < n; i++) {
 		struct fjob *j = &jobs[i];
 		atomic_fetch_sub(&be->st.flushing_bytes, j->v->size);
+		if (j->dfd >= 0)
+			bsys.close(j->dfd);
 		if (!j->err)
 			j->op->digest = XXH3_128bits_digest(j->hs);
 		XXH3_freeState(j->hs);

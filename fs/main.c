@@ -159,6 +159,7 @@ int main(int argc, char **argv)
 		.flush_threads = fs->opt.flush_threads,
 		.queue_depth = fs->opt.queue_depth,
 		.chown = geteuid() == 0,
+		.direct = fs->opt.direct,
 	};
 	struct backend_hooks hooks = { .stage_dir = fs_stage_dir, .arg = fs };
 	if ((r = backend_start(&fs->be, fs->root_fd, &fs->cache, &bo, &hooks)) < 0 ||

@@ -53,6 +53,8 @@ void opts_usage(FILE *f)
 "  fsync=durable|lazy   fsync waits for the backend (default), or returns at once\n"
 "  io=uring|pwrite      backend I/O engine (default uring; pwrite if unavailable)\n"
 "  splice=on|off        move write data with splice(2) (default on)\n"
+"  direct=on|off        write to the backend with O_DIRECT where aligned and\n"
+"                       supported (default on)\n"
 "  attr_timeout=SEC     kernel attribute and entry cache time (default 1)\n"
 "  drain_timeout=SEC    at unmount, give up on a failing backend after SEC\n"
 "                       seconds without progress and rescue the data (default\n"
@@ -160,14 +162,14 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 					   val ? val : "");
 		return 0;
 	}
-	if (!strcmp(opt, "splice")) {
+	if (!strcmp(opt, "splice") || !strcmp(opt, "direct")) {
+		bool *flag = opt[0] == 's' ? &o->splice : &o->direct;
 		if (val && !strcmp(val, "on"))
-			o->splice = true;
+			*flag = true;
 		else if (val && !strcmp(val, "off"))
-			o->splice = false;
+			*flag = false;
 		else
-			return usage_error("option '%s' must be splice=on or splice=off, not '%s'", opt,
-					   val ? val : "");
+			return usage_error("option '%s' must be on or off, not '%s'", opt, val ? val : "");
 		return 0;
 	}
 	if (!strcmp(opt, "attr_timeout") || !strcmp(opt, "drain_timeout")) {
@@ -235,6 +237,7 @@ int opts_parse(int argc, char **argv, struct ckptfs_opts *o)
 	o->max_threads = 16;
 	o->io = BIO_URING;
 	o->splice = true;
+	o->direct = true;
 	o->attr_timeout = 1.0;
 	o->drain_timeout = 60;
 	o->rescue_dir = xstrdup("/var/tmp/ckptfs-rescue");
