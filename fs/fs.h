@@ -112,6 +112,8 @@ struct ckptfs {
 	uint64_t rate_ns, rate_absorbed, rate_persisted;	/* last rate sample */
 	double absorb_rate, persist_rate;
 
+	bool splice_loop;	/* requests arrive through loop.c's pipes */
+
 	char *zeros;		/* ZERO segments of read replies */
 	size_t zeros_len;
 	atomic_uint_least64_t read_bytes;
@@ -162,6 +164,15 @@ void ctl_write(struct ckptfs *fs, fuse_req_t req, struct fshandle *h, const char
 	       size_t len, off_t off);
 /* Path of n below the mount root into buf ("" for the root); false if unlinked.  ns held. */
 bool node_path(struct ckptfs *fs, struct fsnode *n, char *buf, size_t len);
+
+/* ---- the request loop (loop.c) ------------------------------------------ */
+
+/* Can this process size a pipe for the splice loop (1 MiB)? */
+bool fs_splice_loop_possible(void);
+/* Serve requests with nthreads splice workers until the session exits; unmounts. */
+int fs_splice_loop(struct fuse_session *se, unsigned nthreads);
+/* max_write for the splice loop: 254 pages, so a request fits a 1 MiB pipe. */
+#define SPLICE_MAX_WRITE (254u * 4096u)
 
 /* ---- handlers (ops.c) ------------------------------------------------- */
 

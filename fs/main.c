@@ -150,6 +150,9 @@ int main(int argc, char **argv)
 		daemon_report(&status_fd, 1);
 		return 1;
 	}
+	fs->splice_loop = fs->opt.splice && fs_splice_loop_possible();
+	if (fs->opt.splice && !fs->splice_loop)
+		log_warn("cannot size a 1 MiB pipe (fs.pipe-max-size): write data is copied twice");
 	fs->zeros_len = 1u << 20;
 	fs->zeros = xcalloc(1, fs->zeros_len);
 	fs->started_ns = now_ns();
@@ -202,13 +205,17 @@ int main(int argc, char **argv)
 		 fs->opt.fsync_lazy ? "lazy" : "durable");
 	daemon_report(&status_fd, 0);
 
-	lcfg = fuse_loop_cfg_create();
-	fuse_loop_cfg_set_clone_fd(lcfg, 1);
-	fuse_loop_cfg_set_max_threads(lcfg, fs->opt.max_threads);
-	fuse_loop_cfg_set_idle_threads(lcfg, fs->opt.max_threads / 2);
-	r = fuse_session_loop_mt(fs->se, lcfg);
-	fuse_loop_cfg_destroy(lcfg);
-	fuse_session_unmount(fs->se);
+	if (fs->splice_loop) {
+		r = fs_splice_loop(fs->se, fs->opt.max_threads);
+	} else {
+		lcfg = fuse_loop_cfg_create();
+		fuse_loop_cfg_set_clone_fd(lcfg, 1);
+		fuse_loop_cfg_set_max_threads(lcfg, fs->opt.max_threads);
+		fuse_loop_cfg_set_idle_threads(lcfg, fs->opt.max_threads / 2);
+		r = fuse_session_loop_mt(fs->se, lcfg);
+		fuse_loop_cfg_destroy(lcfg);
+		fuse_session_unmount(fs->se);
+	}
 
 	log_info("unmounted %s; draining %llu pending operations to %s", fs->opt.mountpoint_real,
 		 (unsigned long long)(backend_last_seq(&fs->be) - backend_durable_seq(&fs->be)),

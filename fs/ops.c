@@ -1037,17 +1037,16 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct ckptfs *fs = userdata;
 
-	conn->max_write = 1u << 20;
+	/* With the splice loop a write request must fit a 1 MiB pipe (loop.c). */
+	conn->max_write = fs->splice_loop ? SPLICE_MAX_WRITE : 1u << 20;
 	conn->max_readahead = 1u << 20;
 	conn->time_gran = 1;
 	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
 	/* Kernel write-back caching would make close wait and split writes. */
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
-	if (fs->opt.splice && (conn->capable & FUSE_CAP_SPLICE_READ))
-		conn->want |= FUSE_CAP_SPLICE_READ;
-	else
-		conn->want &= ~FUSE_CAP_SPLICE_READ;
+	/* libfuse's own splice reading is never used: loop.c does it, or nothing. */
+	conn->want &= ~FUSE_CAP_SPLICE_READ;
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
