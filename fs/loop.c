@@ -16,7 +16,8 @@
  * Threads: `nthreads` workers, all reading the same fd (the kernel hands
  * each request to one of them).  A blocked handler (backpressure, a drain)
  * occupies one worker; the others go on.  The loop ends when the session
- * exits: on unmount splice() fails with ENODEV in every worker.
+ * exits: on unmount splice() fails with ENODEV in every worker; on SIGTERM
+ * the main thread wakes them with WAKE_SIGNAL, joins them, then unmounts.
  */
 #include "fs/fs.h"
 #include "cache/log.h"
@@ -24,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -35,7 +37,13 @@ struct worker {
 	struct fuse_session *se;
 	int pipe[2];
 	pthread_t th;
+	atomic_bool done;
 };
+
+#define WAKE_SIGNAL SIGUSR1
+
+/* Interrupts a worker's splice() (no SA_RESTART) so it sees the session exit. */
+static void on_wake(int sig) { (void)sig; }
 
 /* Throw away whatever a handler left in the pipe (it must start empty). */
 static void pipe_drain(int fd)
@@ -71,6 +79,7 @@ static void *worker_main(void *arg)
 		fuse_session_process_buf(w->se, &buf);
 		pipe_drain(w->pipe[0]);
 	}
+	atomic_store(&w->done, true);
 	return NULL;
 }
 
@@ -90,10 +99,13 @@ bool fs_splice_loop_possible(void)
 int fs_splice_loop(struct fuse_session *se, unsigned nthreads)
 {
 	struct worker *w = xcalloc(nthreads, sizeof(*w));
+	struct sigaction sa = { .sa_handler = on_wake };
 	sigset_t block, old;
 	unsigned started = 0;
 
-	/* Workers leave signals to the main thread (libfuse's handlers). */
+	sigemptyset(&sa.sa_mask);
+	sigaction(WAKE_SIGNAL, &sa, NULL);
+	/* Workers leave SIGINT/SIGTERM/SIGHUP to libfuse's handlers in this thread. */
 	sigemptyset(&block);
 	sigaddset(&block, SIGINT);
 	sigaddset(&block, SIGTERM);
@@ -101,6 +113,7 @@ int fs_splice_loop(struct fuse_session *se, unsigned nthreads)
 	pthread_sigmask(SIG_BLOCK, &block, &old);
 	for (unsigned i = 0; i < nthreads; i++) {
 		w[i].se = se;
+		atomic_init(&w[i].done, false);
 		if (pipe2(w[i].pipe, O_CLOEXEC) < 0 ||
 		    fcntl(w[i].pipe[0], F_SETPIPE_SZ, PIPE_BYTES) < (int)PIPE_BYTES ||
 		    pthread_create(&w[i].th, NULL, worker_main, &w[i]) != 0) {
@@ -117,13 +130,21 @@ int fs_splice_loop(struct fuse_session *se, unsigned nthreads)
 	/* Wait for a signal (SIGTERM, SIGINT) or for the workers to see unmount. */
 	while (!fuse_session_exited(se))
 		usleep(100000);
-	/* Unmounting wakes every worker blocked in splice() with ENODEV. */
-	fuse_session_unmount(se);
+	/* Wake workers still blocked in splice() until all have left their loop. */
+	for (bool all = false; !all; usleep(20000)) {
+		all = true;
+		for (unsigned i = 0; i < started; i++)
+			if (!atomic_load(&w[i].done)) {
+				all = false;
+				pthread_kill(w[i].th, WAKE_SIGNAL);
+			}
+	}
 	for (unsigned i = 0; i < started; i++) {
 		pthread_join(w[i].th, NULL);
 		close(w[i].pipe[0]);
 		close(w[i].pipe[1]);
 	}
 	free(w);
+	fuse_session_unmount(se);
 	return 0;
 }
