@@ -158,6 +158,7 @@ struct backend_opts {
 	unsigned queue_depth;
 	bool chown;		/* set owners on the backend (running as root) */
 	bool direct;		/* write aligned data with O_DIRECT where the backend allows */
+	bool no_manifest;	/* manifest=off: no records, no recovery, no verify */
 };
 
 struct backend {

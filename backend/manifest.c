@@ -86,6 +86,8 @@ void manifest_append(struct manifest *m, const char *payload, size_t len)
 	iov[0] = (struct iovec){ hdr, REC_HDR_LEN };
 	iov[1] = (struct iovec){ (void *)payload, len };
 	iov[2] = (struct iovec){ "\n", 1 };
+	if (m->fd < 0)
+		return;		/* manifest=off */
 	pthread_mutex_lock(&m->lock);
 	/* One writev on an O_APPEND fd: a record is never interleaved. */
 	if (writev(m->fd, iov, 3) < 0)
@@ -96,7 +98,13 @@ void manifest_append(struct manifest *m, const char *payload, size_t len)
 
 int manifest_sync(struct manifest *m)
 {
-	return bsys.fdatasync(m->fd);
+	return m->fd < 0 ? 0 : bsys.fdatasync(m->fd);
+}
+
+void manifest_disabled(struct manifest *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->fd = m->dirfd = -1;
 }
 
 /* Parse a record at p (avail bytes); returns its total length or 0 if invalid. */

@@ -59,6 +59,8 @@ struct recovery_report {
  */
 int manifest_open(struct manifest *m, int root_fd, const char *mount_id,
 		  struct recovery_report *rep);
+/* A manifest that records nothing (manifest=off): appends and syncs do nothing. */
+void manifest_disabled(struct manifest *m);
 /* Append one record (payload: a flat JSON object, no newline). */
 void manifest_append(struct manifest *m, const char *payload, size_t len);
 int manifest_sync(struct manifest *m);

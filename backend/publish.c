@@ -827,9 +827,13 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 	list_init(&be->flushq);
 	list_init(&be->waiters);
 	be->started_ns = now_ns();
-	int r = manifest_open(&be->man, root_fd, be->mount_id, &be->recovery);
-	if (r < 0)
-		return r;
+	if (opt->no_manifest) {
+		manifest_disabled(&be->man);
+	} else {
+		int r = manifest_open(&be->man, root_fd, be->mount_id, &be->recovery);
+		if (r < 0)
+			return r;
+	}
 
 	/* Probe the I/O engine once so stats can say which one runs and why. */
 	const char *why;

@@ -176,6 +176,13 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 		  (unsigned long long)atomic_load(&be->st.retries),
 		  atomic_load(&be->st.degraded) ? "true" : "false");
 	sb_json_str(b, last_err ? strerror(last_err) : "");
+	const struct recovery_report *rr = &be->recovery;
+	sb_printf(b, ", \"manifest\": %s, \"recovered_unclean\": %s, \"recovered_inflight_files\": %llu"
+		  ", \"recovered_orphans_removed\": %llu, \"recovered_torn_bytes\": %llu"
+		  ", \"recovered_corrupt_records\": %llu",
+		  fs->opt.manifest ? "true" : "false", rr->unclean ? "true" : "false",
+		  (unsigned long long)rr->inflight_files, (unsigned long long)rr->orphans_removed,
+		  (unsigned long long)rr->torn_bytes, (unsigned long long)rr->corrupt_records);
 	sb_printf(b, "}\n");
 }
 

@@ -163,6 +163,7 @@ int main(int argc, char **argv)
 		.queue_depth = fs->opt.queue_depth,
 		.chown = geteuid() == 0,
 		.direct = fs->opt.direct,
+		.no_manifest = !fs->opt.manifest,
 	};
 	struct backend_hooks hooks = { .stage_dir = fs_stage_dir, .arg = fs };
 	if ((r = backend_start(&fs->be, fs->root_fd, &fs->cache, &bo, &hooks)) < 0 ||

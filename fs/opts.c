@@ -55,6 +55,8 @@ void opts_usage(FILE *f)
 "  splice=on|off        move write data with splice(2) (default on)\n"
 "  direct=on|off        write to the backend with O_DIRECT where aligned and\n"
 "                       supported (default on)\n"
+"  manifest=on|off      keep the manifest of checksums that recovery and\n"
+"                       ckptfs-ctl verify need (default on)\n"
 "  attr_timeout=SEC     kernel attribute and entry cache time (default 1)\n"
 "  drain_timeout=SEC    at unmount, give up on a failing backend after SEC\n"
 "                       seconds without progress and rescue the data (default\n"
@@ -162,8 +164,8 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 					   val ? val : "");
 		return 0;
 	}
-	if (!strcmp(opt, "splice") || !strcmp(opt, "direct")) {
-		bool *flag = opt[0] == 's' ? &o->splice : &o->direct;
+	if (!strcmp(opt, "splice") || !strcmp(opt, "direct") || !strcmp(opt, "manifest")) {
+		bool *flag = opt[0] == 's' ? &o->splice : opt[0] == 'd' ? &o->direct : &o->manifest;
 		if (val && !strcmp(val, "on"))
 			*flag = true;
 		else if (val && !strcmp(val, "off"))
@@ -238,6 +240,7 @@ int opts_parse(int argc, char **argv, struct ckptfs_opts *o)
 	o->io = BIO_URING;
 	o->splice = true;
 	o->direct = true;
+	o->manifest = true;
 	o->attr_timeout = 1.0;
 	o->drain_timeout = 60;
 	o->rescue_dir = xstrdup("/var/tmp/ckptfs-rescue");

@@ -29,6 +29,7 @@ struct ckptfs_opts {
 	enum bio_kind io;
 	bool splice;		/* read write requests with splice(2) */
 	bool direct;		/* flush with O_DIRECT where aligned */
+	bool manifest;		/* keep the manifest log (checksums, recovery, verify) */
 	double attr_timeout;
 	char *rescue_dir;	/* where unpersistable data goes at exit */
 	double drain_timeout;	/* seconds without progress before rescuing; 0 = never */
