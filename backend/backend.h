@@ -22,9 +22,11 @@
  *  P5  temporary names never collide with user names (reserved prefix) and
  *      are removed when their version will never be published;
  *  P6  a backend node's recorded location is changed only by the publisher,
- *      under bt_lock, in the same step as the system call that moves it.
+ *      right after the system call that moves it and before the next one;
+ *      both happen under mv_lock, so a reader that met the gap can wait.
  *
- * Lock order: (fs namespace lock) -> cfile->lock -> be->lock -> be->bt_lock.
+ * Lock order: (fs namespace lock) -> cfile->lock -> be->lock -> be->mv_lock
+ * -> be->bt_lock.
  * The publisher and flushers take be->lock only to move operations between
  * queues and never hold it across a system call.
  */
@@ -172,7 +174,8 @@ struct backend {
 	atomic_bool direct_unsupported;
 	const char *io_fallback_reason;
 
-	pthread_rwlock_t bt_lock;	/* bnode links */
+	pthread_rwlock_t bt_lock;	/* bnode links: held only to read or update them */
+	pthread_rwlock_t mv_lock;	/* held (write) by the publisher across calls that move names */
 
 	pthread_mutex_t lock;		/* everything below */
 	pthread_cond_t pub_cond;	/* publisher: head may be ready */
@@ -258,6 +261,14 @@ int bnode_dirfd(struct backend *be, struct bnode *dir);
 int bnode_locate(struct backend *be, struct bnode *b, struct bnode **dir, char *name, size_t len);
 /* Record b as present at (dir, name) — for objects found on the backend. */
 void bnode_set_loaded(struct backend *be, struct bnode *b, struct bnode *dir, const char *name);
+
+/* Wait for a name move in progress (after ENOENT on a location just read). */
+void backend_move_wait(struct backend *be);
+/*
+ * Open the object b at its backend location (flags as for openat; O_NOFOLLOW
+ * is added), retrying once if a move raced the lookup.  fd or -errno.
+ */
+int bnode_open(struct backend *be, struct bnode *b, int flags);
 
 /* Link bookkeeping, bt_lock held for writing (publisher and loader only). */
 void bnode_link_add_locked(struct bnode *b, struct bnode *dir, const char *name);

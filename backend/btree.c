@@ -74,7 +74,44 @@ static int open_dir_at(int parent, const char *name)
 	return fd;
 }
 
+void backend_move_wait(struct backend *be)
+{
+	pthread_rwlock_rdlock(&be->mv_lock);
+	pthread_rwlock_unlock(&be->mv_lock);
+}
+
+static int dirfd_open(struct backend *be, struct bnode *dir);
+
 int bnode_dirfd(struct backend *be, struct bnode *dir)
+{
+	int fd = dirfd_open(be, dir);
+
+	if (fd == -ENOENT) {	/* a rename may have moved it under us */
+		backend_move_wait(be);
+		fd = dirfd_open(be, dir);
+	}
+	return fd;
+}
+
+int bnode_open(struct backend *be, struct bnode *b, int flags)
+{
+	for (int attempt = 0;; attempt++) {
+		struct bnode *dir = NULL;
+		char name[256];
+		int r = bnode_locate(be, b, &dir, name, sizeof(name)), d;
+
+		if (r == 0) {
+			d = bnode_dirfd(be, dir);
+			r = d < 0 ? d : bsys.openat(d, name, flags | O_NOFOLLOW, 0);
+			bnode_put(dir);
+		}
+		if (r != -ENOENT || attempt)
+			return r;
+		backend_move_wait(be);
+	}
+}
+
+static int dirfd_open(struct backend *be, struct bnode *dir)
 {
 	struct bnode *chain[64];
 	unsigned n = 0;

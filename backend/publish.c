@@ -11,9 +11,11 @@
  * with the error, and the degraded flag is raised until it succeeds.
  *
  * Threads: one publisher (this file), flushers and a spiller (flush.c).
- * Lock order: be->lock -> be->bt_lock; system calls run with neither held,
- * except link updates, which hold bt_lock for writing around the call that
- * moves the name (P6).
+ * Lock order: be->lock -> be->mv_lock -> be->bt_lock.  A system call that
+ * moves or removes a name runs under mv_lock (for writing); the recorded
+ * links are then updated under bt_lock, held only for that moment (P6).  So
+ * a reader of links never waits for a slow backend; one that raced a move
+ * and met ENOENT waits for it with backend_move_wait() and tries again.
  */
 #include "backend/backend.h"
 #include "backend/bsys.h"
@@ -336,16 +338,18 @@ static int apply_version(struct backend *be, struct op *op, struct touched *t)
 		xattrs_apply_blob(op->value, op->value_len, tfd, tname);
 	else if (op->copy_xattrs)
 		xattrs_copy(dfd, op->name, tfd, tname);
-	pthread_rwlock_wrlock(&be->bt_lock);
+	pthread_rwlock_wrlock(&be->mv_lock);
 	r = bsys.renameat2(tfd, tname, dfd, op->name, 0);
 	if (r == 0) {
+		pthread_rwlock_wrlock(&be->bt_lock);
 		flush_temp_mark_published(op->out);
 		bnode_link_primary_locked(op->node, op->dir, op->name);
 		op->node->digest = op->digest;
 		atomic_store(&op->node->has_digest, true);
 		op->node->published_seq = op->seq;
+		pthread_rwlock_unlock(&be->bt_lock);
 	}
-	pthread_rwlock_unlock(&be->bt_lock);
+	pthread_rwlock_unlock(&be->mv_lock);
 	/* Only the publisher changes links, so reading them unlocked here is safe. */
 	if (r == 0 && op->node->nlinks > 1)
 		r = relink_others(be, op->node, dfd, op->name);
@@ -469,13 +473,16 @@ static int apply_op(struct backend *be, struct op *op, struct touched *t)
 		break;
 	case OP_RMDIR:
 	case OP_UNLINK:
-		pthread_rwlock_wrlock(&be->bt_lock);
+		pthread_rwlock_wrlock(&be->mv_lock);
 		r = bsys.unlinkat(dfd, op->name, op->kind == OP_RMDIR ? AT_REMOVEDIR : 0);
 		if (r == -ENOENT)
 			r = 0;
-		if (r == 0)
+		if (r == 0) {
+			pthread_rwlock_wrlock(&be->bt_lock);
 			bnode_link_del_locked(op->node, op->dir, op->name);
-		pthread_rwlock_unlock(&be->bt_lock);
+			pthread_rwlock_unlock(&be->bt_lock);
+		}
+		pthread_rwlock_unlock(&be->mv_lock);
 		if (r == 0)
 			touch_dir(t, op->dir);
 		break;
@@ -483,19 +490,21 @@ static int apply_op(struct backend *be, struct op *op, struct touched *t)
 		int d2 = bnode_dirfd(be, op->dir2);
 		if (d2 < 0)
 			return d2;
-		pthread_rwlock_wrlock(&be->bt_lock);
+		pthread_rwlock_wrlock(&be->mv_lock);
 		r = bsys.renameat2(dfd, op->name, d2, op->name2, op->flags);
 		if (r == -ENOENT && !atomic_load(&op->node->present))
 			r = 0;		/* never published: nothing to move */
 		if (r == 0) {
+			pthread_rwlock_wrlock(&be->bt_lock);
 			if (op->victim && (op->flags & RENAME_EXCHANGE))
 				bnode_link_move_locked(op->victim, op->dir2, op->name2, op->dir, op->name);
 			else if (op->victim)
 				bnode_link_del_locked(op->victim, op->dir2, op->name2);
 			if (atomic_load(&op->node->present))
 				bnode_link_move_locked(op->node, op->dir, op->name, op->dir2, op->name2);
+			pthread_rwlock_unlock(&be->bt_lock);
 		}
-		pthread_rwlock_unlock(&be->bt_lock);
+		pthread_rwlock_unlock(&be->mv_lock);
 		if (r == 0) {
 			touch_dir(t, op->dir);
 			touch_dir(t, op->dir2);
@@ -512,11 +521,12 @@ static int apply_op(struct backend *be, struct op *op, struct touched *t)
 			bnode_put(at);
 			return sd;
 		}
-		pthread_rwlock_wrlock(&be->bt_lock);
 		r = bsys.linkat(sd, name, d2, op->name2);
-		if (r == 0)
+		if (r == 0) {
+			pthread_rwlock_wrlock(&be->bt_lock);
 			bnode_link_add_locked(op->node, op->dir2, op->name2);
-		pthread_rwlock_unlock(&be->bt_lock);
+			pthread_rwlock_unlock(&be->bt_lock);
+		}
 		if (r == 0)
 			touch_dir(t, op->dir2);
 		bnode_put(at);
@@ -818,6 +828,7 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 	snprintf(be->mount_id, sizeof(be->mount_id), "%012llx",
 		 (unsigned long long)(rnd & 0xffffffffffffull));
 	pthread_rwlock_init(&be->bt_lock, NULL);
+	pthread_rwlock_init(&be->mv_lock, NULL);
 	pthread_mutex_init(&be->lock, NULL);
 	pthread_cond_init(&be->pub_cond, NULL);
 	pthread_cond_init(&be->flush_cond, NULL);
@@ -887,6 +898,7 @@ void backend_stop(struct backend *be)
 	be->cache->spill_wanted = NULL;
 	bnode_put(be->root);
 	pthread_rwlock_destroy(&be->bt_lock);
+	pthread_rwlock_destroy(&be->mv_lock);
 	pthread_mutex_destroy(&be->lock);
 	pthread_cond_destroy(&be->pub_cond);
 	pthread_cond_destroy(&be->flush_cond);

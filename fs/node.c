@@ -294,15 +294,8 @@ int dir_load(struct ckptfs *fs, struct fsnode *dir)
 
 int node_open_base(struct ckptfs *fs, struct fsnode *n)
 {
-	struct bnode *dir = NULL;
-	char name[256];
-	int r = bnode_locate(&fs->be, n->b, &dir, name, sizeof(name)), dfd, fd;
+	int fd = bnode_open(&fs->be, n->b, O_RDONLY);
 
-	if (r < 0)
-		return r;
-	dfd = bnode_dirfd(&fs->be, dir);
-	fd = dfd < 0 ? dfd : bsys.openat(dfd, name, O_RDONLY | O_NOFOLLOW, 0);
-	bnode_put(dir);
 	if (fd < 0)
 		return fd;
 	cfile_set_base_fd(n->cf, fd);

@@ -298,7 +298,9 @@ static struct fsnode *new_child(struct ckptfs *fs, fuse_req_t req, struct fsnode
 		if (S_ISDIR(mode))
 			mode |= S_ISGID;
 	}
-	return node_new(fs, mode, ctx->uid, gid);
+	struct fsnode *n = node_new(fs, mode, ctx->uid, gid);
+	n->xattrs_loaded = true;	/* new here: it has no xattrs to read anywhere */
+	return n;
 }
 
 /* Checks shared by everything that adds a name: 0 or -errno (ns held). */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
 #define XATTR_STATE "user.ckptfs.state"
 #define XATTR_XXH3 "user.ckptfs.xxh3"
@@ -70,34 +71,33 @@ static int xattr_del(struct fsnode *n, const char *key)
 /* Read the backend's xattrs into memory once (alock held). */
 static int xattrs_load(struct ckptfs *fs, struct fsnode *n)
 {
-	char path[512], keys[8192];
-	struct bnode *dir = NULL;
-	char name[256];
+	char path[64], keys[8192];
 	ssize_t kl;
+	int fd = -1;
 
 	if (n->xattrs_loaded)
 		return 0;
 	if (n == fs->root) {
 		snprintf(path, sizeof(path), "/proc/self/fd/%d", fs->root_fd);
-	} else if (bnode_locate(&fs->be, n->b, &dir, name, sizeof(name)) == 0) {
-		int dfd = bnode_dirfd(&fs->be, dir);
-		bnode_put(dir);
-		if (dfd < 0)
-			return dfd;
-		snprintf(path, sizeof(path), "/proc/self/fd/%d/%s", dfd, name);
+	} else if ((fd = bnode_open(&fs->be, n->b, O_PATH)) >= 0) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	} else {
-		n->xattrs_loaded = true;	/* not on the backend: nothing to read */
-		return 0;
+		n->xattrs_loaded = fd == -ENOENT;	/* not on the backend: nothing to read */
+		return fd == -ENOENT ? 0 : fd;
 	}
-	kl = llistxattr(path, keys, sizeof(keys));
+	/* path is a /proc/self/fd magic link: follow it to the object itself. */
+	kl = listxattr(path, keys, sizeof(keys));
 	for (ssize_t off = 0; kl > 0 && off < kl; off += (ssize_t)strlen(keys + off) + 1) {
 		char val[65536];
-		ssize_t vl = lgetxattr(path, keys + off, val, sizeof(val));
+		ssize_t vl = getxattr(path, keys + off, val, sizeof(val));
 		if (vl >= 0)
 			xattr_put(n, keys + off, val, (size_t)vl);
 	}
-	if (kl < 0 && errno != ENOTSUP && errno != ENODATA)
-		return -errno;
+	int err = kl < 0 && errno != ENOTSUP && errno != ENODATA ? -errno : 0;
+	if (fd >= 0)
+		close(fd);
+	if (err)
+		return err;
 	n->xattrs_loaded = true;
 	return 0;
 }
