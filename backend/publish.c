@@ -389,6 +389,8 @@ static void record_op(struct backend *be, struct op *op)
 	case OP_SETATTR:
 	case OP_SETXATTR:
 	case OP_RMXATTR:
+		if (op->node->is_root)
+			break;	/* path "" */
 		if (bnode_locate(be, op->node, &at, name, sizeof(name)) < 0)
 			return;	/* not on the backend: nothing happens there */
 		int r = bnode_path(be, at, name, path, sizeof(path));
@@ -536,8 +538,12 @@ static int apply_op(struct backend *be, struct op *op, struct touched *t)
 	case OP_SETXATTR:
 	case OP_RMXATTR: {
 		int od;
-		if (bnode_locate(be, op->node, &at, name, sizeof(name)) < 0)
+		if (op->node->is_root) {	/* the root has no parent: "." in itself */
+			at = bnode_get(be->root);
+			snprintf(name, sizeof(name), ".");
+		} else if (bnode_locate(be, op->node, &at, name, sizeof(name)) < 0) {
 			return 0;	/* not on the backend yet: its first version carries it */
+		}
 		if ((od = bnode_dirfd(be, at)) < 0) {
 			bnode_put(at);
 			return od;
