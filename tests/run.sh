@@ -11,21 +11,8 @@ cd "$(dirname "$0")/.."
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 
-packages=(build-essential cmake pkg-config libfuse3-dev fuse3 liburing-dev
-          libxxhash-dev attr python3 util-linux)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "tests/run.sh: missing packages: ${missing[*]} (run as root to install them)" >&2
-    exit 2
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+sh tests/ensure-packages.sh --required build build-essential cmake pkg-config \
+   libfuse3-dev fuse3 liburing-dev libxxhash-dev attr python3 util-linux
 # Test areas that need more (Slurm, PyTorch, ...) install it in their own setup.
 for setup in tests/*/setup.sh; do
   [ -f "$setup" ] && bash "$setup"

@@ -1,0 +1,149 @@
+# ckptfs-slurm.sh — what the Slurm prolog and epilog share: the site
+# configuration (ckptfs.conf), the job's identity from slurmd's
+# environment, path templates, opt-out, and running a command as the job's
+# user.  POSIX sh, sourced by ckptfs-prolog and ckptfs-epilog, which set
+# CKPTFS_PROG first.
+#
+# slurmd runs both as root with no PATH and only SLURM_* variables: the job's
+# own environment never reaches them, which is why opting out goes through
+# the job's --comment or --constraint.  The configuration file is
+# $CKPTFS_CONF, default /etc/ckptfs/ckptfs.conf (a wrapper script can set
+# CKPTFS_CONF before calling the prolog; slurm.conf cannot).
+#
+# Exit statuses of both scripts (Slurm drains the node and, after a prolog
+# failure, requeues the job held, on any non-zero status):
+#   0  done: mounted / drained and unmounted / nothing to do for this job;
+#   1  a runtime failure (backend not writable, the mount failed, data not
+#      confirmed durable), each with one log line saying why;
+#   2  configuration error: the file is missing or has a bad line, or the
+#      Slurm environment lacks the job's identity.
+# shellcheck disable=SC2034  # cfg_*, paths and statuses are for the sourcing scripts
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export PATH
+umask 022
+ckptfs_slurm_dir=$(dirname "$(readlink -f "$0")")
+# shellcheck source=../ckptfs-lib.sh
+. "$ckptfs_slurm_dir/../ckptfs-lib.sh" || exit 2
+
+CKPTFS_SLURM_CONFIG_ERROR=2
+CKPTFS_SLURM_RUNTIME_ERROR=1
+
+# ckptfs_slurm_config_error MESSAGE: log and exit with the config status.
+ckptfs_slurm_config_error() {
+	ckptfs_log err "job ${SLURM_JOB_ID:-?}: $*"
+	exit $CKPTFS_SLURM_CONFIG_ERROR
+}
+
+# ckptfs_slurm_set KEY VALUE: one configuration setting, checked.
+ckptfs_slurm_set() {
+	case $1 in
+	backend_root | job_dir | mount_point | rescue_dir | options | cache_size | \
+		optout_comment | require_feature | log_file | daemon) ;;
+	epilog_timeout)
+		ckptfs_is_uint "$2" || return 1 ;;
+	on_prolog_error)
+		case $2 in fail | skip) ;; *) return 1 ;; esac ;;
+	on_drain_failure)
+		case $2 in drain | keep) ;; *) return 1 ;; esac ;;
+	*) return 1 ;;
+	esac
+	eval "cfg_$1=\$2"
+}
+
+# ckptfs_slurm_load_config: read $CKPTFS_CONF into cfg_* variables.
+# Format: `key = value` lines, # comments, blank lines; see ckptfs.conf.
+ckptfs_slurm_load_config() {
+	conf=${CKPTFS_CONF:-/etc/ckptfs/ckptfs.conf}
+	cfg_backend_root='' cfg_job_dir=%u/%j cfg_mount_point='' cfg_rescue_dir=''
+	cfg_options='' cfg_cache_size='' cfg_optout_comment=ckptfs=off cfg_require_feature=''
+	cfg_log_file='' cfg_daemon='' cfg_epilog_timeout=600
+	cfg_on_prolog_error=fail cfg_on_drain_failure=drain
+	[ -r "$conf" ] || ckptfs_slurm_config_error "config file '$conf' is missing or unreadable; install one (example: share/ckptfs/slurm/ckptfs.conf)"
+	_n=0
+	while IFS= read -r _line || [ -n "$_line" ]; do
+		_n=$((_n + 1))
+		_line=${_line%%#*}
+		case $_line in *[![:space:]]*) ;; *) continue ;; esac
+		case $_line in
+		*=*) ;;
+		*) ckptfs_slurm_config_error "$conf:$_n: expected 'key = value', got '$_line'" ;;
+		esac
+		_key=$(printf '%s' "${_line%%=*}" | tr -d '[:space:]')
+		_val=$(printf '%s' "${_line#*=}" | sed 's/^[[:space:]]*//; s/[[:space:]]*$//')
+		ckptfs_slurm_set "$_key" "$_val" ||
+			ckptfs_slurm_config_error "$conf:$_n: bad setting '$_key = $_val' (see the example ckptfs.conf)"
+	done <"$conf"
+	for _key in backend_root mount_point; do
+		eval "[ -n \"\$cfg_$_key\" ]" || ckptfs_slurm_config_error "$conf: '$_key' is not set"
+	done
+	CKPTFS_LOG_FILE=$cfg_log_file
+}
+
+# ckptfs_slurm_safe_name WHAT VALUE: a user or account name that may be put
+# into a path: letters, digits, . _ - and not . or ..
+ckptfs_slurm_safe_name() {
+	case $2 in
+	'' | . | .. | *[!A-Za-z0-9._-]*)
+		ckptfs_slurm_config_error "$1 '$2' cannot be used in a path" ;;
+	esac
+}
+
+# ckptfs_slurm_job: the job's identity from slurmd's environment.
+ckptfs_slurm_job() {
+	job_id=${SLURM_JOB_ID:-}
+	job_uid=${SLURM_JOB_UID:-}
+	job_user=${SLURM_JOB_USER:-}
+	ckptfs_is_uint "$job_id" && ckptfs_is_uint "$job_uid" && [ -n "$job_user" ] ||
+		ckptfs_slurm_config_error "SLURM_JOB_ID, SLURM_JOB_UID and SLURM_JOB_USER must be set (run from slurmd as Prolog/Epilog)"
+	job_gid=${SLURM_JOB_GID:-$(id -g "$job_user" 2>/dev/null)}
+	ckptfs_is_uint "$job_gid" || ckptfs_slurm_config_error "no group for user '$job_user'"
+	job_account=${SLURM_JOB_ACCOUNT:-$(getent group "$job_gid" | cut -d: -f1)}
+	ckptfs_slurm_safe_name user "$job_user"
+	ckptfs_slurm_safe_name account "${job_account:=$job_gid}"
+}
+
+# ckptfs_slurm_expand TEMPLATE: %j job id, %u user, %U uid, %g gid,
+# %a account (the job's --account, else its group's name), %% a percent.
+ckptfs_slurm_expand() {
+	printf '%s\n' "$1" | sed -e 's/%%/\x01/g' -e "s/%j/$job_id/g" -e "s/%u/$job_user/g" \
+		-e "s/%U/$job_uid/g" -e "s/%g/$job_gid/g" -e "s/%a/$job_account/g" -e 's/\x01/%/g'
+}
+
+# ckptfs_slurm_init: configuration, job, and the paths for this job.
+ckptfs_slurm_init() {
+	ckptfs_slurm_load_config
+	ckptfs_slurm_job
+	backend_root=$(ckptfs_slurm_expand "$cfg_backend_root")
+	backend=$backend_root/$(ckptfs_slurm_expand "$cfg_job_dir")
+	mnt=$(ckptfs_slurm_expand "$cfg_mount_point")
+	rescue=
+	[ -n "$cfg_rescue_dir" ] && rescue=$(ckptfs_slurm_expand "$cfg_rescue_dir")
+	case $backend_root:$mnt:${rescue:-/} in
+	/*:/*:/*) ;;
+	*) ckptfs_slurm_config_error "$conf: backend_root, mount_point and rescue_dir must be absolute paths" ;;
+	esac
+}
+
+# ckptfs_slurm_has_word LIST WORD: WORD appears in LIST as a whole word
+# (separated by blanks, commas or the &|:*[]() of constraint expressions).
+ckptfs_slurm_has_word() {
+	[ -n "$2" ] && printf '%s\n' "$1" | sed 's/[][ ,&|:*()]/\n/g' | grep -qxF -- "$2"
+}
+
+# ckptfs_slurm_wanted: true if this job gets a mount.  A job opts out with
+# the word optout_comment in its --comment; where require_feature is set,
+# only jobs whose --constraint names that feature get one.
+ckptfs_slurm_wanted() {
+	ckptfs_slurm_has_word "${SLURM_JOB_COMMENT:-}" "$cfg_optout_comment" && return 1
+	[ -z "$cfg_require_feature" ] && return 0
+	ckptfs_slurm_has_word "${SLURM_JOB_CONSTRAINTS:-}" "$cfg_require_feature"
+}
+
+# ckptfs_slurm_as_user COMMAND...: run COMMAND as the job's user and group.
+ckptfs_slurm_as_user() {
+	if id -u "$job_user" >/dev/null 2>&1; then
+		setpriv --reuid="$job_uid" --regid="$job_gid" --init-groups -- "$@"
+	else
+		setpriv --reuid="$job_uid" --regid="$job_gid" --clear-groups -- "$@"
+	fi
+}
