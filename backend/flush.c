@@ -455,14 +455,7 @@ static void *flusher_main(void *arg)
 		if (!n) {
 			if (be->stopping && list_empty(&be->ops))
 				break;
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 100 * 1000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&be->flush_cond, &be->lock, &ts);
+			cond_wait_ns(&be->flush_cond, &be->lock, 100 * 1000000);
 			continue;
 		}
 		pthread_mutex_unlock(&be->lock);
@@ -549,16 +542,8 @@ static void *spiller_main(void *arg)
 
 	pthread_mutex_lock(&be->lock);
 	while (!be->stopping) {
-		if (!be->spill_wanted) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 100 * 1000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&be->spill_cond, &be->lock, &ts);
-		}
+		if (!be->spill_wanted)
+			cond_wait_ns(&be->spill_cond, &be->lock, 100 * 1000000);
 		be->spill_wanted = false;
 		pthread_mutex_unlock(&be->lock);
 		for (unsigned i = 0; i < c->nchunks && cache_reclaimable(c) < low; i++) {

@@ -192,16 +192,8 @@ int backend_wait(struct backend *be, uint64_t seq, uint64_t timeout_ns)
 				r = -ETIMEDOUT;
 				break;
 			}
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			uint64_t wait = CKPT_MIN(deadline - now, 200ull * 1000000);
-			ts.tv_sec += (time_t)(wait / 1000000000);
-			ts.tv_nsec += (long)(wait % 1000000000);
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&be->durable_cond, &be->lock, &ts);
+			cond_wait_ns(&be->durable_cond, &be->lock,
+				     CKPT_MIN(deadline - now, 200ull * 1000000));
 		} else {
 			pthread_cond_wait(&be->durable_cond, &be->lock);
 		}
@@ -430,6 +422,17 @@ static void record_op(struct backend *be, struct op *op)
 	sb_free(&b);
 }
 
+/* A new directory or symlink exists at (op->dir, op->name): owner, location. */
+static void created(struct backend *be, struct op *op, int dfd, struct touched *t)
+{
+	if (be->opt.chown && (op->valid & (OPA_UID | OPA_GID)))
+		bsys.fchownat(dfd, op->name, op->uid, op->gid);
+	pthread_rwlock_wrlock(&be->bt_lock);
+	bnode_link_add_locked(op->node, op->dir, op->name);
+	pthread_rwlock_unlock(&be->bt_lock);
+	touch_dir(t, op->dir);
+}
+
 static int apply_op(struct backend *be, struct op *op, struct touched *t)
 {
 	record_op(be, op);
@@ -450,28 +453,16 @@ static int apply_op(struct backend *be, struct op *op, struct touched *t)
 			if (bsys.fstatat(dfd, op->name, &st) == 0 && S_ISDIR(st.st_mode))
 				r = 0;
 		}
-		if (r == 0 && be->opt.chown && (op->valid & (OPA_UID | OPA_GID)))
-			bsys.fchownat(dfd, op->name, op->uid, op->gid);
 		if (r == 0) {
-			pthread_rwlock_wrlock(&be->bt_lock);
-			bnode_link_add_locked(op->node, op->dir, op->name);
-			pthread_rwlock_unlock(&be->bt_lock);
-			touch_dir(t, op->dir);
+			created(be, op, dfd, t);
 			pthread_mutex_lock(&be->lock);		/* flushers wait for dirs */
 			pthread_cond_broadcast(&be->flush_cond);
 			pthread_mutex_unlock(&be->lock);
 		}
 		break;
 	case OP_SYMLINK:
-		r = bsys.symlinkat(op->target, dfd, op->name);
-		if (r == 0 && be->opt.chown && (op->valid & (OPA_UID | OPA_GID)))
-			bsys.fchownat(dfd, op->name, op->uid, op->gid);
-		if (r == 0) {
-			pthread_rwlock_wrlock(&be->bt_lock);
-			bnode_link_add_locked(op->node, op->dir, op->name);
-			pthread_rwlock_unlock(&be->bt_lock);
-			touch_dir(t, op->dir);
-		}
+		if ((r = bsys.symlinkat(op->target, dfd, op->name)) == 0)
+			created(be, op, dfd, t);
 		break;
 	case OP_RMDIR:
 	case OP_UNLINK:
@@ -655,17 +646,8 @@ static void clear_blocked(struct backend *be)
 /* Sleep up to ns, waking early if the backend is stopping with nothing left. */
 static void backoff_sleep(struct backend *be, uint64_t ns)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += (time_t)(ns / 1000000000);
-	ts.tv_nsec += (long)(ns % 1000000000);
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
 	pthread_mutex_lock(&be->lock);
-	pthread_cond_timedwait(&be->pub_cond, &be->lock, &ts);
+	cond_wait_ns(&be->pub_cond, &be->lock, ns);
 	pthread_mutex_unlock(&be->lock);
 }
 

@@ -127,16 +127,8 @@ struct chunk *cache_chunk_alloc(struct cache *c, struct cfile *owner, bool wait)
 		if (c->spill_wanted)
 			c->spill_wanted(c->spill_arg);
 		pthread_mutex_lock(&c->lock);
-		if (!c->nfree) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 50 * 1000000;	/* re-check evictable chunks */
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&c->freed, &c->lock, &ts);
-		}
+		if (!c->nfree)	/* wake now and then to re-check evictable chunks */
+			cond_wait_ns(&c->freed, &c->lock, 50 * 1000000);
 		c->waiters--;
 	}
 	pthread_mutex_unlock(&c->lock);

@@ -48,6 +48,20 @@ char *xstrdup(const char *s)
 	return memcpy(xmalloc(n), s, n);
 }
 
+void cond_wait_ns(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ns)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += (time_t)(ns / 1000000000);
+	ts.tv_nsec += (long)(ns % 1000000000);
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(c, m, &ts);
+}
+
 static uint64_t clock_ns(clockid_t id)
 {
 	struct timespec ts;

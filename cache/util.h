@@ -43,6 +43,11 @@ uint64_t mem_total(void);
 /* Write all of buf to fd (retrying EINTR and short writes): 0 or -errno. */
 int write_full(int fd, const void *buf, size_t len);
 
+/* pthread_cond_timedwait for at most ns nanoseconds from now (mutex held). */
+struct timespec;
+#include <pthread.h>
+void cond_wait_ns(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ns);
+
 /* A growable string (always NUL-terminated). */
 struct strbuf {
 	char *s;

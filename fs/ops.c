@@ -314,7 +314,12 @@ static int prepare_add(struct ckptfs *fs, struct fsnode *p, const char *name)
 	return r;
 }
 
-static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+/*
+ * mkdir and symlink: a new node named `name` in `parent`, created on the
+ * backend by an operation of `kind` (target: the symlink's).  Replies.
+ */
+static void add_named(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      enum op_kind kind, const char *target)
 {
 	struct ckptfs *fs = FS(req);
 	struct fuse_entry_param e;
@@ -324,13 +329,17 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	pthread_mutex_lock(&fs->ns);
 	p = fs_node(fs, parent);
 	if ((r = prepare_add(fs, p, name)) == 0) {
-		n = new_child(fs, req, p, S_IFDIR | (mode & 07777));
-		n->loaded = true;
+		n = new_child(fs, req, p, mode);
+		if (S_ISDIR(mode))
+			n->loaded = true;	/* new: nothing to read from the backend */
+		if (target)
+			n->symlink = xstrdup(target);
 		dent_add(fs, p, name, n);
-		struct op *op = op_new(OP_MKDIR);
+		struct op *op = op_new(kind);
 		op->node = bnode_get(n->b);
 		op->dir = bnode_get(p->b);
 		op->name = xstrdup(name);
+		op->target = target ? xstrdup(target) : NULL;
 		op->mode = n->mode;
 		op->uid = n->uid;
 		op->gid = n->gid;
@@ -346,36 +355,14 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 		fuse_reply_entry(req, &e);
 }
 
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	add_named(req, parent, name, S_IFDIR | (mode & 07777), OP_MKDIR, NULL);
+}
+
 static void op_symlink(fuse_req_t req, const char *target, fuse_ino_t parent, const char *name)
 {
-	struct ckptfs *fs = FS(req);
-	struct fuse_entry_param e;
-	struct fsnode *p, *n;
-	int r;
-
-	pthread_mutex_lock(&fs->ns);
-	p = fs_node(fs, parent);
-	if ((r = prepare_add(fs, p, name)) == 0) {
-		n = new_child(fs, req, p, S_IFLNK | 0777);
-		n->symlink = xstrdup(target);
-		dent_add(fs, p, name, n);
-		struct op *op = op_new(OP_SYMLINK);
-		op->node = bnode_get(n->b);
-		op->dir = bnode_get(p->b);
-		op->name = xstrdup(name);
-		op->target = xstrdup(target);
-		op->uid = n->uid;
-		op->gid = n->gid;
-		op->valid = OPA_UID | OPA_GID;
-		backend_submit(&fs->be, op);
-		touch_mtime(p);
-		fill_entry(fs, n, &e);
-	}
-	pthread_mutex_unlock(&fs->ns);
-	if (r < 0)
-		fuse_reply_err(req, -r);
-	else
-		fuse_reply_entry(req, &e);
+	add_named(req, parent, name, S_IFLNK | 0777, OP_SYMLINK, target);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
@@ -475,26 +462,25 @@ static int remove_name(struct ckptfs *fs, fuse_ino_t parent, const char *name, b
 	return 0;
 }
 
-static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)
 {
 	struct ckptfs *fs = FS(req);
 	int r;
 
 	pthread_mutex_lock(&fs->ns);
-	r = remove_name(fs, parent, name, false);
+	r = remove_name(fs, parent, name, dir);
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_err(req, -r);
 }
 
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	do_remove(req, parent, name, false);
+}
+
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct ckptfs *fs = FS(req);
-	int r;
-
-	pthread_mutex_lock(&fs->ns);
-	r = remove_name(fs, parent, name, true);
-	pthread_mutex_unlock(&fs->ns);
-	fuse_reply_err(req, -r);
+	do_remove(req, parent, name, true);
 }
 
 /* Is `n` the directory `anc` or below it? (ns held) */
