@@ -752,6 +752,9 @@ static void *publisher_main(void *arg)
 		}
 		struct list ready;
 		list_init(&ready);
+		/* Bookkeeping first, so whoever is told "durable" sees it all done. */
+		for (unsigned i = 0; i < applied; i++)
+			op_published(be, batch[i]);
 		pthread_mutex_lock(&be->lock);
 		for (unsigned i = 0; i < applied; i++)
 			list_del(&batch[i]->link);
@@ -771,10 +774,8 @@ static void *publisher_main(void *arg)
 		pthread_cond_broadcast(&be->durable_cond);
 		pthread_mutex_unlock(&be->lock);
 		waiters_answer(be, &ready);
-		for (unsigned i = 0; i < applied; i++) {
-			op_published(be, batch[i]);
+		for (unsigned i = 0; i < applied; i++)
 			op_free(batch[i]);
-		}
 		if (err < 0) {
 			set_blocked(be, batch[applied], err);
 			atomic_fetch_add(&be->st.retries, 1);

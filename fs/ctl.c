@@ -258,10 +258,16 @@ int ctl_open(struct ckptfs *fs, fuse_req_t req, struct fshandle *h)
 
 static void reply_slice(fuse_req_t req, struct strbuf *b, size_t size, off_t off)
 {
-	if (off < 0 || (size_t)off >= b->len)
+	if (off < 0 || (size_t)off >= b->len) {
 		fuse_reply_buf(req, NULL, 0);
-	else
-		fuse_reply_buf(req, b->s + off, CKPT_MIN(size, b->len - (size_t)off));
+		return;
+	}
+	/* Reply from a copy: the handle may be released as soon as the data is out. */
+	size_t n = CKPT_MIN(size, b->len - (size_t)off);
+	char *copy = xmalloc(n);
+	memcpy(copy, b->s + off, n);
+	fuse_reply_buf(req, copy, n);
+	free(copy);
 }
 
 void ctl_read(struct ckptfs *fs, fuse_req_t req, struct fshandle *h, size_t size, off_t off)

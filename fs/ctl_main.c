@@ -35,7 +35,7 @@ static void usage(FILE *f)
 "                             durable on the backend; exit 1 on timeout or error\n"
 "  flush MOUNT PATH           persist one file now; files closed before it are\n"
 "                             persisted first, so the backend keeps their order\n"
-"  verify [--jobs N] [--quiet] PATH...\n"
+"  verify [-j N | --jobs N] [-q | --quiet] PATH...\n"
 "                             recompute the XXH3-128 of backend files and compare\n"
 "                             with the manifest; PATH is a backend directory (no\n"
 "                             daemon needed) or a directory in a ckptfs mount\n"

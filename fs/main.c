@@ -127,14 +127,15 @@ int main(int argc, char **argv)
 	char sz[32];
 
 	r = opts_parse(argc, argv, &fs->opt);
-	if (r == -1)
-		return 0;
-	if (r)
-		return r;
-	if ((r = opts_validate(&fs->opt)))
-		return r;
-	if (bsys_faults_from_env() < 0)
-		return CKPTFS_USAGE_ERROR;
+	if (!r)
+		r = opts_validate(&fs->opt);
+	if (!r && bsys_faults_from_env() < 0)
+		r = CKPTFS_USAGE_ERROR;
+	if (r) {
+		opts_free(&fs->opt);
+		free(fs);
+		return r == -1 ? 0 : r;	/* -1: help or version was printed */
+	}
 	fs->root_fd = open(fs->opt.backend_real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fs->root_fd < 0) {
 		fprintf(stderr, "ckptfs: backend '%s': %s\n", fs->opt.backend, strerror(errno));

@@ -41,6 +41,7 @@ void opts_usage(FILE *f)
 "\n"
 "  -f                   stay in the foreground, log to stderr\n"
 "  -d                   debug: foreground, FUSE request trace\n"
+"  -s                   accepted for FUSE compatibility; ignored\n"
 "  -h, --help           this help\n"
 "  -V, --version        version\n"
 "\n"

@@ -34,11 +34,11 @@ static void usage(FILE *f)
 "Show the state of ckptfs mounts: cache fill, dirty and durable bytes,\n"
 "pending files, rates, backpressure and backend errors.\n"
 "\n"
-"  --json          the daemon's stats as JSON, one object per mount per line\n"
-"  --prometheus    Prometheus text format (node_exporter textfile collector)\n"
-"  --files         also list the files not yet durable\n"
-"  --watch N       repeat every N seconds until interrupted\n"
-"  -h, --help      this help\n"
+"  -j, --json        the daemon's stats as JSON, one object per mount per line\n"
+"  -p, --prometheus  Prometheus text format (node_exporter textfile collector)\n"
+"  -f, --files       also list the files not yet durable\n"
+"  -w, --watch N     repeat every N seconds until interrupted\n"
+"  -h, --help        this help\n"
 "\n"
 "Without MOUNT, every ckptfs mount on this machine is shown.\n");
 }
@@ -87,18 +87,23 @@ static void prom_escape(const char *s)
 	}
 }
 
-static void show_prom(const struct jobj *o, const char *mnt, bool header)
+/* Every metric as one group (HELP, TYPE, then a sample per mount), as the format asks. */
+static void show_prom(const struct jobj *o, char *const *mnt, int n)
 {
 	for (size_t i = 0; i < CKPT_ARRAY_LEN(metrics); i++) {
-		const char *v = jobj_get(o, metrics[i].key);
-		if (!v)
-			continue;
-		if (header)
-			printf("# HELP ckptfs_%s %s\n# TYPE ckptfs_%s %s\n", metrics[i].key,
-			       metrics[i].help, metrics[i].key, metrics[i].type);
-		printf("ckptfs_%s{mount=\"", metrics[i].key);
-		prom_escape(mnt);
-		printf("\"} %s\n", !strcmp(v, "true") ? "1" : !strcmp(v, "false") ? "0" : v);
+		bool header = false;
+		for (int k = 0; k < n; k++) {
+			const char *v = jobj_get(&o[k], metrics[i].key);
+			if (!v)
+				continue;
+			if (!header)
+				printf("# HELP ckptfs_%s %s\n# TYPE ckptfs_%s %s\n", metrics[i].key,
+				       metrics[i].help, metrics[i].key, metrics[i].type);
+			header = true;
+			printf("ckptfs_%s{mount=\"", metrics[i].key);
+			prom_escape(mnt[k]);
+			printf("\"} %s\n", !strcmp(v, "true") ? "1" : !strcmp(v, "false") ? "0" : v);
+		}
 	}
 }
 
@@ -173,28 +178,35 @@ static void show_files_human(const char *text)
 	}
 }
 
-/* Show one mount; returns 0 or 1. */
-static int show_mount(const char *mnt, enum fmt fmt, bool files, bool header)
+/* Read and parse one mount's stats: 0, or 1 with a message. */
+static int read_stats(const char *mnt, struct jobj *o, char **text)
 {
-	char *text = cli_read_ctl(prog, mnt, "stats"), *ftext = NULL;
+	if (!(*text = cli_read_ctl(prog, mnt, "stats")))
+		return 1;
+	if (!jobj_parse(*text, o)) {
+		fprintf(stderr, "%s: %s/.ckptfs/stats is not valid JSON\n", prog, mnt);
+		free(*text);
+		*text = NULL;
+		return 1;
+	}
+	return 0;
+}
+
+/* Show one mount in the human or JSON view; returns 0 or 1. */
+static int show_mount(const char *mnt, enum fmt fmt, bool files)
+{
+	char *text, *ftext = NULL;
 	struct jobj o;
 	int rc = 0;
 
-	if (!text)
+	if (read_stats(mnt, &o, &text))
 		return 1;
-	if (!jobj_parse(text, &o)) {
-		fprintf(stderr, "%s: %s/.ckptfs/stats is not valid JSON\n", prog, mnt);
-		free(text);
-		return 1;
-	}
 	if (files && !(ftext = cli_read_ctl(prog, mnt, "files")))
 		rc = 1;
 	if (fmt == FMT_JSON) {
 		fputs(text, stdout);
 		if (ftext)
 			fputs(ftext, stdout);
-	} else if (fmt == FMT_PROM) {
-		show_prom(&o, mnt, header);
 	} else {
 		show_human(&o);
 		if (ftext)
@@ -203,6 +215,30 @@ static int show_mount(const char *mnt, enum fmt fmt, bool files, bool header)
 	jobj_free(&o);
 	free(text);
 	free(ftext);
+	return rc;
+}
+
+/* All mounts in the Prometheus format; returns 0 or 1. */
+static int show_all_prom(char **mounts, int nm)
+{
+	struct jobj *o = xcalloc((size_t)nm, sizeof(*o));
+	char **names = xcalloc((size_t)nm, sizeof(char *));
+	int n = 0, rc = 0;
+
+	for (int i = 0; i < nm; i++) {
+		char *text;
+		if (read_stats(mounts[i], &o[n], &text)) {
+			rc = 1;
+			continue;
+		}
+		free(text);
+		names[n++] = mounts[i];
+	}
+	show_prom(o, names, n);
+	for (int i = 0; i < n; i++)
+		jobj_free(&o[i]);
+	free(o);
+	free(names);
 	return rc;
 }
 
@@ -245,8 +281,12 @@ int main(int argc, char **argv)
 		for (int i = optind; i < argc; i++) {
 			char mnt[PATH_MAX];
 			int r = cli_mount(prog, argv[i], mnt, sizeof(mnt), NULL, 0);
-			if (r)
+			if (r) {
+				for (int k = 0; k < nm; k++)
+					free(mounts[k]);
+				free(mounts);
 				return r;
+			}
 			mounts = xrealloc(mounts, (size_t)(nm + 1) * sizeof(char *));
 			mounts[nm++] = xstrdup(mnt);
 		}
@@ -257,10 +297,14 @@ int main(int argc, char **argv)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	do {
-		for (int i = 0; i < nm; i++) {
-			if (fmt == FMT_HUMAN && i)
-				putchar('\n');
-			rc |= show_mount(mounts[i], fmt, files, i == 0);
+		if (fmt == FMT_PROM) {
+			rc |= show_all_prom(mounts, nm);
+		} else {
+			for (int i = 0; i < nm; i++) {
+				if (fmt == FMT_HUMAN && i)
+					putchar('\n');
+				rc |= show_mount(mounts[i], fmt, files);
+			}
 		}
 		fflush(stdout);
 		if (watch > 0 && !stop) {
