@@ -822,7 +822,8 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pthread_mutex_lock(&fs->ns);
 	if ((h->writable || n->new_file) && node_needs_seal(n))
 		r = seal_locked(fs, n);
-	if (r == 0)
+	/* A failed earlier version is the writers' news, told at their close. */
+	if (r == 0 && h->writable)
 		r = -atomic_load(&n->b->sticky_err);
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_err(req, -r);

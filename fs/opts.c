@@ -282,8 +282,8 @@ int opts_parse(int argc, char **argv, struct ckptfs_opts *o)
 		}
 	}
 	if (npos < 2) {
-		fprintf(stderr, "ckptfs: missing %s\n", npos == 0 ? "BACKEND and MOUNTPOINT" : "MOUNTPOINT");
-		fprintf(stderr, "usage: ckptfs BACKEND MOUNTPOINT [-f] [-d] [-o opt[,opt...]]\n");
+		fprintf(stderr, "ckptfs: missing %s (usage: ckptfs BACKEND MOUNTPOINT [-f] [-d] "
+			"[-o opt,...])\n", npos == 0 ? "BACKEND and MOUNTPOINT" : "MOUNTPOINT");
 		return CKPTFS_USAGE_ERROR;
 	}
 	if (path_within(o->rescue_dir, o->backend ? o->backend : "") && o->backend[0] == '/')

@@ -230,6 +230,7 @@ int tm_run_daemon(const char *const *argv, char *err, size_t errlen)
 		dup2(p[1], 2);
 		dup2(p[1], 1);
 		close(p[0]);
+		close(p[1]);	/* a daemon that forks must not hold the pipe open */
 		execv(tm_daemon_bin(), (char *const *)argv);
 		_exit(127);
 	}

@@ -1,0 +1,68 @@
+/*
+ * owner.c — files created by another user belong to that user, on the
+ * mount and on the backend.  Root mounts with allow_other; a child process
+ * that has become uid/gid 1000 creates a file and a directory in a
+ * world-writable directory.  Skips unless run as root.
+ */
+#include "tests/core/core_util.h"
+
+#include <grp.h>
+#include <sys/wait.h>
+
+#define UID 1000
+#define GID 1000
+
+static void check_owner(const char *path)
+{
+	struct stat st;
+	CHECK_SYS(lstat(path, &st));
+	ASSERT_EQ(st.st_uid, UID);
+	ASSERT_EQ(st.st_gid, GID);
+}
+
+/* In a child as UID/GID: create pub/file and pub/dir; exit status 0 if all worked. */
+static int as_other_user(struct tmount *m)
+{
+	pid_t pid = fork();
+	int st;
+
+	if (pid == 0) {
+		char buf[100];
+		if (setgroups(0, NULL) < 0 || setgid(GID) < 0 || setuid(UID) < 0)
+			_exit(10);
+		int fd = open(tm_path(m, "pub/file"), O_CREAT | O_WRONLY | O_EXCL, 0644);
+		if (fd < 0)
+			_exit(11);
+		fill_pattern(buf, sizeof(buf), 60, 0);
+		if (write(fd, buf, sizeof(buf)) != (ssize_t)sizeof(buf) || close(fd) < 0)
+			_exit(12);
+		if (mkdir(tm_path(m, "pub/dir"), 0755) < 0)
+			_exit(13);
+		_exit(0);
+	}
+	CHECK_SYS(waitpid(pid, &st, 0));
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int main(void)
+{
+	struct tmount m;
+
+	cu_require_root();
+	tm_require_fuse();
+	tm_init(&m, "owner");
+	CHECK_SYS(chmod(m.root, 0755));	/* let uid 1000 reach the mount */
+	tm_mount(&m, "allow_other", NULL);
+	CHECK_SYS(mkdir(tm_path(&m, "pub"), 0777));
+	CHECK_SYS(chmod(tm_path(&m, "pub"), 01777));
+	ASSERT_EQ(as_other_user(&m), 0);
+	check_owner(tm_path(&m, "pub/file"));
+	check_owner(tm_path(&m, "pub/dir"));
+	tm_sync(&m);
+	check_owner(tm_bpath(&m, "pub/file"));
+	check_owner(tm_bpath(&m, "pub/dir"));
+	cu_check_pattern(tm_bpath(&m, "pub/file"), 100, 60);
+	tm_stop(&m);
+	tm_cleanup(&m);
+	return 0;
+}
