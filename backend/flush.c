@@ -56,7 +56,8 @@ static void temp_release(void *tag)
 	free(t);
 }
 
-static int temp_create(struct backend *be, struct bnode *dir, char kind, struct cfd **out)
+static int temp_create(struct backend *be, struct bnode *dir, char kind, mode_t mode,
+		       struct cfd **out)
 {
 	struct btemp *t = xcalloc(1, sizeof(*t));
 	int d = bnode_dirfd(be, dir), fd;
@@ -71,7 +72,7 @@ static int temp_create(struct backend *be, struct bnode *dir, char kind, struct 
 	pthread_mutex_unlock(&be->lock);
 	snprintf(t->name, sizeof(t->name), CKPTFS_RESERVED_PREFIX "%c.%s.%llu", kind,
 		 be->mount_id, (unsigned long long)n);
-	fd = bsys.openat(d, t->name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW, 0600);
+	fd = bsys.openat(d, t->name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW, mode);
 	if (fd < 0) {
 		free(t);
 		return fd;
@@ -206,11 +207,16 @@ static int flush_finish_attrs(struct backend *be, struct fjob *j)
 
 	if (d < 0)
 		return d;
-	if ((r = bsys.ftruncate(j->out->fd, (off_t)j->v->size)) < 0)
+	/* A new file already ends where its data ends, unless in a hole. */
+	bool hole_at_end = j->v->nseg && j->v->segs[j->v->nseg - 1].kind == CSEG_ZERO;
+	if ((!j->fresh || hole_at_end) &&
+	    (r = bsys.ftruncate(j->out->fd, (off_t)j->v->size)) < 0)
 		return r;
-	if (be->opt.chown && (r = bsys.fchownat(d, tname, op->uid, op->gid)) < 0)
+	if (be->opt.chown && (op->uid != geteuid() || op->gid != getegid()) &&
+	    (r = bsys.fchownat(d, tname, op->uid, op->gid)) < 0)
 		return r;
-	if ((r = bsys.fchmodat(d, tname, op->mode & 07777)) < 0)
+	/* New files were created with their mode (the daemon's umask is 0). */
+	if (!j->fresh && (r = bsys.fchmodat(d, tname, op->mode & 07777)) < 0)
 		return r;
 	struct timespec ts[2] = { op->atime, op->mtime };
 	return bsys.utimensat(d, tname, ts);
@@ -361,7 +367,7 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 		if (j->v->out) {
 			j->out = cfd_get(j->v->out);
 		} else {
-			j->err = temp_create(be, j->op->dir, 't', &j->out);
+			j->err = temp_create(be, j->op->dir, 't', j->op->mode & 07777, &j->out);
 			j->fresh = true;
 		}
 		if (!j->err)
@@ -517,7 +523,7 @@ static void spill_one(struct backend *be, struct cfile *cf, struct chunk *ch)
 		struct cfd *f = NULL;
 		if (!dir)
 			return;
-		if (atomic_load(&dir->present) && temp_create(be, dir, 's', &f) == 0) {
+		if (atomic_load(&dir->present) && temp_create(be, dir, 's', 0600, &f) == 0) {
 			cfile_set_stage(cf, f);
 			cfd_put(f);	/* if another stage won, this unlinks ours */
 		}

@@ -33,6 +33,8 @@ int cache_init(struct cache *c, uint64_t size, uint32_t chunk_size)
 	c->chunk_size = chunk_size;
 	c->nchunks = (uint32_t)(size / chunk_size);
 	c->size = (uint64_t)c->nchunks * chunk_size;
+	c->slot_size = CKPT_MAX(SLOT_SIZE, chunk_size / 64);
+	c->nslots = chunk_size / c->slot_size >= 4 ? chunk_size / c->slot_size : 0;
 	c->base = mmap(NULL, c->size, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (c->base == MAP_FAILED) {
@@ -48,12 +50,15 @@ int cache_init(struct cache *c, uint64_t size, uint32_t chunk_size)
 	c->free_ids = xmalloc(sizeof(uint32_t) * c->nchunks);
 	for (uint32_t i = 0; i < c->nchunks; i++) {
 		c->chunks[i].id = i;
+		c->chunks[i].mem = c->base + (uint64_t)i * chunk_size;
+		c->chunks[i].cap = chunk_size;
 		list_init(&c->chunks[i].link);
 		c->free_ids[i] = c->nchunks - 1 - i;	/* pop low ids first */
 	}
 	c->nfree = c->nchunks;
 	list_init(&c->clean);
 	list_init(&c->spill);
+	list_init(&c->partial);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->freed, NULL);
 	return 0;
@@ -63,6 +68,8 @@ void cache_destroy(struct cache *c)
 {
 	if (c->base)
 		munmap(c->base, c->size);
+	for (uint32_t i = 0; c->chunks && i < c->nchunks; i++)
+		free(c->chunks[i].slots);
 	free(c->chunks);
 	free(c->free_ids);
 	pthread_mutex_destroy(&c->lock);
@@ -78,12 +85,77 @@ static void chunk_unlist(struct cache *c, struct chunk *ch)
 	}
 }
 
-/* Take a free chunk off the stack, or evict the oldest evictable clean one. */
-static struct chunk *chunk_take_locked(struct cache *c)
+static void state_bytes(struct cache *c, const struct chunk *ch, int sign)
 {
-	if (c->nfree)
-		return &c->chunks[c->free_ids[--c->nfree]];
+	if (ch->state == CH_DIRTY)
+		atomic_fetch_add(&c->st.dirty_bytes, (uint64_t)(int64_t)sign * ch->cap);
+	else if (ch->state == CH_CLEAN)
+		atomic_fetch_add(&c->st.clean_bytes, (uint64_t)(int64_t)sign * ch->cap);
+}
 
+/* A chunk or slot goes back: to the free stack, or into its split chunk. */
+static void release_locked(struct cache *c, struct chunk *ch)
+{
+	chunk_unlist(c, ch);
+	state_bytes(c, ch, -1);
+	atomic_fetch_sub(&c->st.used_bytes, ch->cap);
+	ch->state = CH_FREE;
+	ch->owner = NULL;
+	if (ch->parent) {
+		struct chunk *p = ch->parent;
+		uint64_t all = c->nslots == 64 ? ~0ull : (1ull << c->nslots) - 1;
+		if (!p->free_slots)
+			list_add_tail(&c->partial, &p->link);
+		p->free_slots |= 1ull << (ch - p->slots);
+		if (p->free_slots == all) {	/* every slot free: whole again */
+			list_del(&p->link);
+			p->state = CH_FREE;
+			c->free_ids[c->nfree++] = p->id;
+		}
+	} else {
+		c->free_ids[c->nfree++] = ch->id;
+	}
+	if (c->waiters)
+		pthread_cond_broadcast(&c->freed);
+}
+
+static struct chunk *take_full_locked(struct cache *c)
+{
+	return c->nfree ? &c->chunks[c->free_ids[--c->nfree]] : NULL;
+}
+
+static struct chunk *take_slot_locked(struct cache *c)
+{
+	struct chunk *p;
+
+	if (list_empty(&c->partial)) {
+		if (!(p = take_full_locked(c)))
+			return NULL;
+		if (!p->slots) {
+			p->slots = xcalloc(c->nslots, sizeof(*p->slots));
+			for (uint32_t i = 0; i < c->nslots; i++) {
+				p->slots[i].id = p->id;
+				p->slots[i].mem = p->mem + (uint64_t)i * c->slot_size;
+				p->slots[i].cap = c->slot_size;
+				p->slots[i].parent = p;
+				list_init(&p->slots[i].link);
+			}
+		}
+		p->state = CH_SPLIT;
+		p->free_slots = c->nslots == 64 ? ~0ull : (1ull << c->nslots) - 1;
+		list_add_tail(&c->partial, &p->link);
+	}
+	p = list_entry(c->partial.next, struct chunk, link);
+	unsigned i = (unsigned)__builtin_ctzll(p->free_slots);
+	p->free_slots &= ~(1ull << i);
+	if (!p->free_slots)
+		list_del(&p->link);	/* full: off the partial list */
+	return &p->slots[i];
+}
+
+/* Evict the oldest evictable clean chunk or slot; false if there is none. */
+static bool evict_one_locked(struct cache *c)
+{
 	for (struct list *e = c->clean.next; e != &c->clean; e = e->next) {
 		struct chunk *ch = list_entry(e, struct chunk, link);
 		struct cfile *cf = ch->owner;
@@ -94,26 +166,25 @@ static struct chunk *chunk_take_locked(struct cache *c)
 			pthread_mutex_unlock(&cf->lock);
 			continue;
 		}
-		chunk_unlist(c, ch);
 		cfile_evict_locked(cf, ch);
-		ch->state = CH_FREE;
-		ch->owner = NULL;
-		atomic_fetch_sub(&c->st.chunks_clean, 1);
-		atomic_fetch_sub(&c->st.chunks_used, 1);
+		release_locked(c, ch);
 		atomic_fetch_add(&c->st.evictions, 1);
 		pthread_mutex_unlock(&cf->lock);
-		return ch;
+		return true;
 	}
-	return NULL;
+	return false;
 }
 
-struct chunk *cache_chunk_alloc(struct cache *c, struct cfile *owner, bool wait)
+struct chunk *cache_chunk_alloc(struct cache *c, struct cfile *owner, bool small, bool wait)
 {
 	struct chunk *ch;
 	uint64_t t0 = 0;
 
+	small = small && c->nslots;
 	pthread_mutex_lock(&c->lock);
-	while (!(ch = chunk_take_locked(c))) {
+	while (!(ch = small ? take_slot_locked(c) : take_full_locked(c))) {
+		if (evict_one_locked(c))
+			continue;	/* it may have freed what we need */
 		if (!wait) {
 			pthread_mutex_unlock(&c->lock);
 			return NULL;
@@ -131,35 +202,24 @@ struct chunk *cache_chunk_alloc(struct cache *c, struct cfile *owner, bool wait)
 			cond_wait_ns(&c->freed, &c->lock, 50 * 1000000);
 		c->waiters--;
 	}
-	pthread_mutex_unlock(&c->lock);
-	if (t0)
-		atomic_fetch_add(&c->st.backpressure_ns, now_ns() - t0);
-
 	ch->owner = owner;
 	ch->index = 0;
 	ch->lo = ch->hi = 0;
 	ch->vrefs = ch->pins = 0;
 	ch->in_map = 0;
 	ch->state = CH_DIRTY;
-	atomic_fetch_add(&c->st.chunks_used, 1);
-	atomic_fetch_add(&c->st.chunks_dirty, 1);
+	atomic_fetch_add(&c->st.used_bytes, ch->cap);
+	atomic_fetch_add(&c->st.dirty_bytes, ch->cap);
+	pthread_mutex_unlock(&c->lock);
+	if (t0)
+		atomic_fetch_add(&c->st.backpressure_ns, now_ns() - t0);
 	return ch;
 }
 
 void cache_chunk_free(struct cache *c, struct chunk *ch)
 {
 	pthread_mutex_lock(&c->lock);
-	chunk_unlist(c, ch);
-	if (ch->state == CH_DIRTY)
-		atomic_fetch_sub(&c->st.chunks_dirty, 1);
-	else if (ch->state == CH_CLEAN)
-		atomic_fetch_sub(&c->st.chunks_clean, 1);
-	atomic_fetch_sub(&c->st.chunks_used, 1);
-	ch->state = CH_FREE;
-	ch->owner = NULL;
-	c->free_ids[c->nfree++] = ch->id;
-	if (c->waiters)
-		pthread_cond_broadcast(&c->freed);
+	release_locked(c, ch);
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -195,15 +255,9 @@ void cache_chunk_set_state(struct cache *c, struct chunk *ch, enum chunk_state s
 {
 	pthread_mutex_lock(&c->lock);
 	if (ch->state != st) {
-		if (ch->state == CH_DIRTY)
-			atomic_fetch_sub(&c->st.chunks_dirty, 1);
-		else if (ch->state == CH_CLEAN)
-			atomic_fetch_sub(&c->st.chunks_clean, 1);
-		if (st == CH_DIRTY)
-			atomic_fetch_add(&c->st.chunks_dirty, 1);
-		else if (st == CH_CLEAN)
-			atomic_fetch_add(&c->st.chunks_clean, 1);
+		state_bytes(c, ch, -1);
 		ch->state = (uint8_t)st;
+		state_bytes(c, ch, 1);
 	}
 	chunk_relist_locked(c, ch);
 	pthread_mutex_unlock(&c->lock);
@@ -227,6 +281,7 @@ struct chunk *cache_spill_pick(struct cache *c, struct cfile **owner)
 
 uint32_t cache_reclaimable(struct cache *c)
 {
+	uint64_t bytes = 0;
 	uint32_t n;
 
 	pthread_mutex_lock(&c->lock);
@@ -234,7 +289,11 @@ uint32_t cache_reclaimable(struct cache *c)
 	for (struct list *e = c->clean.next; e != &c->clean && n < 64; e = e->next) {
 		struct chunk *ch = list_entry(e, struct chunk, link);
 		if (!ch->vrefs && !ch->pins)
+			bytes += ch->cap;
+		if (bytes >= c->chunk_size) {
 			n++;
+			bytes -= c->chunk_size;
+		}
 	}
 	pthread_mutex_unlock(&c->lock);
 	return n;

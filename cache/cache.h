@@ -2,10 +2,16 @@
  * cache.h — the write-back cache arena: one pre-faulted mapping of
  * cache_size bytes cut into fixed-size chunks.
  *
- * A chunk is either free (on the free stack) or owned by exactly one cfile
- * (cfile.h), which holds it in its chunk map, in pending versions, or both.
- * Chunk fields other than the list links are guarded by the owner's lock;
- * the list links, the free stack and the counters below by cache->lock.
+ * A chunk is either free (on the free stack), owned by exactly one cfile
+ * (cfile.h), which holds it in its chunk map, in pending versions, or both,
+ * or split: cut into SLOT_SIZE slots, each a chunk of its own with a smaller
+ * capacity.  A file's first bytes go to a slot while they fit in one, so a
+ * checkpoint of many small files does not pad each to a whole chunk; a file
+ * that grows past its slot moves to a full chunk (cfile.c).  A split chunk
+ * returns to the free stack when its last slot is freed.  Chunk fields
+ * other than the list links are guarded by the owner's lock; the list
+ * links, the free stack, the split chunks' slot maps and the counters below
+ * by cache->lock.
  *
  * Two lists order owned chunks for reclaim:
  *   clean — equal to the published backend file; evicted LRU when a writer
@@ -28,20 +34,28 @@
 
 struct cfile;
 
-enum chunk_state { CH_FREE = 0, CH_DIRTY, CH_CLEAN };
+enum chunk_state { CH_FREE = 0, CH_DIRTY, CH_CLEAN, CH_SPLIT };
 enum chunk_list { CL_NONE = 0, CL_CLEAN, CL_SPILL };
 
+#define SLOT_SIZE (64u << 10)	/* smallest slot of a split chunk */
+
 struct chunk {
-	struct list link;	/* clean LRU or spill list (cache->lock) */
+	struct list link;	/* clean LRU, spill list, or the partial list (cache->lock) */
 	struct cfile *owner;	/* set while owned */
+	char *mem;		/* its memory in the arena */
 	uint64_t index;		/* chunk index within the owner's file */
-	uint32_t id;		/* position in the arena */
+	uint32_t id;		/* position in the arena (slots: their parent's) */
+	uint32_t cap;		/* bytes it holds: chunk_size, or slot_size for a slot */
 	uint32_t lo, hi;	/* valid bytes [lo, hi) within the chunk */
 	uint32_t vrefs;		/* versions or spills reading it: writers copy on write */
 	uint32_t pins;		/* readers replying from it */
 	uint8_t state;		/* enum chunk_state */
 	uint8_t in_map;		/* in the owner's chunk map */
 	uint8_t list;		/* enum chunk_list (cache->lock) */
+	/* a slot: the split chunk it is cut from; a split chunk: its slots */
+	struct chunk *parent;
+	struct chunk *slots;	/* nslots descriptors, made at its first split */
+	uint64_t free_slots;	/* split chunk: bitmap of free slots */
 };
 
 /* Counters read lock-free by the stats view. */
@@ -51,9 +65,9 @@ struct cache_stats {
 	atomic_uint_least64_t backpressure_ns;
 	atomic_uint_least64_t evictions;
 	atomic_uint_least64_t spilled_bytes;
-	atomic_uint_least32_t chunks_used;
-	atomic_uint_least32_t chunks_dirty;
-	atomic_uint_least32_t chunks_clean;
+	atomic_uint_least64_t used_bytes;	/* capacity of owned chunks and slots */
+	atomic_uint_least64_t dirty_bytes;
+	atomic_uint_least64_t clean_bytes;
 };
 
 struct cache {
@@ -67,6 +81,9 @@ struct cache {
 	pthread_cond_t freed;	/* signalled when a chunk returns to the free stack */
 	uint32_t *free_ids;	/* stack of free chunk ids */
 	uint32_t nfree;
+	struct list partial;	/* split chunks with a free slot */
+	uint32_t slot_size;	/* SLOT_SIZE, or chunk_size / 64 for chunks over 4 MiB */
+	uint32_t nslots;	/* slots per split chunk; 0: chunks are too small to split */
 	struct list clean;	/* oldest first */
 	struct list spill;	/* oldest first */
 	uint32_t waiters;
@@ -88,14 +105,16 @@ void cache_destroy(struct cache *c);
 
 static inline char *cache_chunk_mem(const struct cache *c, const struct chunk *ch)
 {
-	return c->base + (uint64_t)ch->id * c->chunk_size;
+	(void)c;
+	return ch->mem;
 }
 
 /*
- * A free chunk for `owner`, evicting a clean one if needed.  With wait, sleeps
- * (counted as backpressure) until one is freed; without, returns NULL.
+ * A free chunk (small: a slot, if slots exist) for `owner`, evicting clean
+ * ones if needed.  With wait, sleeps (counted as backpressure) until space
+ * is freed; without, returns NULL.
  */
-struct chunk *cache_chunk_alloc(struct cache *c, struct cfile *owner, bool wait);
+struct chunk *cache_chunk_alloc(struct cache *c, struct cfile *owner, bool small, bool wait);
 /* Return an owned chunk to the free stack (owner lock held or chunk private). */
 void cache_chunk_free(struct cache *c, struct chunk *ch);
 
@@ -109,7 +128,7 @@ void cache_chunk_relist(struct cache *c, struct chunk *ch);
  */
 struct chunk *cache_spill_pick(struct cache *c, struct cfile **owner);
 
-/* Chunks that are free or evictable right now (for the spiller's watermark). */
+/* Full chunks free or evictable right now (for the spiller's watermark). */
 uint32_t cache_reclaimable(struct cache *c);
 
 #endif

@@ -464,28 +464,66 @@ static int chunk_fill_under(struct cfile *cf, struct chunk *ch, uint64_t lo, uin
 	return r;
 }
 
-/* How many chunks a write of [off, end) needs that the map cannot give. */
-static uint32_t chunks_needed(struct cfile *cf, uint64_t off, uint64_t end)
+enum chunk_need { NEED_NONE, NEED_SLOT, NEED_FULL };
+
+/*
+ * What writing bytes up to z of chunk index i (now ch, or none) needs from
+ * the allocator: nothing; a slot (the first bytes of a file, while they fit
+ * one); or a full chunk.  A chunk a version holds is replaced (C1), and so
+ * is a slot the write outgrows.
+ */
+static enum chunk_need chunk_need(const struct cfile *cf, uint64_t i, uint32_t z,
+				  const struct chunk *ch)
+{
+	const struct cache *c = cf->cache;
+
+	if (ch && !ch->vrefs && z <= ch->cap)
+		return NEED_NONE;
+	if (i == 0 && c->nslots && z <= c->slot_size && (!ch || ch->hi <= c->slot_size))
+		return NEED_SLOT;
+	return NEED_FULL;
+}
+
+/* Allocations a write of [off, end) needs that the map cannot give. */
+static void chunks_needed(struct cfile *cf, uint64_t off, uint64_t end, uint32_t need[3])
 {
 	const uint64_t cs = cf->cache->chunk_size;
-	uint32_t need = 0;
 
+	need[NEED_NONE] = need[NEED_SLOT] = need[NEED_FULL] = 0;
 	for (uint64_t i = off / cs; i * cs < end; i++) {
-		struct chunk *ch = map_get(cf, i, NULL);
-		if (!ch || ch->vrefs)
-			need++;
+		uint32_t z = (uint32_t)(CKPT_MIN(end, (i + 1) * cs) - i * cs);
+		need[chunk_need(cf, i, z, map_get(cf, i, NULL))]++;
 	}
-	return need;
+}
+
+struct spares {
+	struct chunk *buf[8], **v;
+	uint32_t n, cap;
+	struct chunk *slot;
+};
+
+static void spares_add(struct spares *sp, struct chunk *ch)
+{
+	if (sp->n == sp->cap) {
+		struct chunk **v = xmalloc(2 * sp->cap * sizeof(*v));
+		memcpy(v, sp->v, sp->n * sizeof(*v));
+		if (sp->v != sp->buf)
+			free(sp->v);
+		sp->v = v;
+		sp->cap *= 2;
+	}
+	sp->v[sp->n++] = ch;
 }
 
 int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, void *arg)
 {
 	const uint64_t cs = cf->cache->chunk_size;
 	const uint64_t end = off + len;
-	struct chunk *spare_buf[8], **spare = spare_buf;
-	uint32_t nspare = 0, capspare = CKPT_ARRAY_LEN(spare_buf), need;
+	struct spares sp = { .n = 0, .cap = CKPT_ARRAY_LEN(sp.buf) };
+	uint32_t need[3];
 	int r = 0;
 
+	sp.v = sp.buf;
 	if (len == 0)
 		return 0;
 	if (end < off)
@@ -496,18 +534,15 @@ int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, 
 		return -EAGAIN;
 	}
 	/* Gather new chunks without holding the lock: allocation may wait. */
-	while ((need = chunks_needed(cf, off, end)) > nspare) {
+	for (;;) {
+		chunks_needed(cf, off, end, need);
+		if (need[NEED_FULL] <= sp.n && (!need[NEED_SLOT] || sp.slot))
+			break;
 		pthread_mutex_unlock(&cf->lock);
-		if (need > capspare) {
-			struct chunk **n = xmalloc(need * sizeof(*n));
-			memcpy(n, spare, nspare * sizeof(*n));
-			if (spare != spare_buf)
-				free(spare);
-			spare = n;
-			capspare = need;
-		}
-		while (nspare < need)
-			spare[nspare++] = cache_chunk_alloc(cf->cache, cf, true);
+		while (sp.n < need[NEED_FULL])
+			spares_add(&sp, cache_chunk_alloc(cf->cache, cf, false, true));
+		if (need[NEED_SLOT] && !sp.slot)
+			sp.slot = cache_chunk_alloc(cf->cache, cf, true, true);
 		pthread_mutex_lock(&cf->lock);
 	}
 
@@ -516,23 +551,27 @@ int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, 
 		const uint32_t a = (uint32_t)(CKPT_MAX(off, cbase) - cbase);
 		const uint32_t z = (uint32_t)(CKPT_MIN(end, cbase + cs) - cbase);
 		uint32_t pos;
-		struct chunk *ch = map_get(cf, i, &pos);
-		char *mem;
+		struct chunk *ch = map_get(cf, i, &pos), *n = NULL;
+		enum chunk_need nd = chunk_need(cf, i, z, ch);
 
+		if (nd == NEED_SLOT) {
+			n = sp.slot;
+			sp.slot = NULL;
+		} else if (nd == NEED_FULL) {
+			n = sp.v[--sp.n];
+		}
 		if (!ch) {
-			ch = spare[--nspare];
+			ch = n;
 			ch->index = i;
 			ch->lo = a;
 			ch->hi = z;
 			map_insert(cf, pos, ch);
 		} else {
-			if (ch->vrefs) {	/* C1: a version reads it; copy on write */
-				struct chunk *n = spare[--nspare];
+			if (n) {	/* C1 (a version reads ch), or ch is a slot too small */
 				n->index = i;
 				n->lo = ch->lo;
 				n->hi = ch->hi;
-				memcpy(cache_chunk_mem(cf->cache, n) + ch->lo,
-				       cache_chunk_mem(cf->cache, ch) + ch->lo, ch->hi - ch->lo);
+				memcpy(n->mem + ch->lo, ch->mem + ch->lo, ch->hi - ch->lo);
 				map_remove(cf, pos);
 				chunk_maybe_free(cf, ch);
 				map_insert(cf, pos, n);
@@ -547,8 +586,7 @@ int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, 
 			ch->lo = CKPT_MIN(ch->lo, a);
 			ch->hi = CKPT_MAX(ch->hi, z);
 		}
-		mem = cache_chunk_mem(cf->cache, ch);
-		r = copy(arg, mem + a, z - a, (size_t)(cbase + a - off));
+		r = copy(arg, ch->mem + a, z - a, (size_t)(cbase + a - off));
 		if (ch->state != CH_DIRTY || ch->list == CL_NONE)
 			cache_chunk_set_state(cf->cache, ch, CH_DIRTY);
 	}
@@ -560,10 +598,12 @@ int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, 
 	}
 	pthread_mutex_unlock(&cf->lock);
 
-	while (nspare)
-		cache_chunk_free(cf->cache, spare[--nspare]);
-	if (spare != spare_buf)
-		free(spare);
+	while (sp.n)
+		cache_chunk_free(cf->cache, sp.v[--sp.n]);
+	if (sp.slot)
+		cache_chunk_free(cf->cache, sp.slot);
+	if (sp.v != sp.buf)
+		free(sp.v);
 	return r;
 }
 

@@ -104,9 +104,9 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 	struct cache *c = &fs->cache;
 	struct backend *be = &fs->be;
 	const uint64_t cs = c->chunk_size, now = now_ns();
-	uint64_t dirty = (uint64_t)atomic_load(&c->st.chunks_dirty) * cs;
-	uint64_t clean = (uint64_t)atomic_load(&c->st.chunks_clean) * cs;
-	uint64_t used = (uint64_t)atomic_load(&c->st.chunks_used) * cs;
+	uint64_t dirty = atomic_load(&c->st.dirty_bytes);
+	uint64_t clean = atomic_load(&c->st.clean_bytes);
+	uint64_t used = atomic_load(&c->st.used_bytes);
 	uint64_t flushing = CKPT_MIN(atomic_load(&be->st.flushing_bytes), dirty);
 	uint64_t absorbed = atomic_load(&c->st.absorbed_bytes);
 	uint64_t persisted = atomic_load(&be->st.persisted_bytes);

@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /*
@@ -143,6 +144,8 @@ int main(int argc, char **argv)
 	}
 	if (!fs->opt.foreground)
 		status_fd = daemon_fork();
+	/* Modes on the backend are the mount's exactly: the callers' umask is applied. */
+	umask(0);
 	ckpt_log_init("ckptfs", 0, fs->opt.debug);
 
 	if ((r = cache_init(&fs->cache, fs->opt.cache_size, fs->opt.chunk_size)) < 0) {
