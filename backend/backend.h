@@ -120,6 +120,8 @@ struct op {
 	struct cfd *out;	/* the temporary file being written */
 	bool copy_xattrs;	/* carry the replaced file's xattrs over */
 	bool xattr_blob;	/* value holds the version's xattrs (fs/xattr.c format) */
+	bool recorded;		/* its manifest record is written */
+	char *path_hint;	/* versions: the mount path at seal, for the intent record */
 	XXH128_hash_t digest;
 	uint64_t enqueued_ns;
 };

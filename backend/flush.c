@@ -335,22 +335,6 @@ static void fjob_complete(struct flusher *fl, const struct bio_cqe *c)
 	free(w);
 }
 
-/* Note in the manifest that this version is on its way (recovery reports it if lost). */
-static void flush_intent(struct backend *be, struct op *op)
-{
-	struct strbuf b = { 0 };
-	char path[4096];
-
-	if (bnode_path(be, op->dir, op->name, path, sizeof(path)) < 0)
-		return;
-	sb_printf(&b, "{\"t\": \"intent\", \"m\": \"%s\", \"seq\": %llu, \"path\": ",
-		  be->mount_id, (unsigned long long)op->seq);
-	sb_json_str(&b, path);
-	sb_printf(&b, ", \"size\": %llu}", (unsigned long long)op->ver->size);
-	manifest_append(&be->man, b.s, b.len);
-	sb_free(&b);
-}
-
 static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 {
 	struct backend *be = fl->be;
@@ -360,7 +344,6 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 	for (unsigned i = 0; i < n; i++) {
 		struct fjob *j = &jobs[i];
 		j->v = j->op->ver;
-		flush_intent(be, j->op);
 		j->hs = XXH3_createState();
 		XXH3_128bits_reset(j->hs);
 		j->dfd = -1;

@@ -5,10 +5,14 @@
  * Recovery, when the previous mount of this node left no "unmount" record:
  *  1. cut a torn tail off the log (records are length- and hash-checked);
  *  2. decide which of its operations after its last "durable" record were
- *     really applied: they were applied in sequence order (P1), so that is
- *     a prefix; each is checked against the backend (a file version by size
- *     and XXH3, a mkdir by existence, ...).  A "recovered" record then voids
- *     the rest for readers;
+ *     really applied.  They were applied in sequence order (P1), so they
+ *     form a prefix, and the prefix ends at the last operation whose effect
+ *     is visible on the backend: scanning backwards, the first one with
+ *     positive evidence (a file version whose size and XXH3 match, a mkdir
+ *     whose directory exists, a rename or unlink whose source is gone).  An
+ *     earlier operation's effect may have been overwritten by a later one,
+ *     so absence of evidence alone proves nothing.  A "recovered" record
+ *     then voids the rest for readers;
  *  3. report versions that were queued ("intent") but never published: the
  *     files that were in flight and were never acknowledged durable;
  *  4. remove that mount's temporary files (".ckptfs.<k>.<mount id>.<n>").
@@ -232,6 +236,7 @@ struct rrec {
 	uint64_t seq;
 	char *path, *to, *xxh3;
 	uint64_t size;
+	bool exchange;
 };
 
 struct rscan {
@@ -308,6 +313,17 @@ static int rscan_cb(void *arg, const char *p, size_t len, uint64_t off)
 		s->prev_clean = true;
 		return 0;
 	}
+	if (!strcmp(t, "void")) {	/* an operation that was skipped, never applied */
+		size_t k = 0;
+		for (size_t i = 0; i < s->nops; i++) {
+			if (s->ops[i].seq != r.seq)
+				s->ops[k++] = s->ops[i];
+			else
+				rrec_free(&s->ops[i]);
+		}
+		s->nops = k;
+		return 0;
+	}
 	if (!strcmp(t, "durable")) {
 		s->prev_durable = r.seq;
 		/* Everything up to it is settled. */
@@ -330,6 +346,8 @@ static int rscan_cb(void *arg, const char *p, size_t len, uint64_t off)
 		r.xxh3 = xstrdup(buf);
 	if (field(p, len, "size", buf, sizeof(buf)))
 		r.size = strtoull(buf, NULL, 10);
+	if (field(p, len, "exchange", buf, sizeof(buf)))
+		r.exchange = !strcmp(buf, "true");
 	if (!strcmp(t, "intent")) {
 		s->intents = xrealloc(s->intents, (s->nintents + 1) * sizeof(r));
 		s->intents[s->nintents++] = r;
@@ -340,7 +358,11 @@ static int rscan_cb(void *arg, const char *p, size_t len, uint64_t off)
 	return 0;
 }
 
-/* Was this operation applied to the backend before the crash? */
+/*
+ * Does the backend show that this operation was applied?  Only positive
+ * evidence counts: the name an unlink or rename removes existed before it,
+ * the name a mkdir creates did not, a file version's hash is its own.
+ */
 static bool rec_applied(int root_fd, const struct rrec *r)
 {
 	if (!strcmp(r->t, "file")) {
@@ -362,9 +384,11 @@ static bool rec_applied(int root_fd, const struct rrec *r)
 		return path_exists(root_fd, r->path);
 	if (!strcmp(r->t, "rmdir") || !strcmp(r->t, "unlink"))
 		return !path_exists(root_fd, r->path);
-	if (!strcmp(r->t, "rename") || !strcmp(r->t, "link"))
+	if (!strcmp(r->t, "rename"))
+		return !r->exchange && !path_exists(root_fd, r->path);
+	if (!strcmp(r->t, "link"))
 		return r->to && path_exists(root_fd, r->to);
-	return true;	/* attributes: not observable enough to doubt */
+	return false;	/* attributes leave no evidence of their own */
 }
 
 /* Remove temporary files of mount `id` below dirfd (recursively). */
@@ -420,9 +444,11 @@ static void recover(struct manifest *m, int root_fd, struct rscan *s, struct rec
 	rep->unclean = true;
 	snprintf(rep->prev_mount_id, sizeof(rep->prev_mount_id), "%s", s->prev);
 	rep->prev_seq_applied = s->prev_durable;
-	/* Applied operations form a prefix (P1): find where it ends. */
-	for (; k < s->nops && rec_applied(root_fd, &s->ops[k]); k++)
-		rep->prev_seq_applied = s->ops[k].seq;
+	/* Applied operations form a prefix (P1): it ends at the last with evidence. */
+	for (k = s->nops; k > 0 && !rec_applied(root_fd, &s->ops[k - 1]); k--)
+		;
+	if (k)
+		rep->prev_seq_applied = s->ops[k - 1].seq;
 	n = snprintf(buf, sizeof(buf), "{\"t\": \"recovered\", \"m\": \"%s\", \"seq\": %llu, \"by\": \"%s\"}",
 		     s->prev, (unsigned long long)rep->prev_seq_applied, m->mount_id);
 	manifest_append(m, buf, (size_t)n);

@@ -72,6 +72,7 @@ void op_free(struct op *op)
 	free(op->name2);
 	free(op->target);
 	free(op->value);
+	free(op->path_hint);
 	if (op->ver)
 		cver_free(op->ver);
 	cfd_put(op->out);
@@ -94,9 +95,27 @@ uint64_t backend_last_seq(struct backend *be)
 	return s;
 }
 
+/*
+ * Note in the manifest that a version is queued, so that after a crash
+ * recovery can name every closed file that never became durable.
+ */
+static void record_intent(struct backend *be, struct op *op)
+{
+	struct strbuf b = { 0 };
+
+	sb_printf(&b, "{\"t\": \"intent\", \"m\": \"%s\", \"seq\": %llu, \"path\": ",
+		  be->mount_id, (unsigned long long)op->seq);
+	sb_json_str(&b, op->path_hint ? op->path_hint : op->name);
+	sb_printf(&b, ", \"size\": %llu}", (unsigned long long)op->ver->size);
+	manifest_append(&be->man, b.s, b.len);
+	sb_free(&b);
+}
+
 void backend_submit(struct backend *be, struct op *op)
 {
 	op->enqueued_ns = now_ns();
+	if (op->kind == OP_VERSION)
+		record_intent(be, op);
 	pthread_mutex_lock(&be->lock);
 	if (!op->seq)
 		op->seq = ++be->last_seq;
@@ -433,9 +452,22 @@ static void created(struct backend *be, struct op *op, int dfd, struct touched *
 	touch_dir(t, op->dir);
 }
 
+/* The record of an operation that will never happen: readers skip it. */
+static void record_void(struct backend *be, struct op *op)
+{
+	char rec[128];
+	int n = snprintf(rec, sizeof(rec), "{\"t\": \"void\", \"m\": \"%s\", \"seq\": %llu}",
+			 be->mount_id, (unsigned long long)op->seq);
+	if (op->recorded)
+		manifest_append(&be->man, rec, (size_t)n);
+}
+
 static int apply_op(struct backend *be, struct op *op, struct touched *t)
 {
-	record_op(be, op);
+	if (!op->recorded) {	/* once, however often it is retried */
+		record_op(be, op);
+		op->recorded = true;
+	}
 	int dfd = -1, r = 0;
 	char name[256];
 	struct bnode *at = NULL;
@@ -564,7 +596,11 @@ static int apply_op(struct backend *be, struct op *op, struct touched *t)
 	return r;
 }
 
-/* fsync every directory and file the batch touched (P3). */
+/*
+ * fsync the manifest and every directory and file the batch touched (P3).
+ * On failure the set is kept, to be synced again: the operations are
+ * applied already and must not be applied twice.
+ */
 static int sync_touched(struct backend *be, struct touched *t)
 {
 	int err = manifest_sync(&be->man);
@@ -579,7 +615,6 @@ static int sync_touched(struct backend *be, struct touched *t)
 		}
 		if (r < 0 && !err)
 			err = r;
-		bnode_put(t->dirs[i]);
 	}
 	for (unsigned i = 0; i < t->nfiles; i++) {
 		struct bnode *at = NULL;
@@ -594,10 +629,15 @@ static int sync_touched(struct backend *be, struct touched *t)
 			}
 			bnode_put(at);
 		}
-		bnode_put(t->files[i]);
 	}
+	if (err)
+		return err;
+	for (unsigned i = 0; i < t->n; i++)
+		bnode_put(t->dirs[i]);
+	for (unsigned i = 0; i < t->nfiles; i++)
+		bnode_put(t->files[i]);
 	t->n = t->nfiles = 0;
-	return err;
+	return 0;
 }
 
 static const char *op_kind_name(enum op_kind k)
@@ -688,6 +728,7 @@ static void *publisher_main(void *arg)
 			pthread_mutex_unlock(&be->lock);
 			log_err("writing '%s' failed permanently: %s; version skipped",
 				 head->name ? head->name : "", strerror(-err));
+			record_void(be, head);
 			atomic_fetch_add(&be->st.errors, 1);
 			atomic_fetch_sub(&be->st.pending_versions, 1);
 			atomic_store(&head->node->sticky_err, -err);
@@ -733,6 +774,7 @@ static void *publisher_main(void *arg)
 				log_err("%s of '%s' failed permanently: %s; skipped",
 					 op_kind_name(batch[applied]->kind),
 					 batch[applied]->name ? batch[applied]->name : "", strerror(-err));
+				record_void(be, batch[applied]);
 				atomic_fetch_add(&be->st.errors, 1);
 				if (batch[applied]->node)
 					atomic_store(&batch[applied]->node->sticky_err, -err);
@@ -741,12 +783,15 @@ static void *publisher_main(void *arg)
 			if (err < 0)
 				break;
 		}
-		int serr = sync_touched(be, t);
-		if (serr < 0 && err_transient(serr) && applied) {
-			/* Applied but not durable: the whole run is retried (idempotent). */
-			set_blocked(be, batch[0], serr);
+		/* Applied but not durable until synced: retry the sync, never the run. */
+		int serr;
+		while ((serr = sync_touched(be, t)) < 0 && !be->aborting) {
+			set_blocked(be, applied ? batch[0] : batch[applied], serr);
+			atomic_fetch_add(&be->st.retries, 1);
 			backoff_sleep(be, backoff);
 			backoff = CKPT_MIN(backoff * 2, BACKOFF_MAX_NS);
+		}
+		if (serr < 0) {		/* aborting: the rescue takes what is queued */
 			pthread_mutex_lock(&be->lock);
 			continue;
 		}

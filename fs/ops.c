@@ -109,6 +109,9 @@ int seal_locked(struct ckptfs *fs, struct fsnode *n)
 	op->node = bnode_get(n->b);
 	op->dir = bnode_get(d->parent->b);
 	op->name = xstrdup(d->name);
+	char path[4096];
+	if (node_path(fs, n, path, sizeof(path)))
+		op->path_hint = xstrdup(path);
 	pthread_mutex_lock(&n->alock);
 	op->mode = n->mode;
 	op->uid = n->uid;

@@ -198,26 +198,62 @@ static int rec_cmp(const void *a, const void *b)
 	return x->order < y->order ? -1 : x->order > y->order;
 }
 
-/* The seq up to which mount `m` applied, if a recovery voided its rest. */
-static bool voided(const struct recs *r, const struct jobj *o)
+/*
+ * Records that describe operations which never happened: those a recovery
+ * voided (after the seq it found applied for their mount) and those marked
+ * "void" (skipped after a permanent failure).
+ */
+struct voids {
+	struct { const char *mount; double seq; } *cut;	/* "recovered" */
+	size_t ncut;
+	struct { const char *mount; double seq; } *one;	/* "void" */
+	size_t none;
+};
+
+static void voids_collect(const struct recs *r, struct voids *v)
+{
+	memset(v, 0, sizeof(*v));
+	for (size_t i = 0; i < r->n; i++) {
+		const char *t = jobj_get(&r->v[i].o, "t"), *m = jobj_get(&r->v[i].o, "m");
+		if (!t || !m)
+			continue;
+		if (!strcmp(t, "recovered")) {
+			v->cut = xrealloc(v->cut, (v->ncut + 1) * sizeof(*v->cut));
+			v->cut[v->ncut].mount = m;
+			v->cut[v->ncut++].seq = jobj_num(&r->v[i].o, "seq");
+		} else if (!strcmp(t, "void")) {
+			v->one = xrealloc(v->one, (v->none + 1) * sizeof(*v->one));
+			v->one[v->none].mount = m;
+			v->one[v->none++].seq = jobj_num(&r->v[i].o, "seq");
+		}
+	}
+}
+
+static bool voided(const struct voids *v, const struct jobj *o)
 {
 	const char *mid = jobj_get(o, "m");
 	double seq = jobj_num(o, "seq");
-	for (size_t i = 0; i < r->n; i++) {
-		const char *t = jobj_get(&r->v[i].o, "t"), *vm = jobj_get(&r->v[i].o, "m");
-		if (t && !strcmp(t, "recovered") && vm && mid && !strcmp(vm, mid) &&
-		    seq > jobj_num(&r->v[i].o, "seq"))
+
+	if (!mid)
+		return false;
+	for (size_t i = 0; i < v->ncut; i++)
+		if (seq > v->cut[i].seq && !strcmp(v->cut[i].mount, mid))
 			return true;
-	}
+	for (size_t i = 0; i < v->none; i++)
+		if (seq == v->one[i].seq && !strcmp(v->one[i].mount, mid))
+			return true;
 	return false;
 }
 
 static void replay(struct pmap *m, const struct recs *r)
 {
+	struct voids v;
+
+	voids_collect(r, &v);
 	for (size_t i = 0; i < r->n; i++) {
 		const struct jobj *o = &r->v[i].o;
 		const char *t = jobj_get(o, "t"), *path = jobj_get(o, "path"), *to = jobj_get(o, "to");
-		if (!t || !path || !r->v[i].time || voided(r, o))
+		if (!t || !path || !r->v[i].time || voided(&v, o))
 			continue;
 		if (!strcmp(t, "file")) {
 			struct entry *e = pm_get(m, path);
@@ -250,6 +286,8 @@ static void replay(struct pmap *m, const struct recs *r)
 			}
 		}
 	}
+	free(v.cut);
+	free(v.one);
 }
 
 static int load_manifests(const char *root, struct pmap *m)
