@@ -506,12 +506,13 @@ static void spill_one(struct backend *be, struct cfile *cf, struct chunk *ch)
 		struct cfd *f = NULL;
 		if (!dir)
 			return;
-		if (atomic_load(&dir->present) && temp_create(be, dir, 's', 0600, &f) == 0) {
+		if (atomic_load(&dir->present) && temp_create(be, dir, 's', 0600, &f) == 0)
 			cfile_set_stage(cf, f);
-			cfd_put(f);	/* if another stage won, this unlinks ours */
-		}
 		bnode_put(dir);
 		r = cfile_spill_begin(cf, ch, &job);
+		if (r < 0 && f)	/* sealed meanwhile: an unused stage must not linger */
+			cfile_drop_empty_stage(cf, f);
+		cfd_put(f);	/* unlinks it if the file does not hold it */
 	}
 	if (r < 0)
 		return;

@@ -107,10 +107,12 @@ static void release_locked(struct cache *c, struct chunk *ch)
 		if (!p->free_slots)
 			list_add_tail(&c->partial, &p->link);
 		p->free_slots |= 1ull << (ch - p->slots);
+		c->free_slots++;
 		if (p->free_slots == all) {	/* every slot free: whole again */
 			list_del(&p->link);
 			p->state = CH_FREE;
 			c->free_ids[c->nfree++] = p->id;
+			c->free_slots -= c->nslots;
 		}
 	} else {
 		c->free_ids[c->nfree++] = ch->id;
@@ -143,11 +145,13 @@ static struct chunk *take_slot_locked(struct cache *c)
 		}
 		p->state = CH_SPLIT;
 		p->free_slots = c->nslots == 64 ? ~0ull : (1ull << c->nslots) - 1;
+		c->free_slots += c->nslots;
 		list_add_tail(&c->partial, &p->link);
 	}
 	p = list_entry(c->partial.next, struct chunk, link);
 	unsigned i = (unsigned)__builtin_ctzll(p->free_slots);
 	p->free_slots &= ~(1ull << i);
+	c->free_slots--;
 	if (!p->free_slots)
 		list_del(&p->link);	/* full: off the partial list */
 	return &p->slots[i];
@@ -281,20 +285,18 @@ struct chunk *cache_spill_pick(struct cache *c, struct cfile **owner)
 
 uint32_t cache_reclaimable(struct cache *c)
 {
-	uint64_t bytes = 0;
+	uint64_t bytes;
 	uint32_t n;
 
 	pthread_mutex_lock(&c->lock);
-	n = c->nfree;
-	for (struct list *e = c->clean.next; e != &c->clean && n < 64; e = e->next) {
+	bytes = c->free_slots * c->slot_size;
+	for (struct list *e = c->clean.next;
+	     e != &c->clean && c->nfree + bytes / c->chunk_size < 64; e = e->next) {
 		struct chunk *ch = list_entry(e, struct chunk, link);
 		if (!ch->vrefs && !ch->pins)
 			bytes += ch->cap;
-		if (bytes >= c->chunk_size) {
-			n++;
-			bytes -= c->chunk_size;
-		}
 	}
+	n = c->nfree + (uint32_t)(bytes / c->chunk_size);
 	pthread_mutex_unlock(&c->lock);
 	return n;
 }

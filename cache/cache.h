@@ -84,6 +84,7 @@ struct cache {
 	struct list partial;	/* split chunks with a free slot */
 	uint32_t slot_size;	/* SLOT_SIZE, or chunk_size / 64 for chunks over 4 MiB */
 	uint32_t nslots;	/* slots per split chunk; 0: chunks are too small to split */
+	uint64_t free_slots;	/* free slots in split chunks */
 	struct list clean;	/* oldest first */
 	struct list spill;	/* oldest first */
 	uint32_t waiters;

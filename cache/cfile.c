@@ -774,6 +774,19 @@ bool cfile_set_stage(struct cfile *cf, struct cfd *f)
 	return ok;
 }
 
+void cfile_drop_empty_stage(struct cfile *cf, struct cfd *f)
+{
+	struct clayer *stage;
+
+	pthread_mutex_lock(&cf->lock);
+	if ((stage = live_stage(cf)) && stage->f == f && stage->next == 0 && !cf->spills) {
+		layer_free(stage);
+		memmove(&cf->layers[0], &cf->layers[1], (cf->nlayers - 1) * sizeof(*cf->layers));
+		cf->nlayers--;
+	}
+	pthread_mutex_unlock(&cf->lock);
+}
+
 int cfile_spill_begin(struct cfile *cf, struct chunk *ch, struct spill_job *job)
 {
 	const uint64_t cs = cf->cache->chunk_size;

@@ -159,6 +159,8 @@ int cfile_spill_begin(struct cfile *cf, struct chunk *ch, struct spill_job *job)
 void cfile_spill_end(struct cfile *cf, struct spill_job *job, int err);
 /* Install fd as the live stage; returns false (and closes nothing) if one exists. */
 bool cfile_set_stage(struct cfile *cf, struct cfd *f);
+/* Remove the live stage f if nothing was spilled into it (it goes when f does). */
+void cfile_drop_empty_stage(struct cfile *cf, struct cfd *f);
 
 /* Called by cache.c with both locks held: drop a clean chunk from the map. */
 void cfile_evict_locked(struct cfile *cf, struct chunk *ch);
