@@ -63,6 +63,7 @@ struct fsnode {
 	bool ever_sealed;	/* a version was queued or it came from the backend */
 	bool new_file;		/* created here and not sealed yet */
 	uint32_t writers;	/* open handles that can write */
+	bool bypassed;		/* written through the kernel page cache's back */
 
 	pthread_mutex_t alock;
 	mode_t mode;

@@ -607,9 +607,16 @@ static struct fshandle *handle_new(struct fsnode *n, int flags)
 static void handle_setup(struct fshandle *h, struct fuse_file_info *fi)
 {
 	fi->fh = (uint64_t)(uintptr_t)h;
-	/* Every change passes through the kernel, so its page cache stays valid. */
-	fi->keep_cache = !(h->flags & O_DIRECT);
-	fi->direct_io = (h->flags & O_DIRECT) != 0;
+	/*
+	 * Write-only opens (how checkpoints are written) bypass the kernel's page
+	 * cache: the writer's pages go by reference into our pipe and are copied
+	 * once, into the cache.  Others keep the page cache (mmap needs it), and
+	 * keep what it holds unless a write-only handle changed the file.
+	 */
+	fi->direct_io = (h->flags & O_DIRECT) || (h->flags & O_ACCMODE) == O_WRONLY;
+	if (fi->direct_io)
+		h->node->bypassed = true;
+	fi->keep_cache = !fi->direct_io && !h->node->bypassed;
 }
 
 static void open_truncate(struct ckptfs *fs, struct fsnode *n, int flags)
