@@ -114,6 +114,8 @@ struct ckptfs {
 	double absorb_rate, persist_rate;
 
 	bool splice_loop;	/* requests arrive through loop.c's pipes */
+	atomic_bool inited;	/* the kernel's INIT has been answered */
+	unsigned max_read;	/* the max_read mount option in effect */
 
 	char *zeros;		/* ZERO segments of read replies */
 	size_t zeros_len;
@@ -174,6 +176,8 @@ bool fs_splice_loop_possible(void);
 int fs_splice_loop(struct fuse_session *se, unsigned nthreads);
 /* max_write for the splice loop: 254 pages, so a request fits a 1 MiB pipe. */
 #define SPLICE_MAX_WRITE (254u * 4096u)
+/* Read requests are capped likewise, so spliced replies fit a 1 MiB pipe. */
+#define READ_MAX 1015808	/* 248 pages: data plus libfuse's header pages fit 256 */
 
 /* ---- handlers (ops.c) ------------------------------------------------- */
 

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 /*
@@ -119,6 +120,37 @@ static int drain_or_rescue(struct ckptfs *fs)
 	return -EIO;
 }
 
+/*
+ * The kernel gives a FUSE mount a 128 KiB readahead; a restore reads whole
+ * multi-GiB files.  Once INIT is answered, set the mount's own readahead
+ * through its bdi (root only; best effort).
+ */
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+static void *readahead_setter(void *arg)
+{
+	struct ckptfs *fs = arg;
+	struct stat st;
+	char path[128], val[32];
+
+	for (int i = 0; i < 200 && !atomic_load(&fs->inited); i++)
+		usleep(10000);
+	usleep(20000);	/* the kernel applies INIT's readahead after our reply */
+	if (stat(fs->opt.mountpoint_real, &st) < 0)
+		return NULL;
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", major(st.st_dev),
+		 minor(st.st_dev));
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		int n = snprintf(val, sizeof(val), "%llu", (unsigned long long)(fs->opt.readahead >> 10));
+		if (write(fd, val, (size_t)n) != n)
+			log_debug("could not set %s", path);
+		close(fd);
+	}
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	struct ckptfs *fs = xcalloc(1, sizeof(*fs));
@@ -179,9 +211,11 @@ int main(int argc, char **argv)
 	ctl_init(fs);
 
 	char opts[8192];
-	snprintf(opts, sizeof(opts), "fsname=%s,subtype=ckptfs,default_permissions%s%s",
-		 fs->opt.backend_real, fs->opt.fuse_opts ? "," : "",
-		 fs->opt.fuse_opts ? fs->opt.fuse_opts : "");
+	const char *mr = fs->opt.fuse_opts ? strstr(fs->opt.fuse_opts, "max_read=") : NULL;
+	fs->max_read = mr ? (unsigned)strtoul(mr + 9, NULL, 10) : READ_MAX;
+	snprintf(opts, sizeof(opts), "fsname=%s,subtype=ckptfs,default_permissions%s%s%s",
+		 fs->opt.backend_real, mr ? "" : ",max_read=" STR(READ_MAX),
+		 fs->opt.fuse_opts ? "," : "", fs->opt.fuse_opts ? fs->opt.fuse_opts : "");
 	if (fuse_opt_add_arg(&args, argv[0]) || fuse_opt_add_arg(&args, "-o") ||
 	    fuse_opt_add_arg(&args, opts) || (fs->opt.debug && fuse_opt_add_arg(&args, "-d"))) {
 		daemon_report(&status_fd, 1);
@@ -209,6 +243,9 @@ int main(int argc, char **argv)
 		 fs->opt.flush_threads, bio_kind_name(fs->be.io_in_use),
 		 fs->opt.fsync_lazy ? "lazy" : "durable");
 	daemon_report(&status_fd, 0);
+	pthread_t ra;
+	if (fs->opt.readahead && pthread_create(&ra, NULL, readahead_setter, fs) == 0)
+		pthread_detach(ra);
 
 	if (fs->splice_loop) {
 		r = fs_splice_loop(fs->se, fs->opt.max_threads);

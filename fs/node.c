@@ -298,6 +298,7 @@ int node_open_base(struct ckptfs *fs, struct fsnode *n)
 
 	if (fd < 0)
 		return fd;
+	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);	/* restores read whole files */
 	cfile_set_base_fd(n->cf, fd);
 	return 0;
 }

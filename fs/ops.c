@@ -768,6 +768,15 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 	fuse_reply_write(req, len);
 }
 
+/*
+ * Reply straight from the cache.  Chunk memory goes out as an iovec (the
+ * kernel copies it once, into the reader's pages).  Ranges held in backend
+ * files go through fuse_reply_data, which splices them from the backend's
+ * page cache into the reply without a copy here: read requests are capped
+ * at READ_MAX (the max_read mount option, main.c) so a reply fits the
+ * 1 MiB pipe libfuse may use without privileges.  Holes come from the zero
+ * page.
+ */
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -776,6 +785,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct fsnode *n = h->node;
 	struct cseg *segs;
 	uint32_t nseg, nbuf = 0;
+	bool fd_segs = false;
 	int r;
 
 	if (n->ctl) {
@@ -789,36 +799,39 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, -r);
 		return;
 	}
-	size_t nb = nseg + 1;
-	for (uint32_t i = 0; i < nseg; i++)
-		if (segs[i].kind == CSEG_ZERO)
-			nb += segs[i].len / fs->zeros_len + 1;
+	size_t nb = nseg + size / fs->zeros_len + 1;
 	struct fuse_bufvec *bv = xcalloc(1, sizeof(*bv) + nb * sizeof(struct fuse_buf));
+	struct iovec *iov = xmalloc(nb * sizeof(*iov));
 	uint64_t total = 0;
 	for (uint32_t i = 0; i < nseg; i++) {
 		struct cseg *s = &segs[i];
-		if (s->kind == CSEG_MEM) {
-			bv->buf[nbuf++] = (struct fuse_buf){ .size = s->len, .mem = s->mem };
-		} else if (s->kind == CSEG_FD) {
+		if (s->kind == CSEG_FD) {
+			fd_segs = true;
 			bv->buf[nbuf++] = (struct fuse_buf){
 				.size = s->len, .flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK,
 				.fd = s->f->fd, .pos = (off_t)s->foff };
 		} else {
 			for (uint64_t done = 0; done < s->len;) {
-				size_t k = (size_t)CKPT_MIN(s->len - done, fs->zeros_len);
-				bv->buf[nbuf++] = (struct fuse_buf){ .size = k, .mem = fs->zeros };
+				size_t k = s->kind == CSEG_MEM ? s->len
+					   : (size_t)CKPT_MIN(s->len - done, fs->zeros_len);
+				void *mem = s->kind == CSEG_MEM ? s->mem : fs->zeros;
+				bv->buf[nbuf++] = (struct fuse_buf){ .size = k, .mem = mem };
 				done += k;
 			}
 		}
 		total += s->len;
 	}
 	bv->count = nbuf;
-	if (nbuf == 0)
-		fuse_reply_buf(req, NULL, 0);
-	else
+	if (fd_segs) {
 		fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
+	} else {
+		for (uint32_t i = 0; i < nbuf; i++)
+			iov[i] = (struct iovec){ bv->buf[i].mem, bv->buf[i].size };
+		fuse_reply_iov(req, iov, (int)nbuf);
+	}
 	atomic_fetch_add(&fs->read_bytes, total);
 	cfile_unmap(n->cf, segs, nseg);
+	free(iov);
 	free(bv);
 }
 
@@ -1039,6 +1052,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* With the splice loop a write request must fit a 1 MiB pipe (loop.c). */
 	conn->max_write = fs->splice_loop ? SPLICE_MAX_WRITE : 1u << 20;
 	conn->max_readahead = 1u << 20;
+	/* libfuse requires the max_read mount option (main.c) repeated here. */
+	conn->max_read = fs->max_read;
 	conn->time_gran = 1;
 	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
@@ -1050,6 +1065,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
 		conn->want |= FUSE_CAP_READDIRPLUS;
+	atomic_store(&fs->inited, true);
 }
 
 uint64_t seal_all_locked(struct ckptfs *fs, int *err)

@@ -59,6 +59,8 @@ void opts_usage(FILE *f)
 "  manifest=on|off      keep the manifest of checksums that recovery and\n"
 "                       ckptfs-ctl verify need (default on)\n"
 "  attr_timeout=SEC     kernel attribute and entry cache time (default 1)\n"
+"  readahead=SIZE       kernel readahead on the mount, for restores (default 4M;\n"
+"                       needs root, 0 keeps the kernel's)\n"
 "  drain_timeout=SEC    at unmount, give up on a failing backend after SEC\n"
 "                       seconds without progress and rescue the data (default\n"
 "                       60; 0 waits forever)\n"
@@ -126,6 +128,13 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 		*val++ = '\0';
 	if (!*opt)
 		return 0;
+	if (!strcmp(opt, "readahead")) {
+		if (!val || parse_size(val, &size) < 0 || size > (1ull << 30))
+			return usage_error("option '%s' needs a size up to 1G such as 4M, not '%s'", opt,
+					   val ? val : "");
+		o->readahead = size;
+		return 0;
+	}
 	if (!strcmp(opt, "cache_size") || !strcmp(opt, "chunk_size")) {
 		if (!val || parse_size(val, &size) < 0 || size == 0)
 			return usage_error("option '%s' needs a size such as 4M or 64G, not '%s'", opt,
@@ -243,6 +252,7 @@ int opts_parse(int argc, char **argv, struct ckptfs_opts *o)
 	o->direct = true;
 	o->manifest = true;
 	o->attr_timeout = 1.0;
+	o->readahead = 4u << 20;
 	o->drain_timeout = 60;
 	o->rescue_dir = xstrdup("/var/tmp/ckptfs-rescue");
 

@@ -31,6 +31,7 @@ struct ckptfs_opts {
 	bool direct;		/* flush with O_DIRECT where aligned */
 	bool manifest;		/* keep the manifest log (checksums, recovery, verify) */
 	double attr_timeout;
+	uint64_t readahead;	/* the mount's kernel readahead, bytes */
 	char *rescue_dir;	/* where unpersistable data goes at exit */
 	double drain_timeout;	/* seconds without progress before rescuing; 0 = never */
 	char *fuse_opts;	/* -o string passed on to libfuse */
