@@ -318,8 +318,9 @@ static int prepare_add(struct ckptfs *fs, struct fsnode *p, const char *name)
 }
 
 /*
- * mkdir and symlink: a new node named `name` in `parent`, created on the
- * backend by an operation of `kind` (target: the symlink's).  Replies.
+ * mkdir, symlink and mknod: a new node named `name` in `parent`, created on
+ * the backend by an operation of `kind` (a regular file by its first
+ * version, sealed at once; target: the symlink's).  Replies.
  */
 static void add_named(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		      enum op_kind kind, const char *target)
@@ -337,17 +338,22 @@ static void add_named(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			n->loaded = true;	/* new: nothing to read from the backend */
 		if (target)
 			n->symlink = xstrdup(target);
+		n->new_file = S_ISREG(mode);
 		dent_add(fs, p, name, n);
-		struct op *op = op_new(kind);
-		op->node = bnode_get(n->b);
-		op->dir = bnode_get(p->b);
-		op->name = xstrdup(name);
-		op->target = target ? xstrdup(target) : NULL;
-		op->mode = n->mode;
-		op->uid = n->uid;
-		op->gid = n->gid;
-		op->valid = OPA_UID | OPA_GID;
-		backend_submit(&fs->be, op);
+		if (kind == OP_VERSION) {
+			r = seal_locked(fs, n);
+		} else {
+			struct op *op = op_new(kind);
+			op->node = bnode_get(n->b);
+			op->dir = bnode_get(p->b);
+			op->name = xstrdup(name);
+			op->target = target ? xstrdup(target) : NULL;
+			op->mode = n->mode;
+			op->uid = n->uid;
+			op->gid = n->gid;
+			op->valid = OPA_UID | OPA_GID;
+			backend_submit(&fs->be, op);
+		}
 		touch_mtime(p);
 		fill_entry(fs, n, &e);
 	}
@@ -370,30 +376,10 @@ static void op_symlink(fuse_req_t req, const char *target, fuse_ino_t parent, co
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
-	struct ckptfs *fs = FS(req);
-	struct fuse_entry_param e;
-	struct fsnode *p, *n;
-	int r;
-
-	if (!S_ISREG(mode)) {
+	if (!S_ISREG(mode))
 		fuse_reply_err(req, EPERM);	/* checkpoints hold no devices or fifos */
-		return;
-	}
-	pthread_mutex_lock(&fs->ns);
-	p = fs_node(fs, parent);
-	if ((r = prepare_add(fs, p, name)) == 0) {
-		n = new_child(fs, req, p, S_IFREG | (mode & 07777));
-		n->new_file = true;
-		dent_add(fs, p, name, n);
-		r = seal_locked(fs, n);
-		touch_mtime(p);
-		fill_entry(fs, n, &e);
-	}
-	pthread_mutex_unlock(&fs->ns);
-	if (r < 0)
-		fuse_reply_err(req, -r);
 	else
-		fuse_reply_entry(req, &e);
+		add_named(req, parent, name, S_IFREG | (mode & 07777), OP_VERSION, NULL);
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)

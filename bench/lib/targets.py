@@ -352,6 +352,15 @@ class CkptfsLazy(Ckptfs):
 		super().__init__(path, store, workdir, binary, cache_size, opts, remount)
 
 
+class CkptfsNoManifest(Ckptfs):
+	"""ckptfs with -o manifest=off: no checksum records, for the manifest's cost."""
+	name = "ckptfs_nomanifest"
+
+	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each"):
+		opts = ",".join(o for o in (opts, "manifest=off") if o)
+		super().__init__(path, store, workdir, binary, cache_size, opts, remount)
+
+
 class Bindfs(FuseDaemon):
 	"""bindfs: a FUSE passthrough; the application fsyncs each file (the
 	durable save), so this shows what one FUSE hop adds to direct+fsync."""

@@ -97,6 +97,15 @@ PEER_RATIOS = [
 ]
 
 
+# What the manifest (checksum records, group-committed) costs: the same
+# ckptfs with and without it, side by side.
+MANIFEST_RATIOS = [
+	("ckptfs stall, manifest on / off", ("ckptfs", "stall"), ("ckptfs_nomanifest", "stall"), ""),
+	("ckptfs time-to-durable, manifest on / off", ("ckptfs", "durable"),
+	 ("ckptfs_nomanifest", "durable"), ""),
+]
+
+
 class Suite:
 	def __init__(self, cfg):
 		self.cfg = cfg
@@ -117,10 +126,10 @@ class Suite:
 		made = {
 			"ckpt2g": lambda: self.with_ratios(
 				wl_files.Ckpt2g(total=c.size, nfiles=c.args.files),
-				["ckptfs", "tmpfs", "direct", "direct_fsync"] + (
+				["ckptfs", "tmpfs", "direct", "direct_fsync", "ckptfs_nomanifest"] + (
 					["bindfs_fsync", "rclone", "gluster_fsync", "ckptfs_gluster"]
 					if m["ckpt2g_peers"] or c.target_filter else []),
-				ckptfs_ratios() + [("ckptfs stall / direct (no fsync)", ("ckptfs", "stall"),
+				ckptfs_ratios() + MANIFEST_RATIOS + [("ckptfs stall / direct (no fsync)", ("ckptfs", "stall"),
 						    ("direct", "stall"), "")] + PEER_RATIOS + [
 					("ckptfs/GlusterFS stall / GlusterFS+fsync", ("ckptfs_gluster", "stall"),
 					 ("gluster_fsync", "durable"), ""),
@@ -128,8 +137,9 @@ class Suite:
 					 ("ckptfs_gluster", "durable"), ("gluster_fsync", "durable"), "<= 1.05")]),
 			"smallfiles": lambda: self.with_ratios(
 				wl_files.SmallFiles(count=m["smallfiles"]),
-				["ckptfs", "tmpfs", "direct", "direct_fsync"],
-				[("ckptfs files/s / direct files/s", ("direct", "stall"), ("ckptfs", "stall"), ">= 0.5"),
+				["ckptfs", "tmpfs", "direct", "direct_fsync", "ckptfs_nomanifest"],
+				MANIFEST_RATIOS + [
+				 ("ckptfs files/s / direct files/s", ("direct", "stall"), ("ckptfs", "stall"), ">= 0.5"),
 				 ("ckptfs stall / tmpfs stall", ("ckptfs", "stall"), ("tmpfs", "stall"), ""),
 				 ("ckptfs time-to-durable / direct+fsync", ("ckptfs", "durable"),
 				  ("direct_fsync", "durable"), "")],
@@ -190,6 +200,7 @@ class Suite:
 			"direct_fsync": lambda: T.DirectFsync(store, store),
 			"ckptfs": lambda: T.Ckptfs(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_lazy": lambda: T.CkptfsLazy(c.mnt(name), store, c.workdir, *ck),
+			"ckptfs_nomanifest": lambda: T.CkptfsNoManifest(c.mnt(name), store, c.workdir, *ck),
 			"bindfs_fsync": lambda: T.Bindfs(c.mnt(name), store, c.workdir),
 			"rclone": lambda: T.Rclone(c.mnt(name), store, c.workdir),
 			"gluster_fsync": lambda: T.GlusterFsync(self.volume),
