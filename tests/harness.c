@@ -219,34 +219,61 @@ static const char *path_join(const char *base, const char *rel)
 const char *tm_path(struct tmount *m, const char *rel) { return path_join(m->mnt, rel); }
 const char *tm_bpath(struct tmount *m, const char *rel) { return path_join(m->backend, rel); }
 
-int tm_run_daemon(const char *const *argv, char *err, size_t errlen)
+int tm_run(const char *const *argv, char **out)
 {
+	size_t cap = 1 << 16, have = 0;
+	char *buf = malloc(cap);
 	int p[2], st;
 	pid_t pid;
-	size_t have = 0;
 
 	CHECK_SYS(pipe(p));
 	if ((pid = fork()) == 0) {
-		dup2(p[1], 2);
-		dup2(p[1], 1);
+		int sink = out ? p[1] : open("/dev/null", O_WRONLY);
+		dup2(sink, 1);
+		dup2(sink, 2);
 		close(p[0]);
-		close(p[1]);	/* a daemon that forks must not hold the pipe open */
-		execv(tm_daemon_bin(), (char *const *)argv);
+		close(p[1]);	/* a child that forks must not hold the pipe open */
+		execvp(argv[0], (char *const *)argv);
+		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
 		_exit(127);
 	}
 	close(p[1]);
 	for (;;) {
-		ssize_t n = read(p[0], err + have, errlen - 1 - have);
+		if (cap - have < 4096)
+			buf = realloc(buf, cap *= 2);
+		ssize_t n = read(p[0], buf + have, cap - have - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
 		if (n <= 0)
 			break;
 		have += (size_t)n;
-		if (have >= errlen - 1)
-			break;
 	}
-	err[have] = '\0';
+	buf[have] = '\0';
 	close(p[0]);
-	waitpid(pid, &st, 0);
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (out)
+		*out = buf;
+	else
+		free(buf);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int tm_run_daemon(const char *const *argv, char *err, size_t errlen)
+{
+	const char *v[64];
+	char *out;
+	size_t n = 0;
+	int st;
+
+	v[0] = tm_daemon_bin();
+	for (n = 1; argv[n] && n < CKPT_ARRAY_LEN_TM(v) - 1; n++)
+		v[n] = argv[n];
+	v[n] = NULL;
+	st = tm_run(v, &out);
+	snprintf(err, errlen, "%s", out);
+	free(out);
+	return st;
 }
 
 /* ---- file helpers ---- */

@@ -106,8 +106,11 @@ void tm_sync(struct tmount *m);
 const char *tm_path(struct tmount *m, const char *rel);
 const char *tm_bpath(struct tmount *m, const char *rel);
 
-/* Run the daemon binary with arguments, capture stderr; returns exit status. */
+/* Run argv (PATH searched); stdout+stderr into *out (malloc'd) unless NULL. */
+int tm_run(const char *const *argv, char **out);
+/* Run the daemon binary (argv[0] is ignored), capture its output; exit status. */
 int tm_run_daemon(const char *const *argv, char *err, size_t errlen);
+#define CKPT_ARRAY_LEN_TM(a) (sizeof(a) / sizeof((a)[0]))
 const char *tm_daemon_bin(void);
 
 /* ---- small file helpers ---- */

@@ -27,53 +27,13 @@ const char *it_ctl_bin(void)
 	return path;
 }
 
-int it_run(const char *const *argv, char **out)
-{
-	size_t cap = 1 << 16, have = 0;
-	char *buf = malloc(cap);
-	int p[2], st;
-	pid_t pid;
-
-	CHECK_SYS(pipe(p));
-	if ((pid = fork()) == 0) {
-		int sink = out ? p[1] : open("/dev/null", O_WRONLY);
-		dup2(sink, 1);
-		dup2(sink, 2);
-		close(p[0]);
-		close(p[1]);
-		execvp(argv[0], (char *const *)argv);
-		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-		_exit(127);
-	}
-	close(p[1]);
-	for (;;) {
-		if (cap - have < 4096)
-			buf = realloc(buf, cap *= 2);
-		ssize_t n = read(p[0], buf + have, cap - have - 1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		have += (size_t)n;
-	}
-	buf[have] = '\0';
-	close(p[0]);
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-		;
-	if (out)
-		*out = buf;
-	else
-		free(buf);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 int it_verify(const char *path, unsigned jobs, char **out)
 {
 	char j[16];
 	snprintf(j, sizeof(j), "%u", jobs);
 	const char *with_jobs[] = { it_ctl_bin(), "verify", "--jobs", j, path, NULL };
 	const char *plain[] = { it_ctl_bin(), "verify", path, NULL };
-	return it_run(jobs ? with_jobs : plain, out);
+	return tm_run(jobs ? with_jobs : plain, out);
 }
 
 /* The next line of verify's output that reports a file: verdict and path. */

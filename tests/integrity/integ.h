@@ -24,11 +24,6 @@
 /* ---- commands ---- */
 /* ckptfs-ctl, found next to the daemon binary. */
 const char *it_ctl_bin(void);
-/*
- * Run argv; stdout and stderr into *out (malloc'd, NUL-terminated), or to
- * /dev/null when out is NULL; returns the exit status.
- */
-int it_run(const char *const *argv, char **out);
 /* ckptfs-ctl verify PATH (--jobs when jobs > 0); its output in *out. */
 int it_verify(const char *path, unsigned jobs, char **out);
 /* The verdict verify printed for backend path rel ("OK", "MISMATCH", ...), or "". */

@@ -30,7 +30,7 @@ static bool drop_caches(void)
 static double timed(const char *const *argv, const char *what)
 {
 	uint64_t t0 = mono_ms();
-	int st = it_run(argv, NULL);
+	int st = tm_run(argv, NULL);
 
 	if (st != 0)
 		FAILF("%s exited %d", what, st);
