@@ -111,8 +111,18 @@ struct fjob {
 	uint32_t seg;		/* next segment to submit */
 	uint32_t inflight;
 	int err;
+	const char *step;	/* what failed, for the log */
 	int phase;
 };
+
+/* Record the first failure of a job and where it happened. */
+static void fjob_fail(struct fjob *j, int err, const char *step)
+{
+	if (!j->err) {
+		j->err = err;
+		j->step = step;
+	}
+}
 
 struct wreq {
 	struct fjob *j;
@@ -198,27 +208,32 @@ static int flush_zero_seg(struct flusher *fl, struct fjob *j, const struct cseg 
 }
 
 /* Size, owner, mode and times of the sealed version, set on the temp file. */
-static int flush_finish_attrs(struct backend *be, struct fjob *j)
+static int flush_finish_attrs(struct backend *be, struct fjob *j, const char **step)
 {
 	struct bnode *tdir;
 	const char *tname = flush_temp_name(j->out, &tdir);
 	int d = bnode_dirfd(be, tdir), r;
 	struct op *op = j->op;
 
+	*step = "opening its directory";
 	if (d < 0)
 		return d;
 	/* A new file already ends where its data ends, unless in a hole. */
 	bool hole_at_end = j->v->nseg && j->v->segs[j->v->nseg - 1].kind == CSEG_ZERO;
+	*step = "ftruncate";
 	if ((!j->fresh || hole_at_end) &&
 	    (r = bsys.ftruncate(j->out->fd, (off_t)j->v->size)) < 0)
 		return r;
+	*step = "chown";
 	if (be->opt.chown && (op->uid != geteuid() || op->gid != getegid()) &&
 	    (r = bsys.fchownat(d, tname, op->uid, op->gid)) < 0)
 		return r;
 	/* New files were created with their mode (the daemon's umask is 0). */
+	*step = "chmod";
 	if (!j->fresh && (r = bsys.fchmodat(d, tname, op->mode & 07777)) < 0)
 		return r;
 	struct timespec ts[2] = { op->atime, op->mtime };
+	*step = "utimensat";
 	return bsys.utimensat(d, tname, ts);
 }
 
@@ -281,12 +296,12 @@ static void fjob_submit(struct flusher *fl, struct fjob *j)
 			r = flush_zero_seg(fl, j, s);
 		}
 		if (r < 0)
-			j->err = r;
+			fjob_fail(j, r, s->kind == CSEG_FD ? "copying from a backend file" : "zeroing a hole");
 	}
 	if (j->phase == FJ_WRITING && j->inflight == 0 &&
 	    (j->err || j->seg == j->v->nseg) && bio_space(fl->bio)) {
 		if (!j->err)
-			j->err = flush_finish_attrs(fl->be, j);
+			fjob_fail(j, flush_finish_attrs(fl->be, j, &j->step), j->step);
 		if (j->err) {
 			j->phase = FJ_DONE;
 		} else {
@@ -307,8 +322,8 @@ static void fjob_complete(struct flusher *fl, const struct bio_cqe *c)
 
 	if (w->is_fsync) {
 		j->inflight--;
-		if (c->res < 0 && !j->err)
-			j->err = c->res;
+		if (c->res < 0)
+			fjob_fail(j, c->res, "fdatasync");
 		j->phase = FJ_DONE;
 		free(w);
 		return;
@@ -326,10 +341,10 @@ static void fjob_complete(struct flusher *fl, const struct bio_cqe *c)
 		return;
 	}
 	j->inflight--;
-	if (c->res < 0 && !j->err)
-		j->err = c->res;
-	else if (c->res == 0 && !j->err)
-		j->err = -EIO;
+	if (c->res < 0)
+		fjob_fail(j, c->res, w->fd == j->dfd ? "O_DIRECT write" : "write");
+	else if (c->res == 0)
+		fjob_fail(j, -EIO, "write (no progress)");
 	else if (c->res > 0)
 		atomic_fetch_add(&fl->be->st.written_bytes, (uint64_t)c->res);
 	free(w);
@@ -350,7 +365,8 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 		if (j->v->out) {
 			j->out = cfd_get(j->v->out);
 		} else {
-			j->err = temp_create(be, j->op->dir, 't', j->op->mode & 07777, &j->out);
+			fjob_fail(j, temp_create(be, j->op->dir, 't', j->op->mode & 07777, &j->out),
+				  "creating the temporary file");
 			j->fresh = true;
 		}
 		if (!j->err)
@@ -389,6 +405,9 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 		struct fjob *j = &jobs[i];
 		j->op->err = j->err;
 		j->op->state = j->err ? OPS_FAILED : OPS_READY;
+		if (j->err)
+			ckpt_log(LOG_WARNING, "writing '%s' failed while %s: %s", j->op->name,
+				 j->step ? j->step : "flushing", strerror(-j->err));
 		if (!j->err) {
 			cfd_put(j->op->out);
 			j->op->out = j->out;
