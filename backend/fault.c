@@ -47,6 +47,7 @@ static const struct { const char *name; int err; } errnames[] = {
 	{ "EIO", EIO }, { "ENOSPC", ENOSPC }, { "EDQUOT", EDQUOT }, { "EROFS", EROFS },
 	{ "EACCES", EACCES }, { "EPERM", EPERM }, { "ENOENT", ENOENT }, { "EAGAIN", EAGAIN },
 	{ "EINTR", EINTR }, { "ESTALE", ESTALE }, { "ETIMEDOUT", ETIMEDOUT },
+	{ "ENAMETOOLONG", ENAMETOOLONG }, { "ELOOP", ELOOP },
 };
 
 static uint32_t parse_ops(const char *s)

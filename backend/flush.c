@@ -14,7 +14,8 @@
  *
  * A version whose target directory is not on the backend yet (its mkdir is
  * still queued) waits in the queue; the publisher wakes the flushers after
- * each mkdir.
+ * each mkdir, and blocks the version if nothing before it will create that
+ * directory (order.c).
  *
  * Temporary files are named ".ckptfs.<kind>.<mount id>.<n>" (P5).  Their
  * cfd carries a btemp tag; when the last reference goes and the file was
@@ -435,13 +436,8 @@ static unsigned flush_pick(struct backend *be, struct fjob *jobs)
 			memset(&jobs[n], 0, sizeof(jobs[n]));
 			jobs[n++].op = op;
 			bytes += op->ver->size;
-		} else if (atomic_load(&be->durable_seq) + 1 >= op->seq) {
-			/* Everything before it is published and its directory is not there. */
-			list_del(&op->qlink);
-			op->state = OPS_FAILED;
-			op->err = -ENOENT;
-			pthread_cond_signal(&be->pub_cond);
 		}
+		/* Else its directory is not on the backend yet: the publisher decides (order.c). */
 		e = next;
 	}
 	return n;

@@ -85,12 +85,17 @@ static void detach_stdio(void)
 static int drain_or_rescue(struct ckptfs *fs)
 {
 	uint64_t seq, last = backend_durable_seq(&fs->be), since = now_ns();
+	struct seal_report rep;
 	char where[4096];
 	int r;
 
 	pthread_mutex_lock(&fs->ns);
-	seq = seal_all_locked(fs, &r);
+	seq = seal_all_locked(fs, &rep);
 	pthread_mutex_unlock(&fs->ns);
+	r = rep.err;
+	if (rep.open_files)
+		log_warn("%u files were still open for writing: their last closed versions are "
+			 "kept, what was written since is not published", rep.open_files);
 	for (;;) {
 		int w = backend_wait(&fs->be, seq, 1000000000ull);
 		if (w == 0)

@@ -124,28 +124,15 @@ bool xattrs_snapshot(struct fsnode *n, void **buf, size_t *len)
 	return true;
 }
 
-static const char *file_state(struct fsnode *n)
-{
-	if (n->new_file)
-		return "dirty";
-	if (!n->cf)
-		return "durable";
-	switch (cfile_state(n->cf)) {
-	case CF_DIRTY: return "dirty";
-	case CF_FLUSHING: return "flushing";
-	default: return "durable";
-	}
-}
-
 /* user.ckptfs.* values; -ENODATA if not applicable. */
-static int own_xattr(struct fsnode *n, const char *key, char *buf, size_t len)
+static int own_xattr(struct ckptfs *fs, struct fsnode *n, const char *key, char *buf, size_t len)
 {
 	if (!S_ISREG(n->mode) || n->ctl)
 		return -ENODATA;
 	if (strcmp(key, XATTR_STATE) == 0)
-		return snprintf(buf, len, "%s", file_state(n));
+		return snprintf(buf, len, "%s", node_state_name(fs, n));
 	if (strcmp(key, XATTR_XXH3) == 0) {
-		if (strcmp(file_state(n), "durable") != 0 || !atomic_load(&n->b->has_digest))
+		if (strcmp(node_state_name(fs, n), "durable") != 0 || !atomic_load(&n->b->has_digest))
 			return -ENODATA;
 		XXH128_canonical_t c;
 		XXH128_canonicalFromHash(&c, n->b->digest);
@@ -175,7 +162,7 @@ void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *key, size_t size)
 
 	if (strncmp(key, XATTR_OWN_PREFIX, sizeof(XATTR_OWN_PREFIX) - 1) == 0) {
 		pthread_mutex_lock(&fs->ns);
-		r = own_xattr(n, key, own, sizeof(own));
+		r = own_xattr(fs, n, key, own, sizeof(own));
 		pthread_mutex_unlock(&fs->ns);
 		if (r < 0)
 			fuse_reply_err(req, -r);
@@ -227,7 +214,7 @@ void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	static const char *const own_keys[] = { XATTR_STATE, XATTR_XXH3 };
 	pthread_mutex_lock(&fs->ns);
 	for (size_t i = 0; i < CKPT_ARRAY_LEN(own_keys); i++) {
-		if (own_xattr(n, own_keys[i], own, sizeof(own)) < 0)
+		if (own_xattr(fs, n, own_keys[i], own, sizeof(own)) < 0)
 			continue;
 		size_t kl = strlen(own_keys[i]) + 1;
 		buf = xrealloc(buf, len + kl);
@@ -277,7 +264,7 @@ static void xattr_change(fuse_req_t req, fuse_ino_t ino, const char *key, const 
 			memcpy(op->value, val, len);
 			op->value_len = len;
 		}
-		backend_submit(&fs->be, op);
+		fs_submit(fs, fuse_req_ctx(req)->uid, op);
 	}
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_err(req, -r);
