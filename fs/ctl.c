@@ -397,11 +397,12 @@ static void drain_finish(struct drain_wait *dw, int r)
 	sb_printf(o, "}\n");
 	h->done = true;
 	h->waiting = false;
+	uid_t uid = h->uid;	/* h may be released as soon as the reply is out */
 	if (r == -EINTR)
 		fuse_reply_err(dw->req, EINTR);
 	else
 		reply_slice(dw->req, o, dw->size, dw->off);
-	drain_count(fs, h->uid, -1);
+	drain_count(fs, uid, -1);
 	free(dw);
 }
 
