@@ -81,6 +81,7 @@ enum op_kind {
 	OP_VERSION,	/* a file's contents and attributes as of a close/fsync */
 	OP_MKDIR, OP_RMDIR, OP_UNLINK, OP_RENAME, OP_SYMLINK, OP_LINK,
 	OP_SETATTR, OP_SETXATTR, OP_RMXATTR,
+	OP_MKNOD,	/* a FIFO, socket or device node (mode has the type, rdev) */
 };
 
 enum op_state { OPS_QUEUED, OPS_FLUSHING, OPS_READY, OPS_FAILED };
@@ -107,6 +108,7 @@ struct op {
 	struct bnode *victim;	/* rename: object replaced or exchanged (reference) */
 	unsigned flags;		/* rename flags */
 	char *target;		/* symlink target; xattr key */
+	dev_t rdev;		/* mknod: the device number */
 	void *value;		/* xattr value */
 	size_t value_len;
 	/* attributes: setattr, mkdir/symlink owner, and a version's snapshot */
@@ -225,6 +227,11 @@ void backend_abort(struct backend *be);
  * Returns the number of operations saved, or -errno; *where gets the path.
  */
 long backend_rescue(struct backend *be, const char *dir, char *where, size_t wlen);
+/*
+ * Check the rescue directory as the rescue will (rescue.c R1), creating it
+ * 0700 if missing: 0, or -errno with one line naming the problem in why.
+ */
+int backend_rescue_dir_check(const char *dir, char *why, size_t wlen);
 
 /* A new operation (zeroed, kind set).  Fill it, then backend_submit it. */
 struct op *op_new(enum op_kind kind);
@@ -267,8 +274,16 @@ void bnode_set_loaded(struct backend *be, struct bnode *b, struct bnode *dir, co
 /* Wait for a name move in progress (after ENOENT on a location just read). */
 void backend_move_wait(struct backend *be);
 /*
- * Open the object b at its backend location (flags as for openat; O_NOFOLLOW
- * is added), retrying once if a move raced the lookup.  fd or -errno.
+ * Call fn(arg, dirfd, name) on the object b at its backend location (the
+ * root: its own fd and "."), retrying once if a move raced the lookup.
+ * fn's result, or -errno (-ENOENT: not on the backend).
+ */
+int bnode_at(struct backend *be, struct bnode *b, int (*fn)(void *arg, int dfd, const char *name),
+	     void *arg);
+/*
+ * Open the object b at its backend location (flags as for bsys.openat:
+ * never follows a symlink, opens only a regular file unless O_DIRECTORY or
+ * O_PATH), retrying once if a move raced the lookup.  fd or -errno.
  */
 int bnode_open(struct backend *be, struct bnode *b, int flags);
 

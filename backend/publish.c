@@ -264,18 +264,21 @@ static void touch_file(struct touched *t, struct bnode *b)
 		t->files[t->nfiles++] = bnode_get(b);
 }
 
-/* Copy every xattr of (dir, name) onto (tdir, tname); missing source is fine. */
+/*
+ * Copy every xattr of (dir, name) onto (tdir, tname); a missing source is
+ * fine, and so is one that is no longer a file (a symlink planted there is
+ * refused by bsys, logged, and its target never read).
+ */
 static void xattrs_copy(int dirfd, const char *name, int tdirfd, const char *tname)
 {
-	char src[512], keys[4096], val[4096];
+	char keys[4096], val[4096];
 	ssize_t n;
 
-	snprintf(src, sizeof(src), "/proc/self/fd/%d/%s", dirfd, name);
-	n = llistxattr(src, keys, sizeof(keys));
+	n = bsys.listxattr(dirfd, name, keys, sizeof(keys), 0);
 	for (ssize_t off = 0; n > 0 && off < n; off += (ssize_t)strlen(keys + off) + 1) {
-		ssize_t vl = lgetxattr(src, keys + off, val, sizeof(val));
+		ssize_t vl = bsys.getxattr(dirfd, name, keys + off, val, sizeof(val), 0);
 		if (vl >= 0)
-			bsys.setxattr(tdirfd, tname, keys + off, val, (size_t)vl, 0);
+			bsys.setxattr(tdirfd, tname, keys + off, val, (size_t)vl, 0, 0);
 	}
 }
 
@@ -290,7 +293,7 @@ static void xattrs_apply_blob(const char *p, size_t len, int dfd, const char *na
 		memcpy(&vl, p + 4 + kl, 4);
 		if (len < 8 + (size_t)kl + vl)
 			return;
-		bsys.setxattr(dfd, name, p + 4, p + 8 + kl, vl, 0);
+		bsys.setxattr(dfd, name, p + 4, p + 8 + kl, vl, 0, 0);
 		p += 8 + kl + vl;
 		len -= 8 + (size_t)kl + vl;
 	}
@@ -305,14 +308,14 @@ static int apply_attrs(struct backend *be, int dfd, const char *name, const stru
 		r = bsys.fchmodat(dfd, name, op->mode & 07777);
 	if (r == 0 && (op->valid & (OPA_UID | OPA_GID)) && be->opt.chown)
 		r = bsys.fchownat(dfd, name, (op->valid & OPA_UID) ? op->uid : (uid_t)-1,
-				  (op->valid & OPA_GID) ? op->gid : (gid_t)-1);
+				  (op->valid & OPA_GID) ? op->gid : (gid_t)-1, is_link ? BSYS_LINK : 0);
 	if (r == 0 && (op->valid & (OPA_ATIME | OPA_MTIME))) {
 		struct timespec ts[2] = { op->atime, op->mtime };
 		if (!(op->valid & OPA_ATIME))
 			ts[0].tv_nsec = UTIME_OMIT;
 		if (!(op->valid & OPA_MTIME))
 			ts[1].tv_nsec = UTIME_OMIT;
-		r = bsys.utimensat(dfd, name, ts);
+		r = bsys.utimensat(dfd, name, ts, is_link ? BSYS_LINK : 0);
 	}
 	return r;
 }
@@ -387,6 +390,7 @@ static void record_op(struct backend *be, struct op *op)
 	switch (op->kind) {
 	case OP_VERSION:
 	case OP_MKDIR:
+	case OP_MKNOD:
 	case OP_RMDIR:
 	case OP_UNLINK:
 	case OP_SYMLINK:
@@ -427,8 +431,10 @@ static void record_op(struct backend *be, struct op *op)
 			  (long long)op->mtime.tv_sec, op->mtime.tv_nsec, hex);
 	} else if (op->kind == OP_RENAME) {
 		sb_printf(&b, ", \"exchange\": %s", op->flags & RENAME_EXCHANGE ? "true" : "false");
-	} else if (op->kind == OP_MKDIR || op->kind == OP_SETATTR) {
+	} else if (op->kind == OP_MKDIR || op->kind == OP_MKNOD || op->kind == OP_SETATTR) {
 		sb_printf(&b, ", \"mode\": %u", (unsigned)op->mode);
+		if (op->rdev)
+			sb_printf(&b, ", \"rdev\": %llu", (unsigned long long)op->rdev);
 	} else if (op->kind == OP_SYMLINK) {
 		sb_printf(&b, ", \"target\": ");
 		sb_json_str(&b, op->target);
@@ -441,11 +447,11 @@ static void record_op(struct backend *be, struct op *op)
 	sb_free(&b);
 }
 
-/* A new directory or symlink exists at (op->dir, op->name): owner, location. */
+/* A new directory, symlink or node exists at (op->dir, op->name): owner, location. */
 static void created(struct backend *be, struct op *op, int dfd, struct touched *t)
 {
 	if (be->opt.chown && (op->valid & (OPA_UID | OPA_GID)))
-		bsys.fchownat(dfd, op->name, op->uid, op->gid);
+		bsys.fchownat(dfd, op->name, op->uid, op->gid, op->kind == OP_SYMLINK ? BSYS_LINK : 0);
 	pthread_rwlock_wrlock(&be->bt_lock);
 	bnode_link_add_locked(op->node, op->dir, op->name);
 	pthread_rwlock_unlock(&be->bt_lock);
@@ -494,6 +500,10 @@ static int apply_op(struct backend *be, struct op *op, struct touched *t)
 		break;
 	case OP_SYMLINK:
 		if ((r = bsys.symlinkat(op->target, dfd, op->name)) == 0)
+			created(be, op, dfd, t);
+		break;
+	case OP_MKNOD:
+		if ((r = bsys.mknodat(dfd, op->name, op->mode & (S_IFMT | 07777), op->rdev)) == 0)
 			created(be, op, dfd, t);
 		break;
 	case OP_RMDIR:
@@ -574,9 +584,10 @@ static int apply_op(struct backend *be, struct op *op, struct touched *t)
 		if (op->kind == OP_SETATTR)
 			r = apply_attrs(be, od, name, op, op->node->is_link);
 		else if (op->kind == OP_SETXATTR)
-			r = bsys.setxattr(od, name, op->target, op->value, op->value_len, 0);
+			r = bsys.setxattr(od, name, op->target, op->value, op->value_len, 0,
+					   op->node->is_link ? BSYS_LINK : 0);
 		else
-			r = bsys.removexattr(od, name, op->target);
+			r = bsys.removexattr(od, name, op->target, op->node->is_link ? BSYS_LINK : 0);
 		if (r == -ENODATA)
 			r = 0;
 		if (r == 0) {
@@ -643,7 +654,8 @@ static int sync_touched(struct backend *be, struct touched *t)
 static const char *op_kind_name(enum op_kind k)
 {
 	static const char *const names[] = { "version", "mkdir", "rmdir", "unlink", "rename",
-					     "symlink", "link", "setattr", "setxattr", "removexattr" };
+					     "symlink", "link", "setattr", "setxattr", "removexattr",
+					     "mknod" };
 	return k < CKPT_ARRAY_LEN(names) ? names[k] : "?";
 }
 
