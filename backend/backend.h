@@ -60,6 +60,7 @@ struct bnode {
 	atomic_uint refs;
 	bool is_dir;
 	bool is_link;		/* a symlink: no chmod, no open */
+	bool is_special;	/* a FIFO, socket or device: never opened */
 	bool is_root;		/* dfd is the backend root, owned by the backend */
 	atomic_bool present;
 	atomic_int sticky_err;	/* last flush/publish error of this object, 0 if none */

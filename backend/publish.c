@@ -593,8 +593,8 @@ static int apply_op(struct backend *be, struct op *op, struct touched *t)
 		if (r == 0) {
 			if (op->node->is_dir)
 				touch_dir(t, op->node);
-			else if (!op->node->is_link)
-				touch_file(t, op->node);
+			else if (!op->node->is_link && !op->node->is_special)
+				touch_file(t, op->node);	/* no FIFO or device is ever opened */
 			else
 				touch_dir(t, at);
 		}

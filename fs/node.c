@@ -53,6 +53,7 @@ struct fsnode *node_new(struct ckptfs *fs, mode_t mode, uid_t uid, gid_t gid)
 	n->atime = n->mtime = n->ctime = now;
 	n->b = bnode_new(S_ISDIR(mode));
 	n->b->is_link = S_ISLNK(mode);
+	n->b->is_special = !S_ISREG(mode) && !S_ISDIR(mode) && !S_ISLNK(mode);
 	list_add_tail(&fs->all_nodes, &n->all);
 	fs->nodes++;
 	return n;
