@@ -33,6 +33,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
@@ -404,6 +405,26 @@ static ssize_t d_listxattr(int d, const char *n, char *b, size_t l, int at)
 }
 
 static int d_io_result(enum bsys_op op, int fd, size_t len, int res) { return res; }
+
+int bsys_open_dir_path(const char *path)
+{
+	char *dup = strdup(path), *save = NULL, *comp;
+	int fd = path[0] == '/' ? open_plain(AT_FDCWD, "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)
+				: -EINVAL;
+
+	if (!dup) {
+		if (fd >= 0)
+			close(fd);
+		return -ENOMEM;
+	}
+	for (comp = strtok_r(dup, "/", &save); fd >= 0 && comp; comp = strtok_r(NULL, "/", &save)) {
+		int sub = d_openat(fd, comp, O_RDONLY | O_DIRECTORY, 0);
+		close(fd);
+		fd = sub;
+	}
+	free(dup);
+	return fd;
+}
 
 #define BSYS_LIBC {                                                                      \
 	.openat = d_openat, .close = d_close, .pread = d_pread, .pwrite = d_pwrite,        \

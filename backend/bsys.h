@@ -100,6 +100,14 @@ struct bsys {
 extern struct bsys bsys;
 extern const struct bsys bsys_direct;
 
+/*
+ * Open the directory at an absolute path one component at a time from "/",
+ * never through a symlink: for the backend root, whose path the command
+ * line's check resolved (a symlink that appears since fails, -ELOOP or
+ * -ENOTDIR, instead of redirecting the whole mount).  fd or -errno.
+ */
+int bsys_open_dir_path(const char *path);
+
 /* Install fault wrappers from CKPTFS_FAULT; 0, or -EINVAL with a message. */
 int bsys_faults_from_env(void);
 

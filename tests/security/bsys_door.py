@@ -45,7 +45,7 @@ EXCEPTIONS = {
     ("opts.c.o", "stat"): "checks the command line's backend and mount point, before any backend call",
     ("opts.c.o", "access"): "checks the command line's backend is writable",
     ("opts.c.o", "realpath"): "resolves the command line's backend and mount point once",
-    ("main.c.o", "open"): "/dev/null, the backend root given by the admin, the mount's bdi readahead file",
+    ("main.c.o", "open"): "/dev/null when daemonizing, the mount's bdi readahead file in /sys",
     ("main.c.o", "stat"): "the mount point's device number, for its bdi",
     ("main.c.o", "chdir"): "chdir(\"/\") when daemonizing",
     # The CLI tools (ckptfs-ctl, ckptfs-stat) run as the invoking user, not as
