@@ -6,9 +6,9 @@
  * Root mounts with allow_other; users A (1000) and B (1001) work in a
  * world-writable directory.
  *  - Born private: A writes a 12 MiB file and makes it set-user-ID (04755)
- *    before closing it, as install(1) does.  While the
- *    flusher holds its temporary file (CKPTFS_FAULT delays the fchown that
- *    follows the data), the temporary file is 0600 and root's: never
+ *    before closing it, as install(1) does.  While the flusher writes its
+ *    temporary file and holds it (CKPTFS_FAULT slows each write and delays
+ *    the fchown that follows the data), it is 0600 and root's: never
  *    root-owned with a set-ID bit, never readable by others.  Published:
  *    04755, A's, with A's data.
  *  - A write, a truncate or an O_TRUNC open by B — or by A, the owner, as
@@ -114,7 +114,7 @@ static void as(uid_t uid, int (*fn)(void *), const char *path, mode_t mode)
 static void born_private(void)
 {
 	char p[300];
-	unsigned seen_private = 0;
+	unsigned seen_private = 0, seen_partial = 0;
 
 	cu_write_text(flag, "hold");
 	pid_t pid = fork();
@@ -140,6 +140,7 @@ static void born_private(void)
 				      "it must be born 0600", de->d_name, (unsigned)(st.st_mode & 07777));
 			/* Once A's, it is complete: its final mode comes right after. */
 			seen_private += st.st_uid == 0;
+			seen_partial += st.st_size < (off_t)BIG;
 		}
 		if (d)
 			closedir(d);
@@ -151,6 +152,10 @@ static void born_private(void)
 	CHECK_SYS(unlink(flag));
 	if (!seen_private)
 		FAILF("never saw the temporary file of pub/suidbin while it was flushed");
+	/* The pwrite engine writes one segment at a time: it was seen half written. */
+	const char *io = getenv("CKPTFS_TEST_IO");
+	if (io && !strcmp(io, "pwrite") && !seen_partial)
+		FAILF("never saw the temporary file of pub/suidbin before its data was complete");
 	tm_sync(&m);
 	ASSERT_MODE(tm_bpath(&m, "pub/suidbin"), 04755);
 	ASSERT_EQ(sec_uid(tm_bpath(&m, "pub/suidbin")), A);
@@ -222,15 +227,16 @@ static void setgid_dir(void)
 
 int main(void)
 {
-	char env[PATH_MAX + 64];
+	char env[2 * PATH_MAX + 128];
 
 	cu_require_root();
 	tm_require_fuse();
 	tm_init(&m, "setid");
 	CHECK_SYS(chmod(m.root, 0755));
 	snprintf(flag, sizeof(flag), "%s/hold", m.root);
-	/* Hold each temporary file after its data, before its owner is set. */
-	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=fchown,delay_ms=1500,while=%s", flag);
+	/* Slow each write, and hold the temporary file after its data, before its owner. */
+	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=pwrite,delay_ms=150,while=%s;"
+		 "op=fchown,delay_ms=1500,while=%s", flag, flag);
 	const char *envs[] = { env, NULL };
 	tm_mount(&m, "allow_other,cache_size=64M", envs);
 	CHECK_SYS(mkdir(tm_path(&m, "pub"), 0777));
