@@ -74,18 +74,21 @@ static void touch_file(struct touched *t, struct bnode *b)
 		t->files[t->nfiles++] = bnode_get(b);
 }
 
-/* Copy every xattr of (dir, name) onto (tdir, tname); missing source is fine. */
+/*
+ * Copy every xattr of (dir, name) onto (tdir, tname); a missing source is
+ * fine, and so is one that is no longer a file (a symlink planted there is
+ * refused by bsys, logged, and its target never read).
+ */
 static void xattrs_copy(int dirfd, const char *name, int tdirfd, const char *tname)
 {
-	char src[512], keys[4096], val[4096];
+	char keys[4096], val[4096];
 	ssize_t n;
 
-	snprintf(src, sizeof(src), "/proc/self/fd/%d/%s", dirfd, name);
-	n = llistxattr(src, keys, sizeof(keys));
+	n = bsys.listxattr(dirfd, name, keys, sizeof(keys), 0);
 	for (ssize_t off = 0; n > 0 && off < n; off += (ssize_t)strlen(keys + off) + 1) {
-		ssize_t vl = lgetxattr(src, keys + off, val, sizeof(val));
+		ssize_t vl = bsys.getxattr(dirfd, name, keys + off, val, sizeof(val), 0);
 		if (vl >= 0)
-			bsys.setxattr(tdirfd, tname, keys + off, val, (size_t)vl, 0);
+			bsys.setxattr(tdirfd, tname, keys + off, val, (size_t)vl, 0, 0);
 	}
 }
 
@@ -100,7 +103,7 @@ static void xattrs_apply_blob(const char *p, size_t len, int dfd, const char *na
 		memcpy(&vl, p + 4 + kl, 4);
 		if (len < 8 + (size_t)kl + vl)
 			return;
-		bsys.setxattr(dfd, name, p + 4, p + 8 + kl, vl, 0);
+		bsys.setxattr(dfd, name, p + 4, p + 8 + kl, vl, 0, 0);
 		p += 8 + kl + vl;
 		len -= 8 + (size_t)kl + vl;
 	}
@@ -115,14 +118,14 @@ static int apply_attrs(struct backend *be, int dfd, const char *name, const stru
 		r = bsys.fchmodat(dfd, name, op->mode & 07777);
 	if (r == 0 && (op->valid & (OPA_UID | OPA_GID)) && be->opt.chown)
 		r = bsys.fchownat(dfd, name, (op->valid & OPA_UID) ? op->uid : (uid_t)-1,
-				  (op->valid & OPA_GID) ? op->gid : (gid_t)-1);
+				  (op->valid & OPA_GID) ? op->gid : (gid_t)-1, is_link ? BSYS_LINK : 0);
 	if (r == 0 && (op->valid & (OPA_ATIME | OPA_MTIME))) {
 		struct timespec ts[2] = { op->atime, op->mtime };
 		if (!(op->valid & OPA_ATIME))
 			ts[0].tv_nsec = UTIME_OMIT;
 		if (!(op->valid & OPA_MTIME))
 			ts[1].tv_nsec = UTIME_OMIT;
-		r = bsys.utimensat(dfd, name, ts);
+		r = bsys.utimensat(dfd, name, ts, is_link ? BSYS_LINK : 0);
 	}
 	return r;
 }
@@ -244,6 +247,8 @@ static int record_op(struct backend *be, struct op *op)
 		sb_printf(&b, ", \"exchange\": %s", op->flags & RENAME_EXCHANGE ? "true" : "false");
 	} else if (op->kind == OP_MKDIR || op->kind == OP_SETATTR || op->kind == OP_MKNOD) {
 		sb_printf(&b, ", \"mode\": %u", (unsigned)op->mode);
+		if (op->rdev)
+			sb_printf(&b, ", \"rdev\": %llu", (unsigned long long)op->rdev);
 	} else if (op->kind == OP_SYMLINK) {
 		sb_printf(&b, ", \"target\": ");
 		sb_json_str(&b, op->target);
@@ -257,11 +262,11 @@ static int record_op(struct backend *be, struct op *op)
 	return r;
 }
 
-/* A new directory or symlink exists at (op->dir, op->name): owner, location. */
+/* A new directory, symlink or node exists at (op->dir, op->name): owner, location. */
 static void created(struct backend *be, struct op *op, int dfd, struct touched *t)
 {
 	if (be->opt.chown && (op->valid & (OPA_UID | OPA_GID)))
-		bsys.fchownat(dfd, op->name, op->uid, op->gid);
+		bsys.fchownat(dfd, op->name, op->uid, op->gid, op->kind == OP_SYMLINK ? BSYS_LINK : 0);
 	pthread_rwlock_wrlock(&be->bt_lock);
 	bnode_link_add_locked(op->node, op->dir, op->name);
 	pthread_rwlock_unlock(&be->bt_lock);
@@ -315,6 +320,10 @@ static int apply_change(struct backend *be, struct op *op, struct touched *t)
 		break;
 	case OP_SYMLINK:
 		if ((r = bsys.symlinkat(op->target, dfd, op->name)) == 0)
+			created(be, op, dfd, t);
+		break;
+	case OP_MKNOD:
+		if ((r = bsys.mknodat(dfd, op->name, op->mode & (S_IFMT | 07777), op->rdev)) == 0)
 			created(be, op, dfd, t);
 		break;
 	case OP_RMDIR:
@@ -395,16 +404,17 @@ static int apply_change(struct backend *be, struct op *op, struct touched *t)
 		if (op->kind == OP_SETATTR)
 			r = apply_attrs(be, od, name, op, op->node->is_link);
 		else if (op->kind == OP_SETXATTR)
-			r = bsys.setxattr(od, name, op->target, op->value, op->value_len, 0);
+			r = bsys.setxattr(od, name, op->target, op->value, op->value_len, 0,
+					   op->node->is_link ? BSYS_LINK : 0);
 		else
-			r = bsys.removexattr(od, name, op->target);
+			r = bsys.removexattr(od, name, op->target, op->node->is_link ? BSYS_LINK : 0);
 		if (r == -ENODATA)
 			r = 0;
 		if (r == 0) {
 			if (op->node->is_dir)
 				touch_dir(t, op->node);
-			else if (!op->node->is_link)
-				touch_file(t, op->node);
+			else if (!op->node->is_link && !op->node->is_special)
+				touch_file(t, op->node);	/* no FIFO or device is ever opened */
 			else
 				touch_dir(t, at);
 		}

@@ -71,6 +71,7 @@ struct bnode {
 	atomic_uint refs;
 	bool is_dir;
 	bool is_link;		/* a symlink: no chmod, no open */
+	bool is_special;	/* a FIFO, socket or device: never opened */
 	bool is_root;		/* dfd is the backend root, owned by the backend */
 	atomic_bool present;
 	atomic_int sticky_err;	/* last flush/publish error of this object, 0 if none */
@@ -91,7 +92,8 @@ void bnode_put(struct bnode *b);
 enum op_kind {
 	OP_VERSION,	/* a file's contents and attributes as of a close/fsync */
 	OP_MKDIR, OP_RMDIR, OP_UNLINK, OP_RENAME, OP_SYMLINK, OP_LINK,
-	OP_SETATTR, OP_SETXATTR, OP_RMXATTR, OP_MKNOD,
+	OP_SETATTR, OP_SETXATTR, OP_RMXATTR,
+	OP_MKNOD,	/* a FIFO, socket or device node (mode has the type, rdev) */
 };
 
 /*
@@ -125,7 +127,7 @@ struct op {
 	struct bnode *victim;	/* rename: object replaced or exchanged (reference) */
 	unsigned flags;		/* rename flags */
 	char *target;		/* symlink target; xattr key */
-	dev_t rdev;		/* mknod */
+	dev_t rdev;		/* mknod: the device number */
 	void *value;		/* xattr value */
 	size_t value_len;
 	/* attributes: setattr, mkdir/symlink owner, and a version's snapshot */
@@ -285,6 +287,11 @@ void backend_abort(struct backend *be);
  * Returns the number of operations saved, or -errno; *where gets the path.
  */
 long backend_rescue(struct backend *be, const char *dir, char *where, size_t wlen);
+/*
+ * Check the rescue directory as the rescue will (rescue.c R1), creating it
+ * 0700 if missing: 0, or -errno with one line naming the problem in why.
+ */
+int backend_rescue_dir_check(const char *dir, char *why, size_t wlen);
 
 /* A new operation (zeroed, kind set).  Fill it, then backend_submit it. */
 struct op *op_new(enum op_kind kind);
@@ -365,8 +372,16 @@ void bnode_set_loaded(struct backend *be, struct bnode *b, struct bnode *dir, co
 /* Wait for a name move in progress (after ENOENT on a location just read). */
 void backend_move_wait(struct backend *be);
 /*
- * Open the object b at its backend location (flags as for openat; O_NOFOLLOW
- * is added), retrying once if a move raced the lookup.  fd or -errno.
+ * Call fn(arg, dirfd, name) on the object b at its backend location (the
+ * root: its own fd and "."), retrying once if a move raced the lookup.
+ * fn's result, or -errno (-ENOENT: not on the backend).
+ */
+int bnode_at(struct backend *be, struct bnode *b, int (*fn)(void *arg, int dfd, const char *name),
+	     void *arg);
+/*
+ * Open the object b at its backend location (flags as for bsys.openat:
+ * never follows a symlink, opens only a regular file unless O_DIRECTORY or
+ * O_PATH), retrying once if a move raced the lookup.  fd or -errno.
  */
 int bnode_open(struct backend *be, struct bnode *b, int flags);
 

@@ -75,6 +75,7 @@ struct fsnode {
 	struct timespec atime, mtime, ctime;
 	uint64_t loaded_size;	/* size on the backend when loaded (cf == NULL) */
 	char *symlink;
+	dev_t rdev;		/* device nodes */
 	struct xattr *xattrs;	/* alock */
 	uint32_t nxattrs;
 	bool xattrs_loaded;

@@ -174,9 +174,10 @@ int main(int argc, char **argv)
 		free(fs);
 		return r == -1 ? 0 : r;	/* -1: help or version was printed */
 	}
-	fs->root_fd = open(fs->opt.backend_real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* By its resolved path, never through a symlink: one swapped in since fails. */
+	fs->root_fd = bsys_open_dir_path(fs->opt.backend_real);
 	if (fs->root_fd < 0) {
-		fprintf(stderr, "ckptfs: backend '%s': %s\n", fs->opt.backend, strerror(errno));
+		fprintf(stderr, "ckptfs: backend '%s': %s\n", fs->opt.backend, strerror(-fs->root_fd));
 		return CKPTFS_USAGE_ERROR;
 	}
 	if (!fs->opt.foreground)

@@ -45,15 +45,73 @@ static void touch_mtime(struct fsnode *n)
 	pthread_mutex_unlock(&n->alock);
 }
 
-/* After a write: times, and when the file started to differ from its last version. */
-static void note_write(struct fsnode *n)
+/*
+ * A write or truncate by anyone but root clears set-user-ID, and
+ * set-group-ID where group-execute is set, as a local file system does (the
+ * kernel leaves this to a FUSE file system).  The bits go with the next
+ * version, which carries the mode.  Cheap when there is nothing to do: one
+ * test of the mode.  alock held; true if the mode changed.
+ */
+static bool setid_kill_locked(struct fsnode *n, uid_t caller)
+{
+	mode_t m = n->mode;
+
+	if (!(m & (S_ISUID | S_ISGID)) || caller == 0)
+		return false;
+	m &= ~(mode_t)S_ISUID;
+	if ((m & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP))
+		m &= ~(mode_t)S_ISGID;
+	if (m == n->mode)
+		return false;
+	n->mode = m;
+	now_ts(&n->ctime);
+	return true;
+}
+
+static bool setid_kill(struct fsnode *n, uid_t caller)
+{
+	pthread_mutex_lock(&n->alock);
+	bool k = setid_kill_locked(n, caller);
+	pthread_mutex_unlock(&n->alock);
+	return k;
+}
+
+/* The kernel caches attributes: tell it the mode changed (no lock held). */
+static void attrs_changed(struct ckptfs *fs, struct fsnode *n)
+{
+	fuse_lowlevel_notify_inval_inode(fs->se, fs_ino(fs, n), -1, 0);
+}
+
+/*
+ * After a write by `caller`: times, set-ID bits, and when the file started
+ * to differ from its last version.  True if the mode changed.
+ */
+static bool note_write(struct fsnode *n, uid_t caller)
 {
 	pthread_mutex_lock(&n->alock);
 	now_ts(&n->mtime);
 	n->ctime = n->mtime;
 	if (!n->dirty_ns)
 		n->dirty_ns = now_ns();
+	bool killed = setid_kill_locked(n, caller);
 	pthread_mutex_unlock(&n->alock);
+	return killed;
+}
+
+/* Is the caller root or a member of group gid?  Its groups are read only if needed. */
+static bool caller_in_group(fuse_req_t req, gid_t gid)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	gid_t groups[256];
+	int n;
+
+	if (ctx->uid == 0 || ctx->gid == gid)
+		return true;
+	n = fuse_req_getgroups(req, CKPT_ARRAY_LEN(groups), groups);
+	for (int i = 0; i < n && i < (int)CKPT_ARRAY_LEN(groups); i++)
+		if (groups[i] == gid)
+			return true;
+	return false;
 }
 
 static void touch_ctime(struct fsnode *n)
@@ -153,6 +211,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	struct stat st;
 	int r = 0;
 
+	bool killed = false;
+
 	pthread_mutex_lock(&fs->ns);
 	n = fs_node(fs, ino);
 	if ((to_set & FUSE_SET_ATTR_SIZE) && S_ISREG(n->mode) && !n->ctl && attr->st_size &&
@@ -168,11 +228,19 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		r = (to_set & FUSE_SET_ATTR_SIZE) && n->ctl != CTL_DIR ? 0 : -EPERM;
 		goto out;	/* O_TRUNC on a control file is harmless */
 	}
+	/*
+	 * With default_permissions the kernel drops S_ISGID from a chmod by
+	 * someone outside the file's group; so does this, in case it did not.
+	 */
+	if ((to_set & FUSE_SET_ATTR_MODE) && (attr->st_mode & S_ISGID) && !S_ISDIR(n->mode) &&
+	    !caller_in_group(req, (to_set & FUSE_SET_ATTR_GID) ? attr->st_gid : n->gid))
+		attr->st_mode &= ~(mode_t)S_ISGID;
 	if (to_set & FUSE_SET_ATTR_SIZE) {
 		if (!S_ISREG(n->mode)) {
 			r = S_ISDIR(n->mode) ? -EISDIR : -EINVAL;
 			goto out;
 		}
+		killed = setid_kill(n, fuse_req_ctx(req)->uid);
 		cfile_truncate(node_cfile(fs, n), (uint64_t)attr->st_size);
 		touch_mtime(n);
 		/* truncate(2) of a file no one is writing: that is its new version. */
@@ -225,6 +293,8 @@ out:
 	if (r == 0)
 		node_fill_stat(fs, n, &st);
 	pthread_mutex_unlock(&fs->ns);
+	if (killed && !(to_set & FUSE_SET_ATTR_MODE))
+		attrs_changed(fs, n);
 	if (r < 0)
 		fuse_reply_err(req, -r);
 	else
@@ -252,7 +322,12 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 
 /* ---- creating and removing names --------------------------------------- */
 
-/* Owner and mode for a new object in dir, honouring a set-group-ID dir. */
+/*
+ * Owner and mode for a new object in dir, honouring a set-group-ID dir as a
+ * local file system does: the object takes dir's group, a directory keeps
+ * the bit, and a group-executable file keeps S_ISGID only if its creator is
+ * in that group (the kernel strips it before asking; so does this).
+ */
 static struct fsnode *new_child(struct ckptfs *fs, fuse_req_t req, struct fsnode *dir, mode_t mode)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
@@ -262,6 +337,9 @@ static struct fsnode *new_child(struct ckptfs *fs, fuse_req_t req, struct fsnode
 		gid = dir->gid;
 		if (S_ISDIR(mode))
 			mode |= S_ISGID;
+		else if ((mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP) &&
+			 !caller_in_group(req, gid))
+			mode &= ~(mode_t)S_ISGID;
 	}
 	struct fsnode *n = node_new(fs, mode, ctx->uid, gid);
 	n->xattrs_loaded = true;	/* new here: it has no xattrs to read anywhere */
@@ -282,10 +360,11 @@ static int prepare_add(struct ckptfs *fs, struct fsnode *p, const char *name)
 /*
  * mkdir, symlink and mknod: a new node named `name` in `parent`, created on
  * the backend by an operation of `kind` (a regular file by its first
- * version, sealed at once; target: the symlink's).  Replies.
+ * version, sealed at once; target: the symlink's; rdev: a device's).
+ * Replies.
  */
 static void add_named(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-		      enum op_kind kind, const char *target)
+		      enum op_kind kind, const char *target, dev_t rdev)
 {
 	struct ckptfs *fs = FS(req);
 	struct fuse_entry_param e;
@@ -300,6 +379,7 @@ static void add_named(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			n->loaded = true;	/* new: nothing to read from the backend */
 		if (target)
 			n->symlink = xstrdup(target);
+		n->rdev = rdev;
 		n->new_file = S_ISREG(mode);
 		dent_add(fs, p, name, n);
 		if (kind == OP_VERSION) {
@@ -310,6 +390,7 @@ static void add_named(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			op->dir = bnode_get(p->b);
 			op->name = xstrdup(name);
 			op->target = target ? xstrdup(target) : NULL;
+			op->rdev = rdev;
 			op->mode = n->mode;
 			op->uid = n->uid;
 			op->gid = n->gid;
@@ -328,20 +409,42 @@ static void add_named(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-	add_named(req, parent, name, S_IFDIR | (mode & 07777), OP_MKDIR, NULL);
+	add_named(req, parent, name, S_IFDIR | (mode & 07777), OP_MKDIR, NULL, 0);
 }
 
 static void op_symlink(fuse_req_t req, const char *target, fuse_ino_t parent, const char *name)
 {
-	add_named(req, parent, name, S_IFLNK | 0777, OP_SYMLINK, target);
+	add_named(req, parent, name, S_IFLNK | 0777, OP_SYMLINK, target, 0);
 }
 
+/*
+ * mknod(2), mkfifo(3), bind(2) of a Unix socket: the node is made on the
+ * backend in order like any other (OP_MKNOD).  Device nodes only for root:
+ * the kernel already requires CAP_MKNOD before asking; whether they work is
+ * the mount's business (nodev, the FUSE default).
+ */
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
-	if (!S_ISREG(mode))
-		fuse_reply_err(req, EPERM);	/* checkpoints hold no devices or fifos */
-	else
-		add_named(req, parent, name, S_IFREG | (mode & 07777), OP_VERSION, NULL);
+	mode_t perm = mode & 07777;
+
+	switch (mode & S_IFMT) {
+	case S_IFREG:
+		add_named(req, parent, name, S_IFREG | perm, OP_VERSION, NULL, 0);
+		break;
+	case S_IFIFO:
+	case S_IFSOCK:
+		add_named(req, parent, name, (mode & S_IFMT) | perm, OP_MKNOD, NULL, 0);
+		break;
+	case S_IFCHR:
+	case S_IFBLK:
+		if (fuse_req_ctx(req)->uid != 0)
+			fuse_reply_err(req, EPERM);
+		else
+			add_named(req, parent, name, (mode & S_IFMT) | perm, OP_MKNOD, NULL, rdev);
+		break;
+	default:
+		fuse_reply_err(req, EINVAL);
+	}
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
@@ -597,12 +700,15 @@ static void handle_setup(struct fshandle *h, struct fuse_file_info *fi)
 	fi->keep_cache = !fi->direct_io && !h->node->bypassed;
 }
 
-static void open_truncate(struct ckptfs *fs, struct fsnode *n, int flags)
+/* O_TRUNC: empty the file (a truncate by `caller`); true if its mode changed. */
+static bool open_truncate(struct ckptfs *fs, struct fsnode *n, int flags, uid_t caller)
 {
 	if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) {
 		cfile_truncate(node_cfile(fs, n), 0);
 		touch_mtime(n);
+		return setid_kill(n, caller);
 	}
+	return false;
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -610,6 +716,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct ckptfs *fs = FS(req);
 	struct fsnode *n;
 	struct fshandle *h = NULL;
+	bool killed = false;
 	int r = 0;
 
 	pthread_mutex_lock(&fs->ns);
@@ -628,7 +735,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		r = -EINVAL;
 	} else {
 		node_cfile(fs, n);
-		open_truncate(fs, n, fi->flags);
+		killed = open_truncate(fs, n, fi->flags, fuse_req_ctx(req)->uid);
 		h = handle_new(req, n, fi->flags);
 	}
 	pthread_mutex_unlock(&fs->ns);
@@ -636,6 +743,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, -r);
 		return;
 	}
+	if (killed)
+		attrs_changed(fs, n);
 	handle_setup(h, fi);
 	if (n->ctl) {		/* generated contents: no size, no page cache */
 		fi->direct_io = 1;
@@ -660,6 +769,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	struct fsnode *p, *n = NULL;
 	struct fsdent *d;
 	struct fshandle *h = NULL;
+	bool killed = false;
 	int r;
 
 	pthread_mutex_lock(&fs->ns);
@@ -673,7 +783,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			if (!S_ISREG(n->mode))
 				r = S_ISDIR(n->mode) ? -EISDIR : -EINVAL;
 			else
-				open_truncate(fs, n, fi->flags);
+				killed = open_truncate(fs, n, fi->flags, fuse_req_ctx(req)->uid);
 		} else {
 			n = new_child(fs, req, p, S_IFREG | (mode & 07777));
 			n->new_file = true;
@@ -692,6 +802,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		fuse_reply_err(req, -r);
 		return;
 	}
+	if (killed)
+		attrs_changed(fs, n);
 	handle_setup(h, fi);
 	fuse_reply_create(req, &e, fi);
 }
@@ -742,7 +854,8 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 		fuse_reply_err(req, -r);
 		return;
 	}
-	note_write(n);
+	if (note_write(n, fuse_req_ctx(req)->uid))
+		attrs_changed(fs, n);
 	handle_note_writer(h, fi->lock_owner);
 	fuse_reply_write(req, len);
 }

@@ -68,38 +68,39 @@ static int xattr_del(struct fsnode *n, const char *key)
 	return 0;
 }
 
-/* Read the backend's xattrs into memory once (alock held). */
-static int xattrs_load(struct ckptfs *fs, struct fsnode *n)
+/* Read the xattrs of the object at (dfd, name) into n (alock held). */
+static int xattrs_read(void *arg, int dfd, const char *name)
 {
-	char path[64], keys[8192];
-	ssize_t kl;
-	int fd = -1;
+	struct fsnode *n = arg;
+	int at = S_ISLNK(n->mode) ? BSYS_LINK : 0;
+	char keys[8192];
+	ssize_t kl = bsys.listxattr(dfd, name, keys, sizeof(keys), at);
 
-	if (n->xattrs_loaded)
-		return 0;
-	if (n == fs->root) {
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", fs->root_fd);
-	} else if ((fd = bnode_open(&fs->be, n->b, O_PATH)) >= 0) {
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	} else {
-		n->xattrs_loaded = fd == -ENOENT;	/* not on the backend: nothing to read */
-		return fd == -ENOENT ? 0 : fd;
-	}
-	/* path is a /proc/self/fd magic link: follow it to the object itself. */
-	kl = listxattr(path, keys, sizeof(keys));
 	for (ssize_t off = 0; kl > 0 && off < kl; off += (ssize_t)strlen(keys + off) + 1) {
 		char val[65536];
-		ssize_t vl = getxattr(path, keys + off, val, sizeof(val));
+		ssize_t vl = bsys.getxattr(dfd, name, keys + off, val, sizeof(val), at);
 		if (vl >= 0)
 			xattr_put(n, keys + off, val, (size_t)vl);
 	}
-	int err = kl < 0 && errno != ENOTSUP && errno != ENODATA ? -errno : 0;
-	if (fd >= 0)
-		close(fd);
-	if (err)
-		return err;
-	n->xattrs_loaded = true;
-	return 0;
+	return kl < 0 && kl != -ENOTSUP && kl != -ENODATA ? (int)kl : 0;
+}
+
+/*
+ * Read the backend's xattrs into memory once (alock held), through bsys: a
+ * symlink planted where the object was is refused (-ELOOP), never followed.
+ */
+static int xattrs_load(struct ckptfs *fs, struct fsnode *n)
+{
+	int r;
+
+	if (n->xattrs_loaded)
+		return 0;
+	r = bnode_at(&fs->be, n->b, xattrs_read, n);
+	if (r == -ENOENT)
+		r = 0;	/* not on the backend: nothing to read */
+	if (r == 0)
+		n->xattrs_loaded = true;
+	return r;
 }
 
 bool xattrs_snapshot(struct fsnode *n, void **buf, size_t *len)
