@@ -984,9 +984,11 @@ static void fsync_done(struct pub_waiter *w, int err)
 
 /*
  * Reply once everything `actor` queued so far is durable, with what depends
- * on it (or at once with fsync=lazy, or with the sticky error).
+ * on it — everyone's with any_actor — (or at once with fsync=lazy, or with
+ * the sticky error).
  */
-static void reply_when_durable(struct ckptfs *fs, fuse_req_t req, uid_t actor, int sticky)
+static void reply_when_durable(struct ckptfs *fs, fuse_req_t req, uid_t actor, bool any_actor,
+			       int sticky)
 {
 	if (fs->opt.fsync_lazy || sticky) {
 		fuse_reply_err(req, -sticky);
@@ -996,6 +998,7 @@ static void reply_when_durable(struct ckptfs *fs, fuse_req_t req, uid_t actor, i
 	fw->req = req;
 	fw->w.seq = backend_last_seq(&fs->be);
 	fw->w.actor = actor;
+	fw->w.any_actor = any_actor;
 	fw->w.done = fsync_done;
 	fw->w.cancelled = fsync_cancelled;
 	backend_wait_async(&fs->be, &fw->w);
@@ -1017,12 +1020,14 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	if (r < 0)
 		fuse_reply_err(req, -r);
 	else
-		reply_when_durable(fs, req, actor, sticky);
+		reply_when_durable(fs, req, actor, false, sticky);
 }
 
 static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	reply_when_durable(FS(req), req, actor_of(req), 0);
+	/* Root or the mount's owner syncs everyone's changes, as a drain does. */
+	uid_t uid = actor_of(req);
+	reply_when_durable(FS(req), req, uid, uid == 0 || uid == geteuid(), 0);
 }
 
 /* ---- directories ------------------------------------------------------- */
