@@ -281,12 +281,20 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 void backend_stop(struct backend *be);
 /* Stop the threads at once, leaving unpublished operations queued. */
 void backend_abort(struct backend *be);
+/* A file still open for writing at exit: what was written, never closed. */
+struct rescue_item {
+	char *path;		/* in the mount */
+	struct cver *ver;	/* its contents, sealed for the rescue only */
+};
 /*
- * After backend_abort: write every queued file version to
- * <dir>/<host>-<mount id>/ with a manifest.jsonl of all queued operations.
- * Returns the number of operations saved, or -errno; *where gets the path.
+ * At exit (after backend_abort, or after a drain with nothing left queued):
+ * write every queued file version to <dir>/<host>-<mount id>/files/, the
+ * partial contents of files still open for writing to .../partial/, and a
+ * manifest.jsonl of all of them and every queued operation.  Returns the
+ * number of items saved, or -errno; *where gets the path.
  */
-long backend_rescue(struct backend *be, const char *dir, char *where, size_t wlen);
+long backend_rescue(struct backend *be, const char *dir, const struct rescue_item *partial,
+		    unsigned npartial, char *where, size_t wlen);
 /*
  * Check the rescue directory as the rescue will (rescue.c R1), creating it
  * 0700 if missing: 0, or -errno with one line naming the problem in why.
