@@ -11,20 +11,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
-/* Touch every page so no write into the cache takes a page fault. */
-static void prefault(char *base, uint64_t size)
-{
-	if (madvise(base, size, MADV_POPULATE_WRITE) == 0)
-		return;
-	long pg = sysconf(_SC_PAGESIZE);
-	for (uint64_t off = 0; off < size; off += (uint64_t)pg)
-		((volatile char *)base)[off] = 0;
-}
-
 int cache_init(struct cache *c, uint64_t size, uint32_t chunk_size)
 {
 	memset(c, 0, sizeof(*c));
@@ -44,7 +30,6 @@ int cache_init(struct cache *c, uint64_t size, uint32_t chunk_size)
 	c->hugepages = madvise(c->base, c->size, MADV_HUGEPAGE) == 0;
 	/* The daemon forks nothing after this, but keep children off it anyway. */
 	madvise(c->base, c->size, MADV_DONTFORK);
-	prefault(c->base, c->size);
 
 	c->chunks = xcalloc(c->nchunks, sizeof(*c->chunks));
 	c->free_ids = xmalloc(sizeof(uint32_t) * c->nchunks);
@@ -61,11 +46,13 @@ int cache_init(struct cache *c, uint64_t size, uint32_t chunk_size)
 	list_init(&c->partial);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->freed, NULL);
+	cache_prefault_start(c, true);	/* pages are mapped in the background */
 	return 0;
 }
 
 void cache_destroy(struct cache *c)
 {
+	cache_prefault_stop(c);
 	if (c->base)
 		munmap(c->base, c->size);
 	for (uint32_t i = 0; c->chunks && i < c->nchunks; i++)
@@ -217,6 +204,7 @@ struct chunk *cache_chunk_alloc(struct cache *c, struct cfile *owner, bool small
 	pthread_mutex_unlock(&c->lock);
 	if (t0)
 		atomic_fetch_add(&c->st.backpressure_ns, now_ns() - t0);
+	cache_prefault_chunk(c, ch->id);	/* the pages it is about to use, if not yet */
 	return ch;
 }
 

@@ -1,6 +1,7 @@
 /*
- * cache.h — the write-back cache arena: one pre-faulted mapping of
- * cache_size bytes cut into fixed-size chunks.
+ * cache.h — the write-back cache arena: one mapping of cache_size bytes
+ * cut into fixed-size chunks, its pages populated in the background from
+ * the mount on, ahead of the allocator (prefault.c).
  *
  * A chunk is either free (on the free stack), owned by exactly one cfile
  * (cfile.h), which holds it in its chunk map, in pending versions, or both,
@@ -70,6 +71,18 @@ struct cache_stats {
 	atomic_uint_least64_t clean_bytes;
 };
 
+/* Background population of the arena's pages (prefault.c). */
+struct cache_prefault {
+	atomic_uchar *done;		/* per chunk: its pages are mapped */
+	atomic_uint_least64_t ready_bytes;	/* bytes of chunks with done set */
+	atomic_uint_least64_t ready_ns;	/* when the last chunk was done (0: not yet) */
+	atomic_uint_least64_t inline_chunks;	/* populated by the allocator, not the thread */
+	atomic_bool stop;
+	bool running;
+	uint64_t start_ns;
+	pthread_t th;
+};
+
 struct cache {
 	char *base;
 	uint64_t size;		/* chunk_size * nchunks */
@@ -95,11 +108,13 @@ struct cache {
 	bool hugepages;
 
 	struct cache_stats st;
+	struct cache_prefault pf;
 };
 
 /*
- * Map and pre-fault an arena of `size` bytes (rounded down to whole chunks).
- * Returns 0 or -errno.
+ * Map an arena of `size` bytes (rounded down to whole chunks) and start
+ * populating its pages in the background (prefault.c); the allocator
+ * populates a chunk itself if it gets there first.  Returns 0 or -errno.
  */
 int cache_init(struct cache *c, uint64_t size, uint32_t chunk_size);
 void cache_destroy(struct cache *c);
@@ -131,5 +146,17 @@ struct chunk *cache_spill_pick(struct cache *c, struct cfile **owner);
 
 /* Full chunks free or evictable right now (for the spiller's watermark). */
 uint32_t cache_reclaimable(struct cache *c);
+
+/*
+ * Pre-faulting (prefault.c).  start: with background, a thread populates
+ * chunk after chunk (lowest ids first, as the allocator hands them out);
+ * without, every chunk is populated before it returns.  stop joins the
+ * thread (before the arena goes away).  cache_prefault_chunk populates one
+ * chunk now unless that is done.  cache_ready_bytes: bytes populated.
+ */
+void cache_prefault_start(struct cache *c, bool background);
+void cache_prefault_stop(struct cache *c);
+void cache_prefault_chunk(struct cache *c, uint32_t id);
+uint64_t cache_ready_bytes(const struct cache *c);
 
 #endif

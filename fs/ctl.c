@@ -164,6 +164,12 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 	sb_printf(b, ", \"fsync\": \"%s\"", fs->opt.fsync_lazy ? "lazy" : "durable");
 	sb_printf(b, ", \"cache_capacity_bytes\": %llu, \"cache_chunk_bytes\": %llu",
 		  (unsigned long long)c->size, (unsigned long long)cs);
+	uint64_t ready_ns = atomic_load(&c->pf.ready_ns);
+	sb_printf(b, ", \"cache_ready_bytes\": %llu, \"cache_ready_s\": %.3f"
+		  ", \"cache_prefault_inline_chunks\": %llu",
+		  (unsigned long long)cache_ready_bytes(c),
+		  ready_ns ? (double)(ready_ns - c->pf.start_ns) / 1e9 : -1.0,
+		  (unsigned long long)atomic_load(&c->pf.inline_chunks));
 	sb_printf(b, ", \"cache_used_bytes\": %llu, \"cache_dirty_bytes\": %llu"
 		  ", \"cache_flushing_bytes\": %llu, \"cache_clean_bytes\": %llu"
 		  ", \"cache_free_bytes\": %llu",

@@ -49,6 +49,7 @@ static const struct metric {
 } metrics[] = {
 	{ "uptime_s", "gauge", "Seconds since the mount" },
 	{ "cache_capacity_bytes", "gauge", "Cache size" },
+	{ "cache_ready_bytes", "gauge", "Cache bytes whose pages are populated (pre-faulted)" },
 	{ "cache_used_bytes", "gauge", "Cache bytes in use" },
 	{ "cache_dirty_bytes", "gauge", "Cached bytes not yet durable and not being written" },
 	{ "cache_flushing_bytes", "gauge", "Cached bytes being written to the backend" },
@@ -136,6 +137,10 @@ static void show_human(const struct jobj *o)
 	bar(cap > 0 ? used / cap : 0, bb, 30);
 	printf("  cache:        [%s] %3.0f%%  %s of %s\n", bb, cap > 0 ? 100 * used / cap : 0,
 	       sz(used, a), sz(cap, b));
+	double ready = jobj_num(o, "cache_ready_bytes");
+	if (jobj_get(o, "cache_ready_bytes") && ready < cap)
+		printf("  cache ready:  %s of %s (pre-faulting in the background)\n", sz(ready, a),
+		       sz(cap, b));
 	printf("  held:         dirty %s, flushing %s, clean %s\n", sz(dirty, a), sz(fl, b),
 	       sz(jobj_num(o, "cache_clean_bytes"), c));
 	bar(absorbed > 0 ? persisted / absorbed : 1, bb, 30);
