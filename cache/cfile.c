@@ -283,6 +283,21 @@ bool cfile_base_lazy(struct cfile *cf)
 	return l;
 }
 
+struct cfd *cfile_clean_base(struct cfile *cf)
+{
+	struct cfd *f = NULL;
+
+	pthread_mutex_lock(&cf->lock);
+	if (!cf->dirty && list_empty(&cf->versions) && !cf->base_lazy && cf->nlayers == 1 &&
+	    cf->size) {
+		struct clayer *l = cf->layers[0];
+		if (l->f && l->next == 1 && l->ext[0].lo == 0 && l->ext[0].hi == cf->size)
+			f = cfd_get(l->f);
+	}
+	pthread_mutex_unlock(&cf->lock);
+	return f;
+}
+
 enum cfile_state cfile_state(struct cfile *cf)
 {
 	enum cfile_state st;

@@ -171,5 +171,11 @@ enum cfile_state cfile_state(struct cfile *cf);
 uint64_t cfile_size(struct cfile *cf);
 bool cfile_dirty(struct cfile *cf);
 bool cfile_base_lazy(struct cfile *cf);
+/*
+ * The backend file that holds exactly this file's contents, referenced:
+ * nothing dirty, no version pending, one layer (the published base) over
+ * [0, size).  NULL otherwise (and for a base not opened yet, or size 0).
+ */
+struct cfd *cfile_clean_base(struct cfile *cf);
 
 #endif

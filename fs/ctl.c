@@ -189,6 +189,15 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 	sb_printf(b, ", \"absorb_rate_bps\": %.0f, \"persist_rate_bps\": %.0f",
 		  fs->absorb_rate, fs->persist_rate);
 	pthread_mutex_unlock(&fs->rate_lock);
+	sb_printf(b, ", \"fuse_requests\": %llu, \"fuse_max_write\": %u",
+		  (unsigned long long)fs_loop_requests(), fs->max_write);
+	fsu_describe(b);
+	sb_printf(b, ", \"passthrough\": %s, \"passthrough_opens\": %llu"
+		  ", \"passthrough_direct_opens\": %llu, \"passthrough_failures\": %llu",
+		  devio_passthrough() ? "true" : "false",
+		  (unsigned long long)atomic_load(&fs->pt_opens),
+		  (unsigned long long)atomic_load(&fs->pt_direct_opens),
+		  (unsigned long long)atomic_load(&fs->pt_failures));
 	sb_printf(b, ", \"seq_current\": %llu, \"seq_durable\": %llu", (unsigned long long)seq,
 		  (unsigned long long)atomic_load(&be->durable_seq));
 	sb_printf(b, ", \"versions_published\": %llu, \"ops_applied\": %llu, \"dir_fsyncs\": %llu",

@@ -82,7 +82,17 @@ struct fsnode {
 	uint64_t dirty_ns;	/* alock: when it was first modified since its last seal */
 	uint64_t sealed_ns;	/* alock: when its last version was sealed */
 	uint8_t ctl;		/* enum ctl_kind: a node of the control directory */
+
+	/* open handles and passthrough (passthrough.c; ns) */
+	uint32_t opens;		/* open handles */
+	uint32_t pt_handles;	/* of which passthrough (FOPEN_PASSTHROUGH) */
+	int32_t pt_id;		/* backing id registered with the kernel, 0: none */
+	uint8_t pt_state;	/* PT_IDLE, PT_MAKING */
+	struct cfd *pt_base;	/* the backend file behind pt_id (referenced) */
 };
+
+enum { PT_IDLE = 0, PT_MAKING };
+enum pt_mode { PT_NONE = 0, PT_READ, PT_DIRECT, PT_REFUSE };
 
 /* Nodes of the control directory MOUNT/.ckptfs (ctl.c). */
 enum ctl_kind { CTL_NONE = 0, CTL_DIR, CTL_STATS, CTL_FILES, CTL_DRAIN, CTL_CMD };
@@ -101,6 +111,8 @@ struct fshandle {
 	unsigned open_files;	/* drain: files left out, still open for writing */
 	uint64_t drain_seq;
 	uint64_t timeout_ns;	/* drain: 0 = until done, or drain_timeout without progress */
+	uint8_t pt;		/* enum pt_mode it was opened with */
+	int32_t pt_id;		/* its backing id (pt != PT_NONE) */
 };
 
 struct drainer {
@@ -133,6 +145,10 @@ struct ckptfs {
 	bool splice_loop;	/* requests arrive through loop.c's pipes */
 	atomic_bool inited;	/* the kernel's INIT has been answered */
 	unsigned max_read;	/* the max_read mount option in effect */
+	unsigned max_write;	/* what INIT asked the kernel for */
+
+	pthread_cond_t pt_cond;	/* a node's backing file was made (passthrough.c; ns) */
+	atomic_uint_least64_t pt_opens, pt_direct_opens, pt_failures;
 
 	char *zeros;		/* ZERO segments of read replies */
 	size_t zeros_len;
@@ -187,14 +203,72 @@ bool node_path(struct ckptfs *fs, struct fsnode *n, char *buf, size_t len);
 
 /* ---- the request loop (loop.c) ------------------------------------------ */
 
-/* Can this process size a pipe for the splice loop (1 MiB)? */
+/*
+ * Can this process size a pipe for the splice loop (at least 1 MiB)?  Also
+ * picks the pipe size: the largest request the kernel may send where this
+ * process may make such pipes.
+ */
 bool fs_splice_loop_possible(void);
 /* Serve requests with nthreads splice workers until the session exits; unmounts. */
-int fs_splice_loop(struct fuse_session *se, unsigned nthreads);
-/* max_write for the splice loop: 254 pages, so a request fits a 1 MiB pipe. */
-#define SPLICE_MAX_WRITE (254u * 4096u)
+int fs_splice_loop(struct ckptfs *fs, unsigned nthreads);
+/* max_write for the splice loop: what fits its pipes (after fs_splice_loop_possible). */
+unsigned fs_splice_max_write(void);
+/* Requests served by the request loop so far (all transports). */
+uint64_t fs_loop_requests(void);
 /* Read requests are capped likewise, so spliced replies fit a 1 MiB pipe. */
 #define READ_MAX 1015808	/* 248 pages: data plus libfuse's header pages fit 256 */
+
+/* Largest pages per request the kernel allows (fs.fuse.max_pages_limit). */
+unsigned fs_kernel_max_pages(void);
+
+/* ---- what goes to /dev/fuse (devio.c) ------------------------------------ */
+
+/* Route the session's replies through devio (before INIT is read): 0 or -errno. */
+int devio_install(struct ckptfs *fs, struct fuse_session *se);
+/* The loop saw the raw INIT request (the flags libfuse 3.14 drops). */
+void devio_note_init(const void *req, size_t len);
+/* Amend this thread's next open/create reply: open_flags |= add, &= ~clear, backing id. */
+void devio_open_patch(uint32_t add, uint32_t clear, int32_t backing_id);
+void devio_open_patch_clear(void);
+bool devio_passthrough(void);	/* negotiated at INIT */
+bool devio_uring(void);		/* negotiated at INIT */
+int devio_fd(void);
+unsigned devio_max_pages(void);
+
+/* ---- FUSE requests over io_uring (uring.c) -------------------------------- */
+
+/* Does the kernel let FUSE use io_uring (fuse.enable_uring)? */
+bool fsu_kernel_enabled(void);
+/* Start the threads and rings before INIT is answered: 0, or -errno (not used). */
+int fsu_prepare(struct ckptfs *fs, struct fuse_session *se, unsigned max_threads);
+bool fsu_offerable(void);	/* every ring is up: INIT may ask for io_uring */
+void fsu_start(void);		/* INIT accepted it: register the entries */
+void fsu_cancel(void);		/* not used: the threads leave */
+void fsu_stop(void);		/* the session ended: wake, join */
+/* A reply for a request that came through a ring entry: bytes taken, or 0 (not ours). */
+ssize_t fsu_reply(struct iovec *iov, int count);
+ssize_t fsu_reply_pipe(int pipefd, size_t len);
+/* Stats fields (appended to the stats JSON). */
+void fsu_describe(struct strbuf *b);
+
+/* ---- passthrough (passthrough.c), ns held unless noted ------------------ */
+
+/*
+ * How h (new, counted in n->opens) opens; may drop and retake fs->ns.
+ * PT_REFUSE: the open must fail with ETXTBSY (read-write while passthrough
+ * readers hold the file).
+ */
+enum pt_mode pt_open_locked(struct ckptfs *fs, struct fsnode *n, struct fshandle *h);
+/* Set fi and the reply amendment for h (no lock). */
+void pt_setup(struct fshandle *h, struct fuse_file_info *fi);
+/* h goes away; what to close after fs->ns is dropped goes into drop. */
+struct pt_drop {
+	int32_t id;
+	struct cfd *base;
+};
+void pt_release_locked(struct ckptfs *fs, struct fsnode *n, struct fshandle *h,
+		       struct pt_drop *drop);
+void pt_drop_finish(struct pt_drop *drop);	/* no lock */
 
 /* ---- sealing versions (seal.c), ns held ---------------------------------- */
 

@@ -6,12 +6,19 @@
  * which needs CAP_SYS_RESOURCE or a raised fs.pipe-max-size; without it it
  * silently falls back to reading every request into a buffer, and the data
  * of each write is then copied twice (kernel to buffer, buffer to cache).
- * Here every thread owns a pipe of exactly 1 MiB (256 page slots) and the
- * session's max_write is 254 pages, so a write request — one header slot
- * plus at most 255 data pages, however its offset is aligned — always fits.
- * splice() moves the request's page references into the pipe without
- * copying; fuse_session_process_buf() reads the header from the pipe, and
- * write_buf (ops.c) reads the data straight into cache chunks: one copy.
+ * Here every thread owns a pipe sized for the largest write request the
+ * kernel may send: one slot for the header plus one per data page.  The
+ * kernel caps a request at fs.fuse.max_pages_limit pages (256 by default;
+ * an administrator may raise it to 1024), so the pipe gets the next power
+ * of two above limit + 2 slots where this process may size pipes that
+ * large (root has CAP_SYS_RESOURCE; others are held to fs.pipe-max-size,
+ * 1 MiB by default), and max_write is what fits: a 1 MiB write(2) is then
+ * one request, not two.  Without that, the pipe is 1 MiB (256 slots) and
+ * max_write 254 pages, so a request always fits however its offset is
+ * aligned.  splice() moves the request's page references into the pipe
+ * without copying; fuse_session_process_buf() reads the header from the
+ * pipe, and write_buf (ops.c) reads the data straight into cache chunks:
+ * one copy.
  *
  * Threads: `nthreads` workers, all reading the same fd (the kernel hands
  * each request to one of them).  A blocked handler (backpressure, a drain)
@@ -22,16 +29,27 @@
 #include "fs/fs.h"
 #include "cache/log.h"
 
+#include <linux/fuse.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#define PIPE_BYTES (1u << 20)
+#define PAGE 4096u
+#define PIPE_MIN (1u << 20)	/* every Linux lets an unprivileged process size this */
+
+/* Chosen once by fs_splice_loop_possible(), before any worker starts. */
+static size_t pipe_bytes = PIPE_MIN;
+static unsigned max_write_pages = 254;
+/* Requests read from /dev/fuse (stats: fuse_requests). */
+static atomic_uint_least64_t requests;
+static atomic_bool init_seen;
 
 struct worker {
 	struct fuse_session *se;
@@ -56,13 +74,28 @@ static void pipe_drain(int fd)
 			break;
 }
 
+/* Read exactly len bytes of a request from the pipe: 0 or -1. */
+static int read_full(int fd, char *buf, size_t len)
+{
+	while (len) {
+		ssize_t n = read(fd, buf, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		buf += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	int fd = fuse_session_fd(w->se);
 
 	while (!fuse_session_exited(w->se)) {
-		ssize_t n = splice(fd, NULL, w->pipe[1], NULL, PIPE_BYTES + 4096, 0);
+		ssize_t n = splice(fd, NULL, w->pipe[1], NULL, pipe_bytes + PAGE, 0);
 		if (n < 0) {
 			if (errno == EINTR || errno == EAGAIN || errno == ENOENT)
 				continue;	/* ENOENT: the request was interrupted */
@@ -75,6 +108,22 @@ static void *worker_main(void *arg)
 			fuse_session_exit(w->se);
 			break;
 		}
+		atomic_fetch_add_explicit(&requests, 1, memory_order_relaxed);
+		if (!atomic_load(&init_seen)) {
+			/* The first request is INIT: show it to devio.c before libfuse. */
+			char *m = xmalloc((size_t)n);
+			if (read_full(w->pipe[0], m, (size_t)n) == 0) {
+				const struct fuse_in_header *ih = (const void *)m;
+				devio_note_init(m, (size_t)n);
+				struct fuse_buf mb = { .size = (size_t)n, .mem = m };
+				fuse_session_process_buf(w->se, &mb);
+				if (ih->opcode == FUSE_INIT)
+					atomic_store(&init_seen, true);
+			}
+			free(m);
+			pipe_drain(w->pipe[0]);
+			continue;
+		}
 		struct fuse_buf buf = { .size = (size_t)n, .flags = FUSE_BUF_IS_FD, .fd = w->pipe[0] };
 		fuse_session_process_buf(w->se, &buf);
 		pipe_drain(w->pipe[0]);
@@ -83,21 +132,65 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-bool fs_splice_loop_possible(void)
+/* The kernel's cap on pages per request (fs.fuse.max_pages_limit), 256 if unknown. */
+unsigned fs_kernel_max_pages(void)
+{
+	unsigned v = 256;
+	FILE *f = fopen("/proc/sys/fs/fuse/max_pages_limit", "re");
+
+	if (f) {
+		if (fscanf(f, "%u", &v) != 1 || v < 32)
+			v = 256;
+		fclose(f);
+	}
+	return CKPT_MIN(v, 65535u);
+}
+
+/* Can a pipe of `bytes` be made here? */
+static bool pipe_can_hold(size_t bytes)
 {
 	int p[2];
 	bool ok;
 
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return false;
-	ok = fcntl(p[0], F_SETPIPE_SZ, PIPE_BYTES) >= (int)PIPE_BYTES;
+	ok = fcntl(p[0], F_SETPIPE_SZ, (int)bytes) >= (int)bytes;
 	close(p[0]);
 	close(p[1]);
 	return ok;
 }
 
-int fs_splice_loop(struct fuse_session *se, unsigned nthreads)
+bool fs_splice_loop_possible(void)
 {
+	unsigned limit = fs_kernel_max_pages();
+	size_t want = PAGE;
+
+	while (want < (size_t)(limit + 2) * PAGE)
+		want <<= 1;
+	for (; want > PIPE_MIN; want >>= 1)
+		if (pipe_can_hold(want)) {
+			pipe_bytes = want;
+			max_write_pages = CKPT_MIN(limit, (unsigned)(want / PAGE) - 2);
+			return true;
+		}
+	pipe_bytes = PIPE_MIN;
+	max_write_pages = CKPT_MIN(limit, (unsigned)(PIPE_MIN / PAGE) - 2);
+	return pipe_can_hold(PIPE_MIN);
+}
+
+uint64_t fs_loop_requests(void)
+{
+	return atomic_load(&requests);
+}
+
+unsigned fs_splice_max_write(void)
+{
+	return max_write_pages * PAGE;
+}
+
+int fs_splice_loop(struct ckptfs *fs, unsigned nthreads)
+{
+	struct fuse_session *se = fs->se;
 	struct worker *w = xcalloc(nthreads, sizeof(*w));
 	struct sigaction sa = { .sa_handler = on_wake };
 	sigset_t block, old;
@@ -105,6 +198,16 @@ int fs_splice_loop(struct fuse_session *se, unsigned nthreads)
 
 	sigemptyset(&sa.sa_mask);
 	sigaction(WAKE_SIGNAL, &sa, NULL);
+	/*
+	 * The transport: replies go through devio.c, which may take requests
+	 * over io_uring (uring.c) if the kernel offers it at INIT; the splice
+	 * workers below serve /dev/fuse either way (INIT, FORGET, INTERRUPT,
+	 * and everything when io_uring is not in use).
+	 */
+	if (devio_install(fs, se) == 0)
+		fsu_prepare(fs, se, nthreads);
+	else
+		log_warn("cannot hook the FUSE device: io_uring and passthrough are off");
 	/* Workers leave SIGINT/SIGTERM/SIGHUP to libfuse's handlers in this thread. */
 	sigemptyset(&block);
 	sigaddset(&block, SIGINT);
@@ -115,7 +218,7 @@ int fs_splice_loop(struct fuse_session *se, unsigned nthreads)
 		w[i].se = se;
 		atomic_init(&w[i].done, false);
 		if (pipe2(w[i].pipe, O_CLOEXEC) < 0 ||
-		    fcntl(w[i].pipe[0], F_SETPIPE_SZ, PIPE_BYTES) < (int)PIPE_BYTES ||
+		    fcntl(w[i].pipe[0], F_SETPIPE_SZ, (int)pipe_bytes) < (int)pipe_bytes ||
 		    pthread_create(&w[i].th, NULL, worker_main, &w[i]) != 0) {
 			log_err("cannot start request worker %u: %s", i, strerror(errno));
 			break;
@@ -144,6 +247,7 @@ int fs_splice_loop(struct fuse_session *se, unsigned nthreads)
 		close(w[i].pipe[0]);
 		close(w[i].pipe[1]);
 	}
+	fsu_stop();
 	free(w);
 	fuse_session_unmount(se);
 	return 0;

@@ -306,7 +306,7 @@ int main(int argc, char **argv)
 		pthread_detach(ra);
 
 	if (fs->splice_loop) {
-		r = fs_splice_loop(fs->se, fs->opt.max_threads);
+		r = fs_splice_loop(fs, fs->opt.max_threads);
 	} else {
 		lcfg = fuse_loop_cfg_create();
 		fuse_loop_cfg_set_clone_fd(lcfg, 1);

@@ -652,6 +652,7 @@ static struct fshandle *handle_new(fuse_req_t req, struct fsnode *n, int flags)
 	h->writable = (flags & O_ACCMODE) != O_RDONLY;
 	h->uid = actor_of(req);
 	node_ref(n);
+	n->opens++;
 	if (h->writable) {
 		n->writers++;
 		n->writer_uid = h->uid;
@@ -698,6 +699,24 @@ static void handle_setup(struct fshandle *h, struct fuse_file_info *fi)
 	if (fi->direct_io)
 		h->node->bypassed = true;
 	fi->keep_cache = !fi->direct_io && !h->node->bypassed;
+	/*
+	 * A read-only handle has nothing to seal at close (unless it created the
+	 * file): the kernel need not send FLUSH for it.
+	 */
+	fi->noflush = !h->writable && !h->node->new_file && !h->node->ctl;
+	pt_setup(h, fi);
+}
+
+/* Undo handle_new for a handle that goes away (ns held); close what drop holds after. */
+static void handle_drop_locked(struct ckptfs *fs, struct fshandle *h, struct pt_drop *drop)
+{
+	struct fsnode *n = h->node;
+
+	pt_release_locked(fs, n, h, drop);
+	n->opens--;
+	if (h->writable)
+		n->writers--;
+	node_unref(fs, n);
 }
 
 /* O_TRUNC: empty the file (a truncate by `caller`); true if its mode changed. */
@@ -724,7 +743,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (n->ctl) {
 		h = handle_new(req, n, fi->flags);
 		if ((r = ctl_open(fs, req, h)) < 0) {
-			node_unref(fs, n);
+			struct pt_drop drop;	/* none: control files are never passthrough */
+			handle_drop_locked(fs, h, &drop);
 			sb_free(&h->out);
 			free(h);
 			h = NULL;
@@ -737,6 +757,12 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		node_cfile(fs, n);
 		killed = open_truncate(fs, n, fi->flags, fuse_req_ctx(req)->uid);
 		h = handle_new(req, n, fi->flags);
+		if (pt_open_locked(fs, n, h) == PT_REFUSE) {	/* may drop and retake ns */
+			struct pt_drop drop;	/* none: h has no passthrough */
+			handle_drop_locked(fs, h, &drop);
+			free(h);
+			r = -ETXTBSY;
+		}
 	}
 	pthread_mutex_unlock(&fs->ns);
 	if (r < 0) {
@@ -750,12 +776,14 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fi->direct_io = 1;
 		fi->keep_cache = 0;
 	}
-	if (fuse_reply_open(req, fi) == -ENOENT) {	/* the opener was interrupted */
+	int rr = fuse_reply_open(req, fi);
+	devio_open_patch_clear();
+	if (rr == -ENOENT) {	/* the opener was interrupted */
+		struct pt_drop drop;
 		pthread_mutex_lock(&fs->ns);
-		if (h->writable)
-			n->writers--;
-		node_unref(fs, n);
+		handle_drop_locked(fs, h, &drop);
 		pthread_mutex_unlock(&fs->ns);
+		pt_drop_finish(&drop);
 		sb_free(&h->out);
 		free(h);
 	}
@@ -795,7 +823,14 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	if (r == 0) {
 		node_cfile(fs, n);
 		h = handle_new(req, n, fi->flags);
-		fill_entry(fs, n, &e);
+		if (pt_open_locked(fs, n, h) == PT_REFUSE) {	/* an existing file; may drop ns */
+			struct pt_drop drop;
+			handle_drop_locked(fs, h, &drop);
+			free(h);
+			r = -ETXTBSY;
+		} else {
+			fill_entry(fs, n, &e);
+		}
 	}
 	pthread_mutex_unlock(&fs->ns);
 	if (r < 0) {
@@ -806,6 +841,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		attrs_changed(fs, n);
 	handle_setup(h, fi);
 	fuse_reply_create(req, &e, fi);
+	devio_open_patch_clear();
 }
 
 /* Copy the next len bytes of a write request into cache memory. */
@@ -955,11 +991,12 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct ckptfs *fs = FS(req);
 	struct fshandle *h = (struct fshandle *)(uintptr_t)fi->fh;
 
+	struct pt_drop drop;
+
 	pthread_mutex_lock(&fs->ns);
-	if (h->writable)
-		h->node->writers--;
-	node_unref(fs, h->node);
+	handle_drop_locked(fs, h, &drop);
 	pthread_mutex_unlock(&fs->ns);
+	pt_drop_finish(&drop);
 	sb_free(&h->out);
 	free(h);
 	fuse_reply_err(req, 0);
@@ -1164,8 +1201,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct ckptfs *fs = userdata;
 
-	/* With the splice loop a write request must fit a 1 MiB pipe (loop.c). */
-	conn->max_write = fs->splice_loop ? SPLICE_MAX_WRITE : 1u << 20;
+	/* With the splice loop a write request must fit its pipe (loop.c). */
+	conn->max_write = fs->splice_loop ? fs_splice_max_write() : 1u << 20;
+	fs->max_write = conn->max_write;
 	conn->max_readahead = 1u << 20;
 	/* libfuse requires the max_read mount option (main.c) repeated here. */
 	conn->max_read = fs->max_read;

@@ -54,6 +54,10 @@ void opts_usage(FILE *f)
 "  fsync=durable|lazy   fsync waits for the backend (default), or returns at once\n"
 "  io=uring|pwrite      backend I/O engine (default uring; pwrite if unavailable)\n"
 "  splice=on|off        move write data with splice(2) (default on)\n"
+"  fuse_uring=on|off    take FUSE requests over io_uring where the kernel offers\n"
+"                       it (fuse module parameter enable_uring; default on)\n"
+"  passthrough=on|off   let the kernel read clean, durable files opened\n"
+"                       read-only straight from the backend (default on)\n"
 "  direct=on|off        write to the backend with O_DIRECT where aligned and\n"
 "                       supported (default on)\n"
 "  manifest=on|off      keep the manifest of checksums that recovery and\n"
@@ -174,8 +178,11 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 					   val ? val : "");
 		return 0;
 	}
-	if (!strcmp(opt, "splice") || !strcmp(opt, "direct") || !strcmp(opt, "manifest")) {
-		bool *flag = opt[0] == 's' ? &o->splice : opt[0] == 'd' ? &o->direct : &o->manifest;
+	if (!strcmp(opt, "splice") || !strcmp(opt, "direct") || !strcmp(opt, "manifest") ||
+	    !strcmp(opt, "fuse_uring") || !strcmp(opt, "passthrough")) {
+		bool *flag = opt[0] == 's' ? &o->splice : opt[0] == 'd' ? &o->direct :
+			     opt[0] == 'm' ? &o->manifest : opt[0] == 'f' ? &o->fuse_uring :
+			     &o->passthrough;
 		if (val && !strcmp(val, "on"))
 			*flag = true;
 		else if (val && !strcmp(val, "off"))
@@ -249,6 +256,8 @@ int opts_parse(int argc, char **argv, struct ckptfs_opts *o)
 	o->max_threads = 16;
 	o->io = BIO_URING;
 	o->splice = true;
+	o->fuse_uring = true;
+	o->passthrough = true;
 	o->direct = true;
 	o->manifest = true;
 	o->attr_timeout = 1.0;

@@ -28,6 +28,8 @@ struct ckptfs_opts {
 	bool fsync_lazy;
 	enum bio_kind io;
 	bool splice;		/* read write requests with splice(2) */
+	bool fuse_uring;	/* FUSE requests over io_uring where the kernel offers it */
+	bool passthrough;	/* FUSE passthrough for clean files opened read-only */
 	bool direct;		/* flush with O_DIRECT where aligned */
 	bool manifest;		/* keep the manifest log (checksums, recovery, verify) */
 	double attr_timeout;

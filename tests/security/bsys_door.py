@@ -48,6 +48,13 @@ EXCEPTIONS = {
     ("main.c.o", "open"): "/dev/null when daemonizing, the mount's bdi readahead file in /sys",
     ("main.c.o", "stat"): "the mount point's device number, for its bdi",
     ("main.c.o", "chdir"): "chdir(\"/\") when daemonizing",
+    ("loop.c.o", "fopen"): "reads /proc/sys/fs/fuse/max_pages_limit",
+    ("prefault.c.o", "syscall"): "gettid, to lower the pre-fault thread's priority",
+    ("devio.c.o", "syscall"): "capget: may the daemon use FUSE passthrough (CAP_SYS_ADMIN)",
+    ("uring.c.o", "fopen"): "reads /sys/devices/system/cpu/possible (the kernel's queue count)",
+    ("uring.c.o", "open"): "reads /sys/module/fuse/parameters/enable_uring",
+    ("passthrough.c.o", "open"): "reopens read-only, by its descriptor (/proc/self/fd/N), a backend "
+                                 "file bsys already opened: no name is looked up on the backend",
     # The CLI tools (ckptfs-ctl, ckptfs-stat) run as the invoking user, not as
     # the root daemon, and read what that user may read.
     ("cli.c.o", "*"): "CLI tools: run as the invoking user",

@@ -1,0 +1,201 @@
+/*
+ * passthrough.c — restores at the backend's speed: a clean, durable file
+ * opened read-only is served by the kernel straight from the backend file
+ * (FUSE passthrough, Linux 6.9+, CONFIG_FUSE_PASSTHROUGH), with no request
+ * to the daemon and no copy through it.  Data still in the cache and not
+ * durable keeps today's path.
+ *
+ * How: the published backend file behind the node (the cfile's base, which
+ * holds exactly the file's contents: cfile_clean_base) is reopened
+ * read-only and registered with the connection (FUSE_DEV_IOC_BACKING_OPEN);
+ * the open reply carries FOPEN_PASSTHROUGH and the backing id (devio.c
+ * amends the reply libfuse built).  The id is closed when the node's last
+ * passthrough handle is released.
+ *
+ * The kernel's rules, and what they mean here:
+ *   - an inode with passthrough handles has one backing file, and every
+ *     further open of it must be passthrough too (else open fails with
+ *     EIO).  So while a node has passthrough handles, every open of it
+ *     gets FOPEN_PASSTHROUGH: read-only opens of the unchanged contents
+ *     read the backing file; write-only opens, and readers once the
+ *     contents changed, get FOPEN_PASSTHROUGH | FOPEN_DIRECT_IO — their
+ *     reads and writes come to the daemon as always, and only mmap(2)
+ *     uses the backing file (a write-only descriptor cannot be mapped).
+ *   - mmap(2) of a passthrough file maps the backing file whatever mode
+ *     that was opened in: a shared writable mapping through a read-write
+ *     descriptor would write the published backend file in place, behind
+ *     the cache.  So a read-write open of a file that passthrough readers
+ *     hold is refused with ETXTBSY (the kernel would fail it with EIO
+ *     otherwise); it succeeds again once they have closed it.
+ *   - a passthrough open of an inode with page-cache handles fails.  So the
+ *     first passthrough open of a node happens only when it is the node's
+ *     only handle (and nobody writes it).
+ * Consistency: a passthrough reader reads the version that was published
+ * when its node's first passthrough handle was opened, as NFS's
+ * close-to-open consistency would give it; a later rewrite is published
+ * under the same name (a rename over it), and readers opened after that
+ * see it once every earlier passthrough handle is closed (until then they
+ * read through the daemon, with mmap still on the earlier version).
+ *
+ * Invariants:
+ *   T1  A node has a backing id iff it has passthrough handles (pt_handles
+ *       > 0), outside the short MAKING window.
+ *   T2  Backing files are opened read-only.
+ *   T3  No backend I/O under fs->ns: the reopen, the ioctls and the last
+ *       close of a backing file happen with it dropped; opens of a node
+ *       whose backing is being made wait on fs->pt_cond.
+ * Lock order: fs->ns (pt_* fields of nodes); cfile->lock inside.
+ */
+#include "fs/fs.h"
+#include "fs/fuse_kapi.h"
+#include "cache/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+/* Register f (read-only, T2) with the connection: the backing id, or -errno. */
+static int32_t backing_open(struct cfd *f)
+{
+	char path[64];
+	int fd, e;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", f->fd);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && (fcntl(f->fd, F_GETFL) & O_ACCMODE) == O_RDONLY)
+		fd = fcntl(f->fd, F_DUPFD_CLOEXEC, 0);	/* no /proc: it is read-only already */
+	if (fd < 0)
+		return -errno;
+	struct kapi_backing_map map = { .fd = fd };
+	int id = ioctl(devio_fd(), KAPI_DEV_IOC_BACKING_OPEN, &map);
+	e = errno;
+	close(fd);
+	return id > 0 ? id : id == 0 ? -EINVAL : -e;
+}
+
+static void backing_close(int32_t id, struct cfd *base)
+{
+	uint32_t u = (uint32_t)id;
+
+	if (id > 0 && ioctl(devio_fd(), KAPI_DEV_IOC_BACKING_CLOSE, &u) < 0)
+		log_debug("passthrough: closing backing id %d: %s", id, strerror(errno));
+	if (base)
+		cfd_put(base);
+}
+
+/*
+ * Make the node's backing file (T3: drops and retakes fs->ns).  True if
+ * the node now has one.
+ */
+static bool make_backing(struct ckptfs *fs, struct fsnode *n)
+{
+	struct cfile *cf = n->cf;
+	struct cfd *base;
+	int32_t id = -ENOENT;
+
+	n->pt_state = PT_MAKING;
+	pthread_mutex_unlock(&fs->ns);
+	if (cfile_base_lazy(cf))
+		node_open_base(fs, n);	/* loaded from the backend, not opened yet */
+	base = cfile_clean_base(cf);
+	if (base)
+		id = backing_open(base);
+	pthread_mutex_lock(&fs->ns);
+	n->pt_state = PT_IDLE;
+	pthread_cond_broadcast(&fs->pt_cond);
+	if (id > 0) {
+		n->pt_id = id;
+		n->pt_base = base;
+		return true;
+	}
+	if (base) {
+		static atomic_bool told;
+		if (!atomic_exchange(&told, true))
+			log_warn("passthrough: cannot register a backing file: %s; reads go through "
+				 "the daemon", strerror((int)-id));
+		atomic_fetch_add(&fs->pt_failures, 1);
+		pthread_mutex_unlock(&fs->ns);
+		cfd_put(base);	/* its last close may reach the backend (T3) */
+		pthread_mutex_lock(&fs->ns);
+	}
+	return false;
+}
+
+enum pt_mode pt_open_locked(struct ckptfs *fs, struct fsnode *n, struct fshandle *h)
+{
+	if (!devio_passthrough() || n->ctl || !S_ISREG(n->mode) || !n->cf)
+		return PT_NONE;
+	for (;;) {
+		while (n->pt_state == PT_MAKING)
+			pthread_cond_wait(&fs->pt_cond, &fs->ns);
+		if (n->pt_handles) {
+			/* The inode has a backing file: this open must use it too. */
+			if ((h->flags & O_ACCMODE) == O_RDWR)
+				return PT_REFUSE;	/* mmap would write the backend file */
+			struct cfd *now = h->writable ? NULL : cfile_clean_base(n->cf);
+			h->pt = now && now == n->pt_base ? PT_READ : PT_DIRECT;
+			if (now) {
+				pthread_mutex_unlock(&fs->ns);
+				cfd_put(now);
+				pthread_mutex_lock(&fs->ns);
+				if (n->pt_state == PT_MAKING || !n->pt_handles)
+					continue;	/* changed meanwhile: decide again */
+			}
+			break;
+		}
+		/* The first passthrough handle: only as the node's only one. */
+		if (h->writable || (h->flags & O_DIRECT) || n->opens != 1 || n->writers)
+			return PT_NONE;
+		if (!make_backing(fs, n))
+			return PT_NONE;
+		/* Opens that came meanwhile waited for us: they see pt_handles > 0. */
+		h->pt = PT_READ;
+		break;
+	}
+	n->pt_handles++;
+	h->pt_id = n->pt_id;
+	atomic_fetch_add(h->pt == PT_READ ? &fs->pt_opens : &fs->pt_direct_opens, 1);
+	return (enum pt_mode)h->pt;
+}
+
+void pt_setup(struct fshandle *h, struct fuse_file_info *fi)
+{
+	if (h->pt == PT_NONE)
+		return;
+	fi->keep_cache = 0;
+	if (h->pt == PT_READ) {
+		fi->direct_io = 0;
+		fi->noflush = !h->writable && !h->node->new_file;
+	} else {
+		fi->direct_io = 1;	/* reads and writes come to the daemon; mmap uses the backing */
+		if (h->writable)
+			h->node->bypassed = true;
+	}
+	devio_open_patch(KAPI_FOPEN_PASSTHROUGH, KAPI_FOPEN_KEEP_CACHE, h->pt_id);
+}
+
+void pt_release_locked(struct ckptfs *fs, struct fsnode *n, struct fshandle *h,
+		       struct pt_drop *drop)
+{
+	drop->id = 0;
+	drop->base = NULL;
+	if (h->pt == PT_NONE)
+		return;
+	h->pt = PT_NONE;
+	if (--n->pt_handles == 0) {	/* T1 */
+		drop->id = n->pt_id;
+		drop->base = n->pt_base;
+		n->pt_id = 0;
+		n->pt_base = NULL;
+	}
+}
+
+void pt_drop_finish(struct pt_drop *drop)
+{
+	backing_close(drop->id, drop->base);
+	drop->id = 0;
+	drop->base = NULL;
+}
