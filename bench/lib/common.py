@@ -133,19 +133,39 @@ def cpu_steal_s():
 		return int(f.readline().split()[8]) / CLK_TCK
 
 
+def kthread_cpu_s():
+	"""utime + stime of every kernel thread (children of kthreadd, PID 2):
+	writeback flushers, io_uring and block workers."""
+	total = 0
+	for d in os.listdir("/proc"):
+		if not d.isdigit():
+			continue
+		try:
+			with open("/proc/%s/stat" % d) as f:
+				data = f.read()
+		except OSError:
+			continue
+		fields = data[data.rindex(")") + 2:].split()
+		if fields[1] == "2" or d == "2":
+			total += int(fields[11]) + int(fields[12])
+	return total / CLK_TCK
+
+
 class Contention:
 	"""Measures how contended the machine was over an interval: the share of
 	wall time some task waited for a CPU, and stolen CPU seconds.  Recorded
-	with every measurement so a noisy round can be recognised."""
+	with every measurement so a noisy round can be recognised.  Also the
+	kernel threads' CPU seconds (the baselines' writeback is done there)."""
 
 	def __init__(self):
 		self.t = time.monotonic()
 		self.psi = cpu_pressure_us()
 		self.steal = cpu_steal_s()
+		self.kthreads = kthread_cpu_s()
 
 	def result(self):
 		wall = time.monotonic() - self.t
-		out = {"steal_s": cpu_steal_s() - self.steal}
+		out = {"steal_s": cpu_steal_s() - self.steal, "kthread_cpu_s": kthread_cpu_s() - self.kthreads}
 		psi = cpu_pressure_us()
 		if psi is not None and self.psi is not None and wall > 0:
 			out["cpu_wait_pct"] = (psi - self.psi) / 1e6 / wall * 100

@@ -17,6 +17,9 @@ METRICS = [
 	("daemon_cpu_s", "daemon CPU s", "%.2f"),
 	("rss_over_cache_mib", "peak RSS - cache MiB", "%.0f"),
 	("writer_sys", "writer sys s", "%.2f"),
+	("writer_cpu_gib", "writer CPU s/GiB", "%.2f"),
+	("daemon_cpu_gib", "daemon CPU s/GiB", "%.2f"),
+	("kthread_cpu_gib", "kernel threads CPU s/GiB", "%.2f"),
 	("cpu_wait_pct", "CPU wait %", "%.0f"),
 ]
 
@@ -29,6 +32,18 @@ def derive(r):
 			r["rate_files_s"] = r["files"] / r["stall"]
 	if r.get("durable"):
 		r["durable_gibs"] = r["bytes"] / GiB / r["durable"]
+	# CPU per GiB absorbed: the writer's own (user + system: the kernel's copy
+	# into tmpfs or the page cache is charged there), the FUSE daemon's, and
+	# the kernel threads' (writeback, io_uring workers; machine-wide, so other
+	# jobs' share is in it too).
+	gib = r.get("bytes", 0) / GiB
+	if gib:
+		if r.get("writer_user") is not None and r.get("writer_sys") is not None:
+			r["writer_cpu_gib"] = (r["writer_user"] + r["writer_sys"]) / gib
+		if r.get("daemon_cpu_s") is not None:
+			r["daemon_cpu_gib"] = r["daemon_cpu_s"] / gib
+		if r.get("kthread_cpu_s") is not None:
+			r["kthread_cpu_gib"] = r["kthread_cpu_s"] / gib
 	return r
 
 

@@ -24,6 +24,7 @@ and the round protocol
 Every process started here is remembered by PID and only those are ever
 signalled.
 """
+import json
 import os
 import signal
 import socket
@@ -266,18 +267,72 @@ class FuseDaemon(Target):
 			self.abort()
 
 
+class Knobs:
+	"""Kernel settings only an administrator changes (a sysctl, a module
+	parameter), set for one mount's INIT and put back as soon as the daemon
+	answers: the FUSE connection keeps what INIT negotiated, and the machine
+	(shared) runs with its defaults again.
+
+	  enable_uring     /sys/module/fuse/parameters/enable_uring: the kernel
+	                   offers FUSE over io_uring at INIT
+	  max_pages_limit  fs.fuse.max_pages_limit: pages per FUSE request
+	  pipe_max_size    fs.pipe-max-size: what an unprivileged pipe may hold
+	                   (the splice loop's pipe must hold a whole request;
+	                   a daemon with CAP_SYS_RESOURCE needs no raise)"""
+	PATHS = {"enable_uring": "/sys/module/fuse/parameters/enable_uring",
+		 "max_pages_limit": "/proc/sys/fs/fuse/max_pages_limit",
+		 "pipe_max_size": "/proc/sys/fs/pipe-max-size"}
+
+	def __init__(self, values):
+		self.values = dict(values)
+		self.saved = {}
+
+	def describe(self):
+		return ",".join("%s=%s" % kv for kv in self.values.items())
+
+	def check(self):
+		for k in self.values:
+			p = self.PATHS[k]
+			if not os.path.exists(p):
+				raise Skip("%s is missing (this kernel has no such setting)" % p)
+			if not os.access(p, os.W_OK):
+				raise Skip("%s is not writable (root needed)" % p)
+
+	def set(self):
+		for k, v in self.values.items():
+			p = self.PATHS[k]
+			with open(p) as f:
+				self.saved.setdefault(p, f.read().strip())
+			with open(p, "w") as f:
+				f.write(str(v))
+
+	def restore(self):
+		for p, v in self.saved.items():
+			try:
+				with open(p, "w") as f:
+					f.write(v)
+			except OSError as e:
+				log("cannot put %s back to %s: %s" % (p, v, e))
+		self.saved = {}
+
+
 class Ckptfs(FuseDaemon):
-	"""ckptfs over the backend directory."""
+	"""ckptfs over the backend directory.  knobs: admin settings for its mount
+	(Knobs); without them it runs as the machine is configured."""
 	name = "ckptfs"
 
-	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each"):
+	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each", knobs=None):
 		super().__init__(path, store, workdir)
 		self.binary = binary
 		self.cache_bytes = cache_size
 		self.opts = opts
 		self.remount = remount
 		self.drain = None
-		self.label = "ckptfs (cache_size=%dG%s)" % (cache_size // GiB, "," + opts if opts else "")
+		self.knobs = Knobs(knobs) if knobs else None
+		self.label = "ckptfs (cache_size=%dG%s%s)" % (cache_size // GiB, "," + opts if opts else "",
+							 "; " + self.knobs.describe() if self.knobs else "")
+		self.ready_s = None
+		self.transport = None
 
 	def command(self):
 		o = "cache_size=%d" % self.cache_bytes
@@ -290,9 +345,45 @@ class Ckptfs(FuseDaemon):
 			raise Skip("no ckptfs binary at %s (build it, or set CKPTFS_BIN)" % self.binary)
 		if not os.path.exists("/dev/fuse"):
 			raise Skip("/dev/fuse is missing")
+		if self.knobs:
+			self.knobs.check()
 		super().setup()
 
+	def mount(self):
+		if self.knobs:
+			self.knobs.set()
+		try:
+			super().mount()
+		finally:
+			if self.knobs:
+				self.knobs.restore()
+
+	def stats(self):
+		try:
+			with open(os.path.join(self.path, ".ckptfs", "stats")) as f:
+				return json.load(f)
+		except (OSError, ValueError):
+			return {}
+
+	def wait_ready(self, limit=300):
+		"""The cache is pre-faulted in the background after the mount; a
+		measurement starts once it is done, as it did when mounting waited for
+		it (the mount workload measures the first checkpoint without waiting).
+		Returns seconds waited."""
+		t0 = time.monotonic()
+		while time.monotonic() - t0 < limit:
+			s = self.stats()
+			if s.get("cache_ready_bytes", 1) >= s.get("cache_capacity_bytes", 0):
+				break
+			time.sleep(0.05)
+		return time.monotonic() - t0
+
 	def after_mount(self):
+		s = self.stats()	# answered: INIT is done, the knobs may go back
+		self.transport = "%s, %s requests up to %d KiB%s" % (
+			s.get("fuse_transport", "?"), "passthrough on" if s.get("passthrough") else "no passthrough",
+			s.get("fuse_max_write", 0) // 1024, "")
+		self.ready_s = self.wait_ready() if getattr(self, "wait_for_cache", True) else None
 		self.idle_rss = proc_status_kib(self.daemon.pid, "VmRSS")
 		if self.drain is None:
 			self.drain = self.pick_drain()
@@ -322,6 +413,8 @@ class Ckptfs(FuseDaemon):
 		out = super().collect(snap)
 		out["daemon_idle_rss_over_cache_mib"] = (self.idle_rss - self.cache_bytes) / MiB
 		out["mount_s"] = self.mount_s
+		if self.ready_s is not None:
+			out["cache_ready_wait_s"] = self.ready_s
 		return out
 
 	def end(self):
@@ -341,6 +434,46 @@ class Ckptfs(FuseDaemon):
 		drop_file_cache(self.store)
 		self.mount()
 		return True
+
+
+class CkptfsUring(Ckptfs):
+	"""ckptfs with FUSE over io_uring: enable_uring on for its mount."""
+	name = "ckptfs_uring"
+
+	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each"):
+		super().__init__(path, store, workdir, binary, cache_size, opts, remount,
+				 knobs={"enable_uring": "Y"})
+
+
+class CkptfsPages(Ckptfs):
+	"""ckptfs with 4 MiB FUSE requests: max_pages_limit 1024 (and pipes that
+	hold such a request: pipe-max-size 8 MiB, as this machine's root lacks
+	CAP_SYS_RESOURCE), over /dev/fuse."""
+	name = "ckptfs_mp1024"
+
+	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each"):
+		super().__init__(path, store, workdir, binary, cache_size, opts, remount,
+				 knobs={"enable_uring": "N", "max_pages_limit": 1024,
+					"pipe_max_size": 8 << 20})
+
+
+class CkptfsTuned(Ckptfs):
+	"""ckptfs with both admin levers: io_uring and 4 MiB requests."""
+	name = "ckptfs_tuned"
+
+	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each"):
+		super().__init__(path, store, workdir, binary, cache_size, opts, remount,
+				 knobs={"enable_uring": "Y", "max_pages_limit": 1024,
+					"pipe_max_size": 8 << 20})
+
+
+class CkptfsNoPassthrough(Ckptfs):
+	"""ckptfs with -o passthrough=off: restores read through the daemon."""
+	name = "ckptfs_nopt"
+
+	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each"):
+		opts = ",".join(o for o in (opts, "passthrough=off") if o)
+		super().__init__(path, store, workdir, binary, cache_size, opts, remount)
 
 
 class CkptfsLazy(Ckptfs):

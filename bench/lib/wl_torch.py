@@ -172,9 +172,11 @@ class TrainLoop:
 	"""Workload 5: checkpoint every K steps inside a compute loop."""
 	name = "train"
 	daemon_stats = True
-	targets = ["nockpt", "ckptfs", "direct_fsync", "tmpfs"]
+	targets = ["nockpt", "ckptfs", "ckptfs_uring", "direct_fsync", "tmpfs"]
 	ratios = [
 		("ckptfs loop time / no checkpoint", ("ckptfs", "total_s"), ("nockpt", "total_s"), "<= 1.05"),
+		("ckptfs with io_uring loop time / no checkpoint", ("ckptfs_uring", "total_s"),
+		 ("nockpt", "total_s"), "<= 1.05"),
 		("tmpfs loop time / no checkpoint (the memory-copy floor)", ("tmpfs", "total_s"),
 		 ("nockpt", "total_s"), ""),
 		("write+fsync loop time / no checkpoint", ("direct_fsync", "total_s"), ("nockpt", "total_s"), ""),
@@ -236,7 +238,7 @@ class Restore:
 	"""Workload 6: read a torch_ds checkpoint back in several cache states."""
 	name = "restore"
 	daemon_stats = False	# the daemon is restarted inside a round
-	targets = ["ckptfs", "direct_fsync", "tmpfs"]
+	targets = ["ckptfs", "ckptfs_nopt", "direct_fsync", "tmpfs"]
 	STATES = [("warm", "as left by the save"), ("dcache", "ckptfs cache only (mount's page cache dropped)"),
 		  ("cold", "cold (remounted, backend page cache dropped)")]
 	metrics = [("%s_%s_gibs" % (how, st), "%s %s GiB/s" % (how, st), "%.2f")
@@ -249,7 +251,15 @@ class Restore:
 		("ckptfs cold / direct cold (read)", ("ckptfs", "read_cold_gibs"),
 		 ("direct_fsync", "read_cold_gibs"), ">= 0.9"),
 		("ckptfs cold / direct cold (torch.load)", ("ckptfs", "load_cold_gibs"),
-		 ("direct_fsync", "load_cold_gibs"), ">= 0.9"),
+		 ("direct_fsync", "load_cold_gibs"), ">= 1"),
+		("ckptfs own cache / direct cold (torch.load)", ("ckptfs", "load_dcache_gibs"),
+		 ("direct_fsync", "load_cold_gibs"), ">= 1"),
+		("ckptfs without passthrough cold / direct cold (torch.load)", ("ckptfs_nopt", "load_cold_gibs"),
+		 ("direct_fsync", "load_cold_gibs"), ""),
+		("ckptfs without passthrough cold / direct cold (read)", ("ckptfs_nopt", "read_cold_gibs"),
+		 ("direct_fsync", "read_cold_gibs"), ""),
+		("ckptfs without passthrough warm / direct warm (torch.load)", ("ckptfs_nopt", "load_warm_gibs"),
+		 ("direct_fsync", "load_warm_gibs"), ""),
 	]
 
 	def __init__(self, server):

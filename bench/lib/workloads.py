@@ -21,10 +21,13 @@ import report
 import sampler as S
 import targets as T
 import wl_files
+import wl_speed
 import wl_torch
 
-ALL = ["ckpt2g", "smallfiles", "torch_ds", "megatron", "dcp", "train", "restore"]
+ALL = ["ckpt2g", "bw8k", "smallfiles", "torch_ds", "megatron", "dcp", "train", "restore", "mount",
+       "appends", "randio"]
 QUICK = ALL
+LONG = ["long"]	# bench/run --long: its own run
 SAMPLED = ("ckpt2g", "torch_ds")	# workloads whose ckptfs rounds are sampled and plotted
 FULL_ONLY = {"gluster_fsync": "GlusterFS targets run in full mode only (setup takes a while)",
 	     "ckptfs_gluster": "GlusterFS targets run in full mode only (setup takes a while)"}
@@ -32,11 +35,13 @@ FULL_ONLY = {"gluster_fsync": "GlusterFS targets run in full mode only (setup ta
 # per mode: (ckpt2g rounds, other rounds), model, small-file count, training loop
 MODES = {
 	"quick": {"rounds": (3, 1), "model": {"d": 512, "layers": 4}, "smallfiles": 2000,
-		  "ckpt2g_peers": False,
-		  "train": {"steps": 6, "every": 3, "step_s": 0.5}},
+		  "ckpt2g_peers": False, "bw8k": 128 << 20, "mount_sizes": (1 << 30, 8 << 30),
+		  "long": (20, 256 << 20, 2000),
+		  "train": {"steps": 12, "every": 6, "step_s": 0.5}},
 	"full": {"rounds": (5, 3), "model": {"d": 1024, "layers": 8}, "smallfiles": 10000,
-		 "ckpt2g_peers": True,
-		 "train": {"steps": 15, "every": 5, "step_s": 1.0}},
+		 "ckpt2g_peers": True, "bw8k": 256 << 20, "mount_sizes": (1 << 30, 8 << 30, 16 << 30),
+		 "long": (100, 256 << 20, 10000),
+		 "train": {"steps": 30, "every": 15, "step_s": 1.0}},
 }
 
 
@@ -52,11 +57,11 @@ class Config:
 		self.size = parse_size(args.size)
 		self.target_filter = set(args.targets.split(",")) if args.targets else None
 		self.workload_names = args.workloads.split(",") if args.workloads else (
-			QUICK if args.quick else ALL)
-		unknown = [w for w in self.workload_names if w not in ALL]
+			LONG if args.long else QUICK if args.quick else ALL)
+		unknown = [w for w in self.workload_names if w not in ALL + LONG]
 		if unknown:
 			raise SystemExit("bench/run: unknown workload(s) %s; known: %s" %
-					 (",".join(unknown), ",".join(ALL)))
+					 (",".join(unknown), ",".join(ALL + LONG)))
 
 	def rounds(self, wl):
 		if self.args.rounds:
@@ -79,6 +84,21 @@ class Config:
 			"remount": self.args.remount, "workloads": self.workload_names,
 			"model": self.mode["model"], "targets": sorted(self.target_filter)
 			if self.target_filter else "all"}
+
+
+# The admin levers of issue 13 item 2, each against the same daemon as the
+# machine is configured (enable_uring off, 256-page requests), side by side.
+LEVERS = ["ckptfs_uring", "ckptfs_mp1024", "ckptfs_tuned"]
+
+
+def lever_ratios(metric="stall", ref="tmpfs", goal="<= 1.25"):
+	out = [("ckptfs %s / %s %s" % (metric, ref, metric), ("ckptfs", metric), (ref, metric), goal)]
+	for t, what in (("ckptfs_uring", "io_uring"), ("ckptfs_mp1024", "max_pages 1024"),
+			("ckptfs_tuned", "io_uring + max_pages 1024")):
+		out.append(("ckptfs with %s %s / %s %s" % (what, metric, ref, metric), (t, metric),
+			    (ref, metric), goal))
+		out.append(("lever %s: %s with / without" % (what, metric), (t, metric), ("ckptfs", metric), ""))
+	return out
 
 
 def ckptfs_ratios(ref_fsync="direct_fsync"):
@@ -126,20 +146,33 @@ class Suite:
 		made = {
 			"ckpt2g": lambda: self.with_ratios(
 				wl_files.Ckpt2g(total=c.size, nfiles=c.args.files),
-				["ckptfs", "tmpfs", "direct", "direct_fsync", "ckptfs_nomanifest"] + (
+				["ckptfs"] + LEVERS + ["tmpfs", "direct", "direct_fsync", "ckptfs_nomanifest"] + (
 					["bindfs_fsync", "rclone", "gluster_fsync", "ckptfs_gluster"]
 					if m["ckpt2g_peers"] or c.target_filter else []),
-				ckptfs_ratios() + MANIFEST_RATIOS + [("ckptfs stall / direct (no fsync)", ("ckptfs", "stall"),
+				lever_ratios() + ckptfs_ratios()[1:] + [
+					("ckptfs with io_uring time-to-durable / direct+fsync",
+					 ("ckptfs_uring", "durable"), ("direct_fsync", "durable"), "<= 1.0")] +
+				MANIFEST_RATIOS + [("ckptfs stall / direct (no fsync)", ("ckptfs", "stall"),
 						    ("direct", "stall"), "")] + PEER_RATIOS + [
 					("ckptfs/GlusterFS stall / GlusterFS+fsync", ("ckptfs_gluster", "stall"),
 					 ("gluster_fsync", "durable"), ""),
 					("ckptfs/GlusterFS time-to-durable / GlusterFS+fsync",
 					 ("ckptfs_gluster", "durable"), ("gluster_fsync", "durable"), "<= 1.05")]),
+			"bw8k": lambda: self.with_ratios(
+				wl_speed.Bw8k(total=m["bw8k"]),
+				["ckptfs", "ckptfs_uring", "tmpfs", "direct"],
+				[("ckptfs stall / tmpfs stall", ("ckptfs", "stall"), ("tmpfs", "stall"), "<= 2"),
+				 ("ckptfs with io_uring stall / tmpfs stall", ("ckptfs_uring", "stall"),
+				  ("tmpfs", "stall"), "<= 2"),
+				 ("ckptfs with io_uring stall / direct (no fsync)", ("ckptfs_uring", "stall"),
+				  ("direct", "stall"), "")]),
 			"smallfiles": lambda: self.with_ratios(
 				wl_files.SmallFiles(count=m["smallfiles"]),
-				["ckptfs", "tmpfs", "direct", "direct_fsync", "ckptfs_nomanifest"],
+				["ckptfs", "ckptfs_uring", "tmpfs", "direct", "direct_fsync", "ckptfs_nomanifest"],
 				MANIFEST_RATIOS + [
-				 ("ckptfs files/s / direct files/s", ("direct", "stall"), ("ckptfs", "stall"), ">= 0.5"),
+				 ("ckptfs files/s / direct files/s", ("direct", "stall"), ("ckptfs", "stall"), ">= 1.0"),
+				 ("ckptfs with io_uring files/s / direct files/s", ("direct", "stall"),
+				  ("ckptfs_uring", "stall"), ">= 1.0"),
 				 ("ckptfs stall / tmpfs stall", ("ckptfs", "stall"), ("tmpfs", "stall"), ""),
 				 ("ckptfs time-to-durable / direct+fsync", ("ckptfs", "durable"),
 				  ("direct_fsync", "durable"), "")],
@@ -148,8 +181,12 @@ class Suite:
 					 ("rss_over_cache_mib", "peak RSS - cache MiB", "%.0f"),
 					 ("cpu_wait_pct", "CPU wait %", "%.0f")]),
 			"torch_ds": lambda: wl_torch.TorchSave(
-				srv, "ds", ["ckptfs", "tmpfs", "direct", "direct_fsync", "bindfs_fsync", "rclone"],
-				ckptfs_ratios() + PEER_RATIOS,
+				srv, "ds", ["ckptfs"] + LEVERS + ["tmpfs", "direct", "direct_fsync", "bindfs_fsync",
+								  "rclone"],
+				lever_ratios() + ckptfs_ratios()[1:] + [
+					("ckptfs with io_uring time-to-durable / direct+fsync",
+					 ("ckptfs_uring", "durable"), ("direct_fsync", "durable"), "<= 1.0")] +
+				PEER_RATIOS,
 				"DeepSpeed layout, torch.save by 4 gloo ranks at once, then `latest`"),
 			"megatron": lambda: wl_torch.TorchSave(
 				srv, "megatron", ["ckptfs", "tmpfs", "direct", "direct_fsync"], ckptfs_ratios(),
@@ -167,6 +204,10 @@ class Suite:
 				"renamed"),
 			"train": lambda: wl_torch.TrainLoop(srv, compute=c.args.train_compute, **self.train_shape()),
 			"restore": lambda: wl_torch.Restore(srv),
+			"mount": lambda: wl_speed.MountTime(c, m["mount_sizes"], (256 if c.quick else 1024) << 20),
+			"appends": lambda: wl_speed.appends(c.quick),
+			"randio": lambda: wl_speed.randio(c.quick),
+			"long": lambda: wl_speed.Long(*m["long"]),
 		}
 		return [made[n]() for n in c.workload_names]
 
@@ -201,6 +242,10 @@ class Suite:
 			"ckptfs": lambda: T.Ckptfs(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_lazy": lambda: T.CkptfsLazy(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_nomanifest": lambda: T.CkptfsNoManifest(c.mnt(name), store, c.workdir, *ck),
+			"ckptfs_uring": lambda: T.CkptfsUring(c.mnt(name), store, c.workdir, *ck),
+			"ckptfs_mp1024": lambda: T.CkptfsPages(c.mnt(name), store, c.workdir, *ck),
+			"ckptfs_tuned": lambda: T.CkptfsTuned(c.mnt(name), store, c.workdir, *ck),
+			"ckptfs_nopt": lambda: T.CkptfsNoPassthrough(c.mnt(name), store, c.workdir, *ck),
 			"bindfs_fsync": lambda: T.Bindfs(c.mnt(name), store, c.workdir),
 			"rclone": lambda: T.Rclone(c.mnt(name), store, c.workdir),
 			"gluster_fsync": lambda: T.GlusterFsync(self.volume),
