@@ -609,6 +609,7 @@ int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, 
 		if (end > cf->size)
 			cf->size = end;
 		cf->dirty = true;
+		cf->absorbed += len;
 		atomic_fetch_add(&cf->cache->st.absorbed_bytes, len);
 	}
 	pthread_mutex_unlock(&cf->lock);
@@ -699,6 +700,8 @@ struct cver *cfile_seal(struct cfile *cf, uint64_t seq)
 				v->bytes_cached += s->len;
 		}
 	}
+	v->absorbed = cf->absorbed;	/* written since the last seal: goes with this version */
+	cf->absorbed = 0;
 	cf->dirty = false;
 	list_add_tail(&cf->versions, &v->link);
 	pthread_mutex_unlock(&cf->lock);
@@ -734,6 +737,7 @@ void cfile_published(struct cver *v, struct cfd *out)
 
 	pthread_mutex_lock(&cf->lock);
 	ver_release_locked(v, true);
+	atomic_fetch_add(&cf->cache->st.absorbed_durable_bytes, v->absorbed);
 	/* Layers sealed or published at or before v are subsumed by its file. */
 	for (uint32_t i = 0; i < cf->nlayers; i++) {
 		struct clayer *l = cf->layers[i];
@@ -754,6 +758,7 @@ void cfile_published(struct cver *v, struct cfd *out)
 
 void cver_discard(struct cver *v)
 {
+	atomic_fetch_add(&v->cf->cache->st.absorbed_dropped_bytes, v->absorbed);
 	pthread_mutex_lock(&v->cf->lock);
 	ver_release_locked(v, false);
 	pthread_mutex_unlock(&v->cf->lock);

@@ -84,6 +84,7 @@ struct cfile {
 	uint32_t spills;	/* spill writes in flight to the live stage */
 	pthread_cond_t spilled;	/* signalled when spills drops to 0 */
 	bool dirty;		/* modified since the last seal */
+	uint64_t absorbed;	/* bytes written since the last seal (stats) */
 	bool base_lazy;		/* last layer is a base whose fd is not open yet */
 	void *owner;		/* the upper layer's object (opaque here) */
 };
@@ -99,6 +100,7 @@ struct cver {
 	uint32_t nseg;
 	struct cfd *out;	/* stage file holding part of it already, or NULL */
 	uint64_t bytes_cached;	/* bytes coming from chunks or stage (persisted count) */
+	uint64_t absorbed;	/* bytes written into the file since the previous seal */
 	void *owner;		/* the upper layer's per-version data */
 };
 

@@ -180,6 +180,12 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 		  ", \"ops_pending\": %llu, \"oldest_pending_age_s\": %.3f",
 		  (unsigned long long)files, (unsigned long long)atomic_load(&be->st.pending_versions),
 		  (unsigned long long)ops_pending, (double)oldest / 1e9);
+	uint64_t ab_durable = atomic_load(&c->st.absorbed_durable_bytes);
+	uint64_t ab_dropped = atomic_load(&c->st.absorbed_dropped_bytes);
+	sb_printf(b, ", \"absorbed_durable_bytes\": %llu, \"absorbed_dropped_bytes\": %llu"
+		  ", \"absorbed_pending_bytes\": %llu",
+		  (unsigned long long)ab_durable, (unsigned long long)ab_dropped,
+		  (unsigned long long)(absorbed - CKPT_MIN(absorbed, ab_durable + ab_dropped)));
 	sb_printf(b, ", \"absorbed_bytes\": %llu, \"persisted_bytes\": %llu"
 		  ", \"backend_written_bytes\": %llu, \"read_bytes\": %llu",
 		  (unsigned long long)absorbed, (unsigned long long)persisted,

@@ -57,8 +57,14 @@ static const struct metric {
 	{ "files_pending", "gauge", "Files not yet durable" },
 	{ "ops_pending", "gauge", "Operations not yet durable" },
 	{ "oldest_pending_age_s", "gauge", "Age of the oldest pending operation" },
-	{ "absorbed_bytes", "counter", "Bytes written into the cache" },
-	{ "persisted_bytes", "counter", "Written bytes that are durable on the backend" },
+	{ "absorbed_bytes", "counter", "Bytes written into the cache (every write(2), overwrites too)" },
+	{ "absorbed_durable_bytes", "counter", "Absorbed bytes whose version is durable on the backend" },
+	{ "absorbed_dropped_bytes", "counter",
+	  "Absorbed bytes whose version was never published (file deleted or rescued first)" },
+	{ "absorbed_pending_bytes", "gauge", "Absorbed bytes not yet durable" },
+	{ "persisted_bytes", "counter",
+	  "Bytes of durable versions that came from the cache (a rewritten file's unchanged cached "
+	  "data counts again with each version)" },
 	{ "backend_written_bytes", "counter", "Bytes written to the backend" },
 	{ "read_bytes", "counter", "Bytes read through the mount" },
 	{ "absorb_rate_bps", "gauge", "Bytes absorbed per second, recent" },
@@ -135,17 +141,32 @@ static void show_human(const struct jobj *o)
 
 	printf("%s  (backend %s)\n", jobj_get(o, "mount"), jobj_get(o, "backend"));
 	bar(cap > 0 ? used / cap : 0, bb, 30);
-	printf("  cache:        [%s] %3.0f%%  %s of %s\n", bb, cap > 0 ? 100 * used / cap : 0,
-	       sz(used, a), sz(cap, b));
 	double ready = jobj_num(o, "cache_ready_bytes");
+	printf("  cache:        [%s] %3.0f%%  %s of %s", bb, cap > 0 ? 100 * used / cap : 0,
+	       sz(used, a), sz(cap, b));
 	if (jobj_get(o, "cache_ready_bytes") && ready < cap)
-		printf("  cache ready:  %s of %s (pre-faulting in the background)\n", sz(ready, a),
-		       sz(cap, b));
+		printf(", %s ready (pre-faulting)", sz(ready, a));
+	printf("\n");
 	printf("  held:         dirty %s, flushing %s, clean %s\n", sz(dirty, a), sz(fl, b),
 	       sz(jobj_num(o, "cache_clean_bytes"), c));
-	bar(absorbed > 0 ? persisted / absorbed : 1, bb, 30);
-	printf("  durable:      [%s] %3.0f%%  %s of %s absorbed\n", bb,
-	       absorbed > 0 ? 100 * persisted / absorbed : 100, sz(persisted, d), sz(absorbed, e));
+	if (jobj_get(o, "absorbed_durable_bytes")) {
+		/* Of what was written, how much is durable: each absorbed byte once. */
+		double ad = jobj_num(o, "absorbed_durable_bytes");
+		double dropped = jobj_num(o, "absorbed_dropped_bytes");
+		double base = absorbed - dropped;
+		bar(base > 0 ? ad / base : 1, bb, 30);
+		printf("  durable:      [%s] %3.0f%%  %s of %s absorbed", bb,
+		       base > 0 ? 100 * ad / base : 100, sz(ad, d), sz(absorbed, e));
+		if (dropped > 0)
+			printf(" (%s dropped: deleted before they were published)", sz(dropped, a));
+		printf("\n");
+		printf("  published:    %s in durable versions, %s written to the backend\n",
+		       sz(persisted, b), sz(jobj_num(o, "backend_written_bytes"), c));
+	} else {
+		bar(absorbed > 0 ? persisted / absorbed : 1, bb, 30);
+		printf("  durable:      [%s] %3.0f%%  %s of %s absorbed\n", bb,
+		       absorbed > 0 ? 100 * persisted / absorbed : 100, sz(persisted, d), sz(absorbed, e));
+	}
 	printf("  pending:      %.0f files, %.0f operations, oldest %.1f s\n",
 	       jobj_num(o, "files_pending"), jobj_num(o, "ops_pending"),
 	       jobj_num(o, "oldest_pending_age_s"));
@@ -169,6 +190,15 @@ static void show_human(const struct jobj *o)
 		printf("  backend:      ok (%.0f errors so far)\n", jobj_num(o, "backend_errors"));
 	printf("  io:           %s, fsync %s, up %.0f s\n", jobj_get(o, "io_engine"),
 	       jobj_get(o, "fsync"), jobj_num(o, "uptime_s"));
+	if (jobj_get(o, "fuse_transport")) {
+		const char *tr = jobj_get(o, "fuse_transport");
+		printf("  fuse:         %s", !strcmp(tr, "io_uring") ? "io_uring" : "/dev/fuse");
+		if (!strcmp(tr, "io_uring"))
+			printf(" (%.0f queues)", jobj_num(o, "fuse_uring_queues"));
+		printf(", requests up to %.0f KiB, passthrough %s\n", jobj_num(o, "fuse_max_write") / 1024,
+		       !strcmp(jobj_get(o, "passthrough") ? jobj_get(o, "passthrough") : "", "true") ? "on"
+											      : "off");
+	}
 }
 
 static void show_files_human(const char *text)
