@@ -29,6 +29,16 @@
  * INIT, FORGET and INTERRUPT always come through /dev/fuse, so the splice
  * workers keep running beside these threads.
  *
+ * A limit of the kernel's design, and what is done about it: a request
+ * that finds no free entry on its CPU's queue waits until an entry of that
+ * queue commits (registering a new entry does not take it), and an entry
+ * whose reply is deferred (fsync and drain reply once durable) commits
+ * only then.  So each thread keeps ENTS_FREE entries free, registering one
+ * more for every deferred reply, up to ENTS_MAX; a burst of deferred
+ * requests larger than a queue's free entries still makes the later
+ * requests of that CPU wait for the next reply there.  The splice loop has
+ * no such limit.
+ *
  * An entry's states (E1..E3 below), with ent->state an atomic:
  *   FREE     registered, waiting in the kernel for a request;
  *   BUSY     its request is being handled by its thread;
@@ -63,8 +73,15 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define ENTS_MIN 2		/* entries per thread free to take requests */
-#define ENTS_MAX 16		/* at most, counting those parked on a later reply */
+/*
+ * Entries per thread free to take requests.  The kernel gives a request to
+ * an entry when the request arrives or when an entry commits; an entry
+ * registered later does not take requests already waiting.  So entries
+ * must be free before a burst comes: a thread keeps ENTS_FREE entries free
+ * and registers more as replies are deferred (parked), up to ENTS_MAX.
+ */
+#define ENTS_FREE 4
+#define ENTS_MAX 32		/* at most, counting those parked on a later reply */
 #define PREFIX 4096		/* room for the in header and the op header before the payload */
 #define EFD_TAG 1ull		/* user_data of the eventfd read */
 
@@ -271,12 +288,13 @@ static void handle(struct fsu_thr *t, struct fsu_ent *e)
 	}
 	/*
 	 * The reply comes later, from another thread (fsync, drain): keep
-	 * ENTS_MIN entries free for new requests meanwhile, so waiting
-	 * requests never hold everyone else back.
+	 * ENTS_FREE entries free for new requests meanwhile, so waiting
+	 * requests do not hold everyone else back.
 	 */
 	t->parked++;
-	unsigned n = atomic_load(&t->nents);
-	if (n - t->parked < ENTS_MIN && n < ENTS_MAX && ent_init(t, n, e->qid)) {
+	for (unsigned n; (n = atomic_load(&t->nents)) - t->parked < ENTS_FREE && n < ENTS_MAX;) {
+		if (!ent_init(t, n, e->qid))
+			break;
 		atomic_store(&t->nents, n + 1);
 		if (push_cmd(t, &t->ents[n], KAPI_URING_CMD_REGISTER, 0))
 			t->live++;
@@ -417,8 +435,8 @@ int fsu_prepare(struct ckptfs *fs, struct fuse_session *se, unsigned max_threads
 	U.se = se;
 	U.devfd = fuse_session_fd(se);
 	U.nqueues = possible_cpus();
-	/* Two entries per thread, at least one thread per queue. */
-	U.nthr = CKPT_MAX(max_threads, U.nqueues);
+	/* At least two threads per queue: one may be busy in a long request. */
+	U.nthr = CKPT_MAX(max_threads, 2 * U.nqueues);
 	U.payload = CKPT_MAX((size_t)fs_splice_max_write(), (size_t)fs_kernel_max_pages() * 4096);
 	U.payload = CKPT_MAX(U.payload, (size_t)(1u << 20));
 	U.thr = xcalloc(U.nthr, sizeof(*U.thr));
@@ -430,10 +448,10 @@ int fsu_prepare(struct ckptfs *fs, struct fuse_session *se, unsigned max_threads
 		t->efd = eventfd(0, EFD_CLOEXEC);
 		pthread_mutex_init(&t->lock, NULL);
 		unsigned k = 0;
-		while (k < ENTS_MIN && t->efd >= 0 && ent_init(t, k, (uint16_t)q))
+		while (k < ENTS_FREE && t->efd >= 0 && ent_init(t, k, (uint16_t)q))
 			k++;
 		atomic_init(&t->nents, k);
-		if (k < ENTS_MIN) {
+		if (k < ENTS_FREE) {
 			snprintf(U.why, sizeof(U.why), "cannot allocate ring buffers");
 			U.failed++;	/* the thread is not started: counted here */
 			continue;
