@@ -76,6 +76,7 @@ static void *prefault_main(void *arg)
 	struct cache *c = arg;
 	struct cache_prefault *pf = &c->pf;
 
+	pthread_setname_np(pthread_self(), "ckptfs-prefault");
 	/* Lower this thread only (Linux: per-thread nice); best effort. */
 	if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) < 0)
 		log_debug("prefault: cannot lower priority: %s", strerror(errno));

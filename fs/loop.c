@@ -94,6 +94,8 @@ static void *worker_main(void *arg)
 	struct worker *w = arg;
 	int fd = fuse_session_fd(w->se);
 
+	pthread_setname_np(pthread_self(), "ckptfs-fuse");
+
 	while (!fuse_session_exited(w->se)) {
 		ssize_t n = splice(fd, NULL, w->pipe[1], NULL, pipe_bytes + PAGE, 0);
 		if (n < 0) {

@@ -177,7 +177,8 @@ static bool ent_init(struct fsu_thr *t, unsigned k, uint16_t qid)
 
 	e->t = t;
 	e->qid = qid;
-	e->hdr = aligned_alloc(64, sizeof(*e->hdr));
+	void *hdr = NULL;
+	e->hdr = posix_memalign(&hdr, 64, sizeof(*e->hdr)) == 0 ? hdr : NULL;
 	e->area = mmap(NULL, PREFIX + U.payload, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (!e->hdr || e->area == MAP_FAILED) {
@@ -341,7 +342,11 @@ static int ring_setup(struct fsu_thr *t)
 static void *thr_main(void *arg)
 {
 	struct fsu_thr *t = arg;
+	char name[16];
 	int r;
+
+	snprintf(name, sizeof(name), "ckptfs-uring%d", t->cpu);
+	pthread_setname_np(pthread_self(), name);
 
 	if (t->cpu >= 0) {
 		cpu_set_t set;
