@@ -216,7 +216,7 @@ def randio(quick):
 		"4 processes, each %d ops on its own sparse %d GiB file: 70%% pwrite of 4-64 KiB at a "
 		"random offset, 15%% fsync, 15%% ftruncate (to between half and all of it); then all "
 		"durable" % (ops, size // GiB),
-		{"kind": "randio", "size": size, "ops": ops, "procs": 4}, 180 if quick else 600)
+		{"kind": "randio", "size": size, "ops": ops, "procs": 4}, 180 if quick else 300)
 
 
 class Long:

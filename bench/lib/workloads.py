@@ -66,6 +66,8 @@ class Config:
 	def rounds(self, wl):
 		if self.args.rounds:
 			return self.args.rounds
+		if wl in ("randio", "long"):
+			return 1	# minutes per round; one is enough for what they show
 		return self.mode["rounds"][0 if wl == "ckpt2g" else 1]
 
 	def warmup(self, wl):
