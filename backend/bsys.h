@@ -4,7 +4,9 @@
  * Each entry returns >= 0 on success or -errno: callers never read errno.
  * The default entries call libc.  fault.c can wrap them (CKPTFS_FAULT in the
  * environment, see docs/testing.md) to inject errors, short writes and
- * delays; io_uring completions pass through `io_result` for the same reason.
+ * delays, and powerloss.c (CKPTFS_POWERLOSS) to record what a power cut
+ * would leave; io_uring completions pass through `io_result` for the same
+ * reason.
  *
  * The table is filled before any thread starts and only read afterwards.
  */
@@ -57,5 +59,12 @@ extern struct bsys bsys;
 
 /* Install fault wrappers from CKPTFS_FAULT; 0, or -EINVAL with a message. */
 int bsys_faults_from_env(void);
+/*
+ * Install the power-loss recorder (powerloss.c) from CKPTFS_POWERLOSS; call
+ * it before bsys_faults_from_env, so that faults wrap it.  It records the
+ * backend rooted at `backend` as it is now.  0 (also when unset), or -EINVAL
+ * with a message.
+ */
+int bsys_powerloss_from_env(const char *backend);
 
 #endif
