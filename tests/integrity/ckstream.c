@@ -6,7 +6,9 @@
  * The stream writes checkpoints the way four frameworks do:
  *
  *   DeepSpeed-like  ds/global_step<N>/{zero_pp_rank_<r>_mp_rank_00_optim_states.pt
- *                   (one written with O_DIRECT), mp_rank_00_model_states.pt}, then
+ *                   (one written with O_DIRECT), mp_rank_00_model_states.pt}, with
+ *                   ds/zero_to_fp32.py rewritten among them (a file of the
+ *                   marker's directory between the checkpoint's files), then
  *                   ds/latest rewritten in place, then the mount root fsync'd;
  *   DCP-like        dcp/step_<N>/__<r>_0.distcp each fsync'd, .metadata.tmp
  *                   fsync'd then renamed to .metadata;
@@ -331,8 +333,14 @@ static void s_checkpoint(struct stream *s, enum cs_fw fw, unsigned step)
 		snprintf(tmp, sizeof(tmp), "%.*s", (int)(strrchr(sp[i].rel, '/') - sp[i].rel), sp[i].rel);
 		s_mkdir(s, tmp);
 	}
-	for (unsigned i = 0; i < n; i++)
+	for (unsigned i = 0; i < n; i++) {
 		s_write_spec(s, &sp[i]);
+		if (fw == CS_FW_DS && i == 1) {
+			/* Rank 0 copies its recovery script beside `latest` while other ranks still write. */
+			struct cs_spec script = { .rel = "ds/zero_to_fp32.py", .seed = 0x7a3f, .size = 7 * KiB };
+			s_write_spec(s, &script);
+		}
+	}
 	cs_marker(fw, step, mpath, sizeof(mpath), mtext, sizeof(mtext));
 	if (fw == CS_FW_DCP) {
 		snprintf(tmp, sizeof(tmp), "%s.tmp", mpath);
