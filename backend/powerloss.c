@@ -5,8 +5,8 @@
  * Tests (tests/integrity/powerloss.c) kill the daemon, then build the image
  * of the backend "after the power came back" from the shadow, and check it.
  *
- * CKPTFS_POWERLOSS=SHADOW (a new or empty directory outside the backend)
- * installs it, beneath the fault wrappers if CKPTFS_FAULT is set too: a
+ * CKPTFS_POWERLOSS=SHADOW (an absolute path, without symlinks, "." or "..",
+ * of a new or empty directory outside the backend) installs it, beneath the fault wrappers if CKPTFS_FAULT is set too: a
  * fault's delay is spent before the layer takes its locks, and a call that
  * a fault fails never reaches the backend or the shadow.  Unset, nothing is
  * installed and nothing costs anything.
@@ -27,8 +27,9 @@
  * The shadow records D1..D4 before the call returns to the daemon, so
  * nothing the daemon does after an fsync returns can be recorded as durable
  * at it.  Objects are named by KEY = "<inode>.<generation>" (hex; the
- * generation is the inode's FS_IOC_GETVERSION, or its birth time where there
- * is none), so an inode number reused by a new file is a new object.
+ * generation is the inode's FS_IOC_GETVERSION), so an inode number reused by
+ * a new file is a new object.  Where there is no generation (tmpfs, which
+ * never reuses inode numbers anyway; symlinks) it is 0.
  *
  *   SHADOW/root         the KEY of the backend root directory, one line
  *   SHADOW/data/KEY     a file's durable contents; its mode bits are the
@@ -43,7 +44,7 @@
  *   SHADOW/journal      D4, one record per operation, appended in order:
  *                       "<op> <t> <K1> <K2> <K3> <flags> <len1> <len2>\n"
  *                       then len1 + len2 bytes (two strings) and "\n".
- *     C t DIR OBJ - mode  name        a file created (open O_CREAT)
+ *     C t DIR OBJ - mode  name        a file created (open O_CREAT, mknod)
  *     M d DIR OBJ - mode  name        a directory made
  *     S l DIR OBJ - 0     name target a symlink made
  *     L t OLD OBJ NEW 0   old new     a hard link made (OBJ: the object)
@@ -59,8 +60,12 @@
  * What the layer cannot see is not recorded: a backend system call made
  * outside bsys changes the real backend but not the shadow (a file created
  * that way is missing from the journal; a directory fsync'd that way keeps
- * its older durable listing).  The shadow's own files are written with plain
- * system calls: they are the test's truth, not the backend.
+ * its older durable listing).  The layer reads the backend and writes the
+ * shadow through `bsys_direct` (the confined table, never wrapped): the
+ * shadow is the test's truth, not the backend, and faults never reach it.
+ * It reads a file's contents through the fd being synced, which must be
+ * readable and not O_DIRECT (the daemon syncs the fds it writes through
+ * the page cache); one that is not fails the fsync with EIO, loudly.
  *
  * If the shadow cannot be updated, the fsync that needed it returns -EIO (and
  * after a lost journal record, every fsync does): the daemon is never told
@@ -77,21 +82,22 @@
 #include "backend/bsys.h"
 #include "cache/util.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <linux/fs.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/fs.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #define PL_KEY_LEN 48
 #define PL_STRIPES 16
 #define PL_TAIL_CHECK 4096u	/* bytes compared before appending only a tail */
+
+#define D bsys_direct
 
 static struct {
 	int data, dirs;			/* SHADOW/data, SHADOW/dirs */
@@ -116,46 +122,48 @@ static void pl_warn(const char *what, int err)
 	fprintf(stderr, "ckptfs: CKPTFS_POWERLOSS: %s: %s\n", what, strerror(-err));
 }
 
-/*
- * The generation of the inode at (dirfd, name) — ext4, XFS and btrfs give
- * each new inode a fresh one — or, where there is none (symlinks, file
- * systems without FS_IOC_GETVERSION), its birth time.
- */
-static uint64_t pl_generation(int dirfd, const char *name, const struct statx *sx)
+/* FS_IOC_GETVERSION of an open fd, or 0 where the file system has none. */
+static uint64_t pl_fd_generation(int fd)
 {
-	char self[64];
 	unsigned gen;
-	int fd, r = -1;
 
-	if (S_ISREG(sx->stx_mode) || S_ISDIR(sx->stx_mode)) {
-		snprintf(self, sizeof(self), "/proc/self/fd/%d", dirfd);
-		fd = name[0] ? openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-			     : open(self, O_RDONLY | O_NONBLOCK | O_CLOEXEC);	/* dirfd may be O_PATH */
-		if (fd >= 0) {
-			r = ioctl(fd, FS_IOC_GETVERSION, &gen);
-			close(fd);
-		}
-		if (r == 0)
-			return (uint64_t)gen << 1 | 1;
+	return ioctl(fd, FS_IOC_GETVERSION, &gen) == 0 ? (uint64_t)gen + 1 : 0;
+}
+
+/* The generation of (dirfd, name) — or of dirfd itself for name "" — with st its lstat. */
+static uint64_t pl_generation(int dirfd, const char *name, const struct stat *st)
+{
+	uint64_t gen = 0;
+	int fd;
+
+	if (!S_ISREG(st->st_mode) && !S_ISDIR(st->st_mode))
+		return 0;
+	if (!name[0] && (gen = pl_fd_generation(dirfd)))
+		return gen;
+	/* By name, or dirfd is an O_PATH directory handle: open it for the ioctl. */
+	fd = D.openat(dirfd, name[0] ? name : ".", O_RDONLY | O_NONBLOCK |
+		      (S_ISDIR(st->st_mode) ? O_DIRECTORY : 0), 0);
+	if (fd >= 0) {
+		gen = pl_fd_generation(fd);
+		D.close(fd);
 	}
-	return (sx->stx_mask & STATX_BTIME)
-		? ((uint64_t)sx->stx_btime.tv_sec * 1000000000ull + sx->stx_btime.tv_nsec) << 1 : 0;
+	return gen;
 }
 
 /* The object at (dirfd, name), or dirfd itself for name "". */
 static int pl_stat(int dirfd, const char *name, struct pl_obj *o)
 {
-	struct statx sx;
+	struct stat st;
+	int r = D.fstatat(dirfd, name, &st);
 
-	if (statx(dirfd, name, AT_SYMLINK_NOFOLLOW | (name[0] ? 0 : AT_EMPTY_PATH),
-		  STATX_TYPE | STATX_MODE | STATX_INO | STATX_SIZE | STATX_BTIME, &sx) < 0)
-		return -errno;
-	snprintf(o->key, sizeof(o->key), "%llx.%llx", (unsigned long long)sx.stx_ino,
-		 (unsigned long long)pl_generation(dirfd, name, &sx));
-	o->mode = sx.stx_mode & 07777;
-	o->size = sx.stx_size;
-	o->type = S_ISREG(sx.stx_mode) ? 'f' : S_ISDIR(sx.stx_mode) ? 'd'
-		  : S_ISLNK(sx.stx_mode) ? 'l' : 'o';
+	if (r < 0)
+		return r;
+	snprintf(o->key, sizeof(o->key), "%llx.%llx", (unsigned long long)st.st_ino,
+		 (unsigned long long)pl_generation(dirfd, name, &st));
+	o->mode = st.st_mode & 07777;
+	o->size = (uint64_t)st.st_size;
+	o->type = S_ISREG(st.st_mode) ? 'f' : S_ISDIR(st.st_mode) ? 'd'
+		  : S_ISLNK(st.st_mode) ? 'l' : 'o';
 	return 0;
 }
 
@@ -167,24 +175,35 @@ static unsigned pl_stripe(const char *key)
 	return h % PL_STRIPES;
 }
 
+/* A new temporary name in a shadow directory, opened for writing. */
+static int pl_tmp_open(int dirfd, char name[32])
+{
+	snprintf(name, 32, ".t.%llu", (unsigned long long)atomic_fetch_add(&pl.tmp, 1));
+	return D.openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL, 0600);
+}
+
+/* Give the temporary `tmp` (fd, its contents written) its mode and name, or remove it. */
+static int pl_tmp_commit(int dirfd, int fd, const char *tmp, const char *name, mode_t mode, int r)
+{
+	if (r == 0)
+		r = D.fchmod(fd, mode);
+	D.close(fd);
+	if (r == 0)
+		r = D.renameat2(dirfd, tmp, dirfd, name, 0);
+	if (r < 0)
+		D.unlinkat(dirfd, tmp, 0);
+	return r;
+}
+
 /* Write buf as dirfd/name whole: a temporary name, then rename. */
 static int pl_store(int dirfd, const char *name, const void *buf, size_t len, mode_t mode)
 {
-	char tmp[64];
-	int fd, r;
+	char tmp[32];
+	int fd = pl_tmp_open(dirfd, tmp);
 
-	snprintf(tmp, sizeof(tmp), ".t.%llu", (unsigned long long)atomic_fetch_add(&pl.tmp, 1));
-	if ((fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
-		return -errno;
-	r = write_full(fd, buf, len);
-	if (r == 0 && fchmod(fd, mode) < 0)
-		r = -errno;
-	close(fd);
-	if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
-		r = -errno;
-	if (r < 0)
-		unlinkat(dirfd, tmp, 0);
-	return r;
+	if (fd < 0)
+		return fd;
+	return pl_tmp_commit(dirfd, fd, tmp, name, mode, write_full(fd, buf, len));
 }
 
 /* Copy [off, end) of src to dst at the same offsets. */
@@ -223,6 +242,22 @@ static bool pl_same_tail(int src, int dst, uint64_t len)
 	       memcmp(a, b, k) == 0;
 }
 
+/* A file only appended to: append its grown tail to its copy (1), or 0 if that will not do. */
+static int pl_append_tail(int src, const char *key, uint64_t end)
+{
+	struct stat st;
+	int r = 0, dst = D.openat(pl.data, key, O_RDWR, 0);
+
+	if (dst < 0)
+		return 0;
+	/* A kill mid-copy leaves part of the tail, as a cut during the fsync may. */
+	if (D.fstatat(dst, "", &st) == 0 && (uint64_t)st.st_size <= end &&
+	    pl_same_tail(src, dst, (uint64_t)st.st_size))
+		r = (r = pl_copy_range(src, dst, (uint64_t)st.st_size, end)) < 0 ? r : 1;
+	D.close(dst);
+	return r;
+}
+
 /*
  * D2: fd's contents became durable.  bound: how much of an append-only file
  * the sync covers (its size when the call began), or UINT64_MAX.
@@ -230,87 +265,63 @@ static bool pl_same_tail(int src, int dst, uint64_t len)
 static int pl_file_synced(int fd, uint64_t bound)
 {
 	struct pl_obj o;
-	char path[64], tmp[64];
-	int src, dst, r, fl;
+	char tmp[32];
+	int fl = fcntl(fd, F_GETFL), r, dst;
 	unsigned s;
 
+	if (fl < 0 || (fl & O_ACCMODE) == O_WRONLY || (fl & O_DIRECT))
+		return -EBADF;	/* the layer reads through the fd being synced */
 	if ((r = pl_stat(fd, "", &o)) < 0)
 		return r;
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	if ((src = open(path, O_RDONLY | O_CLOEXEC)) < 0)	/* fd may be O_WRONLY or O_DIRECT */
-		return -errno;
-	fl = fcntl(fd, F_GETFL);
+	uint64_t end = (fl & O_APPEND) ? CKPT_MIN(bound, o.size) : o.size;
 	s = pl_stripe(o.key);
 	pthread_mutex_lock(&pl.file_lock[s]);
-	if (fl >= 0 && (fl & O_APPEND) &&
-	    (dst = openat(pl.data, o.key, O_WRONLY | O_CLOEXEC)) >= 0) {
-		struct stat st;
-		uint64_t end = CKPT_MIN(bound, o.size);
-		int rd = openat(pl.data, o.key, O_RDONLY | O_CLOEXEC);
-		if (fstat(dst, &st) == 0 && (uint64_t)st.st_size <= end && rd >= 0 &&
-		    pl_same_tail(src, rd, (uint64_t)st.st_size)) {
-			/* Only the grown tail: a kill mid-copy leaves part of it, as a cut may. */
-			r = pl_copy_range(src, dst, (uint64_t)st.st_size, end);
-			close(rd);
-			close(dst);
-			goto out;
-		}
-		if (rd >= 0)
-			close(rd);
-		close(dst);
+	if (!(fl & O_APPEND) || (r = pl_append_tail(fd, o.key, end)) == 0) {
+		if ((dst = pl_tmp_open(pl.data, tmp)) < 0)
+			r = dst;
+		else
+			r = pl_tmp_commit(pl.data, dst, tmp, o.key, o.mode,
+					  pl_copy_range(fd, dst, 0, end));
 	}
-	snprintf(tmp, sizeof(tmp), ".t.%llu", (unsigned long long)atomic_fetch_add(&pl.tmp, 1));
-	if ((dst = openat(pl.data, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
-		r = -errno;
-		goto out;
-	}
-	r = pl_copy_range(src, dst, 0, (fl >= 0 && (fl & O_APPEND)) ? CKPT_MIN(bound, o.size) : o.size);
-	if (r == 0 && fchmod(dst, o.mode) < 0)
-		r = -errno;
-	close(dst);
-	if (r == 0 && renameat(pl.data, tmp, pl.data, o.key) < 0)
-		r = -errno;
-	if (r < 0)
-		unlinkat(pl.data, tmp, 0);
-out:
 	pthread_mutex_unlock(&pl.file_lock[s]);
-	close(src);
-	return r;
+	return r < 0 ? r : 0;
+}
+
+/* One listing being built: the directory's fd and the text so far. */
+struct pl_listing {
+	int fd;
+	struct strbuf b;
+};
+
+static int pl_list_one(void *arg, const char *name)
+{
+	struct pl_listing *l = arg;
+	struct pl_obj o;
+	char target[PATH_MAX];
+	ssize_t tl = 0;
+
+	if (pl_stat(l->fd, name, &o) < 0)
+		return 0;	/* gone meanwhile: not ours (ns_lock held) */
+	if (o.type == 'l' && (tl = D.readlinkat(l->fd, name, target, sizeof(target))) < 0)
+		tl = 0;
+	sb_printf(&l->b, "%c %s %zu %zu\n%s%.*s\n", o.type, o.key, strlen(name), (size_t)tl,
+		  name, (int)tl, target);
+	return 0;
 }
 
 /* D3: the listing of directory fd, as it is now, becomes its durable one. */
 static int pl_dir_synced(int fd)
 {
-	struct strbuf b = { 0 };
-	struct pl_obj self, o;
-	struct dirent *de;
-	DIR *d;
-	int r, dfd;
+	struct pl_listing l = { .fd = fd };
+	struct pl_obj self;
+	int r;
 
 	if ((r = pl_stat(fd, "", &self)) < 0)
 		return r;
-	if ((dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-		return -errno;
-	if (!(d = fdopendir(dfd))) {
-		close(dfd);
-		return -errno;
-	}
-	sb_printf(&b, "D %o\n", (unsigned)self.mode);
-	while ((de = readdir(d))) {
-		char target[PATH_MAX];
-		ssize_t tl = 0;
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		if (pl_stat(dirfd(d), de->d_name, &o) < 0)
-			continue;	/* gone meanwhile: not ours (ns_lock held) */
-		if (o.type == 'l' && (tl = readlinkat(dirfd(d), de->d_name, target, sizeof(target))) < 0)
-			tl = 0;
-		sb_printf(&b, "%c %s %zu %zu\n%s%.*s\n", o.type, o.key, strlen(de->d_name), (size_t)tl,
-			  de->d_name, (int)tl, target);
-	}
-	closedir(d);
-	r = pl_store(pl.dirs, self.key, b.s, b.len, 0600);
-	sb_free(&b);
+	sb_printf(&l.b, "D %o\n", (unsigned)self.mode);
+	if ((r = D.readdir(fd, pl_list_one, &l)) == 0)
+		r = pl_store(pl.dirs, self.key, l.b.s, l.b.len, 0600);
+	sb_free(&l.b);
 	return r;
 }
 
@@ -351,9 +362,18 @@ static void pl_lost(const char *what, int err)
 		pl_warn(what, err);
 }
 
-static int pl_openat(int d, const char *n, int fl, mode_t m)
+/* Record that (d, n) was just created, as op (C, M or S); ns_lock held. */
+static void pl_created(char op, int d, const char *n, const char *target)
 {
 	struct pl_obj dir, obj;
+
+	if (pl_stat(d, n, &obj) == 0)
+		pl_lost("journal", pl_journal(op, obj.type, pl_dir_key(d, &dir), obj.key, NULL,
+					      op == 'S' ? 0 : obj.mode, n, target));
+}
+
+static int pl_openat(int d, const char *n, int fl, mode_t m)
+{
 	struct stat st;
 	bool existed;
 	int fd;
@@ -361,66 +381,75 @@ static int pl_openat(int d, const char *n, int fl, mode_t m)
 	if (!(fl & O_CREAT))
 		return pl.real.openat(d, n, fl, m);
 	pthread_mutex_lock(&pl.ns_lock);
-	existed = !(fl & O_EXCL) && fstatat(d, n, &st, AT_SYMLINK_NOFOLLOW) == 0;
+	existed = !(fl & O_EXCL) && D.fstatat(d, n, &st) == 0;
 	fd = pl.real.openat(d, n, fl, m);
-	if (fd >= 0 && !existed && pl_stat(fd, "", &obj) == 0)
-		pl_lost("journal", pl_journal('C', obj.type, pl_dir_key(d, &dir), obj.key, NULL,
-					      obj.mode, n, NULL));
+	if (fd >= 0 && !existed)
+		pl_created('C', d, n, NULL);
 	pthread_mutex_unlock(&pl.ns_lock);
 	return fd;
 }
 
 static int pl_mkdirat(int d, const char *n, mode_t m)
 {
-	struct pl_obj dir, obj;
 	int r;
 
 	pthread_mutex_lock(&pl.ns_lock);
-	r = pl.real.mkdirat(d, n, m);
-	if (r == 0 && pl_stat(d, n, &obj) == 0)
-		pl_lost("journal", pl_journal('M', 'd', pl_dir_key(d, &dir), obj.key, NULL, obj.mode,
-					      n, NULL));
+	if ((r = pl.real.mkdirat(d, n, m)) == 0)
+		pl_created('M', d, n, NULL);
+	pthread_mutex_unlock(&pl.ns_lock);
+	return r;
+}
+
+static int pl_mknodat(int d, const char *n, mode_t m, dev_t dev)
+{
+	int r;
+
+	pthread_mutex_lock(&pl.ns_lock);
+	if ((r = pl.real.mknodat(d, n, m, dev)) == 0)
+		pl_created('C', d, n, NULL);
 	pthread_mutex_unlock(&pl.ns_lock);
 	return r;
 }
 
 static int pl_symlinkat(const char *t, int d, const char *n)
 {
-	struct pl_obj dir, obj;
 	int r;
 
 	pthread_mutex_lock(&pl.ns_lock);
-	r = pl.real.symlinkat(t, d, n);
-	if (r == 0 && pl_stat(d, n, &obj) == 0)
-		pl_lost("journal", pl_journal('S', 'l', pl_dir_key(d, &dir), obj.key, NULL, 0, n, t));
+	if ((r = pl.real.symlinkat(t, d, n)) == 0)
+		pl_created('S', d, n, t);
 	pthread_mutex_unlock(&pl.ns_lock);
 	return r;
 }
 
-static int pl_linkat(int od, const char *on, int nd, const char *nn)
+/* A link or rename (op L or R) made (nd, nn) name what (od, on) named; ns_lock held. */
+static void pl_moved(char op, int od, const char *on, int nd, const char *nn, unsigned fl)
 {
 	struct pl_obj odir, ndir, obj;
+
+	if (pl_stat(nd, nn, &obj) == 0)
+		pl_lost("journal", pl_journal(op, obj.type, pl_dir_key(od, &odir), obj.key,
+					      pl_dir_key(nd, &ndir), fl, on, nn));
+}
+
+static int pl_linkat(int od, const char *on, int nd, const char *nn)
+{
 	int r;
 
 	pthread_mutex_lock(&pl.ns_lock);
-	r = pl.real.linkat(od, on, nd, nn);
-	if (r == 0 && pl_stat(nd, nn, &obj) == 0)
-		pl_lost("journal", pl_journal('L', obj.type, pl_dir_key(od, &odir), obj.key,
-					      pl_dir_key(nd, &ndir), 0, on, nn));
+	if ((r = pl.real.linkat(od, on, nd, nn)) == 0)
+		pl_moved('L', od, on, nd, nn, 0);
 	pthread_mutex_unlock(&pl.ns_lock);
 	return r;
 }
 
 static int pl_renameat2(int od, const char *on, int nd, const char *nn, unsigned fl)
 {
-	struct pl_obj odir, ndir, obj;
 	int r;
 
 	pthread_mutex_lock(&pl.ns_lock);
-	r = pl.real.renameat2(od, on, nd, nn, fl);
-	if (r == 0 && pl_stat(nd, nn, &obj) == 0)
-		pl_lost("journal", pl_journal('R', obj.type, pl_dir_key(od, &odir), obj.key,
-					      pl_dir_key(nd, &ndir), fl, on, nn));
+	if ((r = pl.real.renameat2(od, on, nd, nn, fl)) == 0)
+		pl_moved('R', od, on, nd, nn, fl);
 	pthread_mutex_unlock(&pl.ns_lock);
 	return r;
 }
@@ -431,8 +460,7 @@ static int pl_unlinkat(int d, const char *n, int fl)
 	int r;
 
 	pthread_mutex_lock(&pl.ns_lock);
-	r = pl.real.unlinkat(d, n, fl);
-	if (r == 0)
+	if ((r = pl.real.unlinkat(d, n, fl)) == 0)
 		pl_lost("journal", pl_journal('U', '-', pl_dir_key(d, &dir), NULL, NULL, 0, n, NULL));
 	pthread_mutex_unlock(&pl.ns_lock);
 	return r;
@@ -501,52 +529,59 @@ static int pl_io_result(enum bsys_op op, int fd, size_t len, int res)
 
 /* ---- the initial state (D1) ------------------------------------------------ */
 
-static int pl_walk(int fd, const char *key, int depth)
+struct pl_walk {
+	int fd;
+	const char *key;
+	int depth;
+	int err;
+};
+
+static int pl_walk_dir(int fd, const char *key, int depth);
+
+static int pl_walk_one(void *arg, const char *name)
 {
-	DIR *d;
-	struct dirent *de;
-	int dfd, r = 0;
+	struct pl_walk *w = arg;
+	struct pl_obj o;
+	char target[PATH_MAX];
+	ssize_t tl;
+	int sub;
+
+	if (pl_stat(w->fd, name, &o) < 0)
+		return 0;
+	if (o.type == 'd') {
+		w->err = pl_journal('M', 'd', w->key, o.key, NULL, o.mode, name, NULL);
+		sub = D.openat(w->fd, name, O_RDONLY | O_DIRECTORY, 0);
+		if (w->err == 0 && sub >= 0)
+			w->err = pl_walk_dir(sub, o.key, w->depth + 1);
+		if (sub >= 0)
+			D.close(sub);
+	} else if (o.type == 'l') {
+		tl = D.readlinkat(w->fd, name, target, sizeof(target) - 1);
+		target[tl < 0 ? 0 : tl] = '\0';
+		w->err = pl_journal('S', 'l', w->key, o.key, NULL, 0, name, target);
+	} else {
+		struct stat st;
+		w->err = pl_journal('C', o.type, w->key, o.key, NULL, o.mode, name, NULL);
+		sub = o.type == 'f' ? D.openat(w->fd, name, O_RDONLY, 0) : -1;
+		if (w->err == 0 && sub >= 0 && D.fstatat(pl.data, o.key, &st) < 0)
+			w->err = pl_file_synced(sub, UINT64_MAX);	/* once per object */
+		if (sub >= 0)
+			D.close(sub);
+	}
+	return w->err;
+}
+
+static int pl_walk_dir(int fd, const char *key, int depth)
+{
+	struct pl_walk w = { .fd = fd, .key = key, .depth = depth };
+	int r;
 
 	if (depth > 256)
 		return -ELOOP;
 	if ((r = pl_dir_synced(fd)) < 0)
 		return r;
-	if ((dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-		return -errno;
-	if (!(d = fdopendir(dfd))) {
-		close(dfd);
-		return -errno;
-	}
-	while (r == 0 && (de = readdir(d))) {
-		struct pl_obj o;
-		char target[PATH_MAX];
-		ssize_t tl;
-		int sub;
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-		    pl_stat(dirfd(d), de->d_name, &o) < 0)
-			continue;
-		if (o.type == 'd') {
-			r = pl_journal('M', 'd', key, o.key, NULL, o.mode, de->d_name, NULL);
-			sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (r == 0 && sub >= 0)
-				r = pl_walk(sub, o.key, depth + 1);
-			if (sub >= 0)
-				close(sub);
-		} else if (o.type == 'l') {
-			tl = readlinkat(dirfd(d), de->d_name, target, sizeof(target) - 1);
-			target[tl < 0 ? 0 : tl] = '\0';
-			r = pl_journal('S', 'l', key, o.key, NULL, 0, de->d_name, target);
-		} else {
-			r = pl_journal('C', o.type, key, o.key, NULL, o.mode, de->d_name, NULL);
-			sub = o.type == 'f' ? openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
-			if (r == 0 && sub >= 0 && faccessat(pl.data, o.key, F_OK, 0) != 0)
-				r = pl_file_synced(sub, UINT64_MAX);	/* once per object */
-			if (sub >= 0)
-				close(sub);
-		}
-	}
-	closedir(d);
-	return r;
+	r = D.readdir(fd, pl_walk_one, &w);
+	return r ? r : w.err;
 }
 
 /* One line naming the variable and what is wrong; err 0: no system error. */
@@ -557,98 +592,104 @@ static int pl_fail(const char *env, const char *why, int err)
 	return -EINVAL;
 }
 
-/* The real path `path` has or, if it does not exist yet, will have. */
-static int pl_resolve(const char *path, char out[PATH_MAX])
+/* An absolute path without "." or ".." components (so, opened without symlinks, canonical). */
+static bool pl_plain_path(const char *p)
+{
+	if (p[0] != '/')
+		return false;
+	for (const char *c = p; *c; c++)
+		if (c[0] == '/' && c[1] == '.' && (c[2] == '/' || c[2] == '\0' ||
+						   (c[2] == '.' && (c[3] == '/' || c[3] == '\0'))))
+			return false;
+	return true;
+}
+
+static int pl_any_entry(void *arg, const char *name)
+{
+	return 1;
+}
+
+/* Make (if missing) and open the shadow directory, which must be empty. */
+static int pl_open_shadow(const char *env, const char *backend)
 {
 	char parent[PATH_MAX], base[NAME_MAX + 1];
-	size_t len = strlen(path);
-	char *slash;
+	size_t len = strlen(env), bl = strlen(backend);
+	int pfd, sfd, r;
 
-	if (realpath(path, out))
-		return 0;
-	if (errno != ENOENT)
-		return -errno;
-	while (len > 1 && path[len - 1] == '/')
-		len--;		/* "dir/" names dir */
-	if (len >= sizeof(parent))
-		return -ENAMETOOLONG;
-	memcpy(parent, path, len);
+	if (!pl_plain_path(env))
+		return pl_fail(env, "must be an absolute path without \".\" or \"..\"", 0);
+	while (len > 1 && env[len - 1] == '/')
+		len--;
+	if (len <= 1 || len >= sizeof(parent))
+		return pl_fail(env, "not a usable directory path", 0);
+	/* The backend's path is canonical, and the shadow's is once opened without symlinks. */
+	if (!strncmp(env, backend, bl) && (bl == 1 || env[bl] == '/' || bl == len))
+		return pl_fail(env, "the shadow directory must be outside the backend", 0);
+	memcpy(parent, env, len);
 	parent[len] = '\0';
-	slash = strrchr(parent, '/');
-	if (snprintf(base, sizeof(base), "%s", slash ? slash + 1 : parent) >= (int)sizeof(base))
-		return -ENAMETOOLONG;
-	if (!slash)
-		snprintf(parent, sizeof(parent), ".");
-	else
-		slash[slash == parent] = '\0';	/* "/x" -> "/", "a/x" -> "a" */
-	if (!realpath(parent, out))
-		return -errno;
-	if (strlen(out) + 1 + strlen(base) >= PATH_MAX)
-		return -ENAMETOOLONG;
-	if (strcmp(out, "/"))
-		strcat(out, "/");
-	strcat(out, base);
-	return 0;
+	char *slash = strrchr(parent, '/');
+	if (strlen(slash + 1) > NAME_MAX)
+		return pl_fail(env, "cannot make the shadow directory", -ENAMETOOLONG);
+	snprintf(base, sizeof(base), "%s", slash + 1);
+	slash[slash == parent] = '\0';	/* "/x" -> "/", "/a/x" -> "/a" */
+	if ((pfd = bsys_open_dir_path(parent)) < 0)
+		return pl_fail(env, "cannot open its parent directory", pfd);
+	r = D.mkdirat(pfd, base, 0700);
+	sfd = r == 0 || r == -EEXIST ? D.openat(pfd, base, O_RDONLY | O_DIRECTORY, 0) : r;
+	D.close(pfd);
+	if (sfd < 0)
+		return pl_fail(env, "cannot make or open the shadow directory", sfd);
+	if ((r = D.readdir(sfd, pl_any_entry, NULL)) != 0) {
+		D.close(sfd);
+		return pl_fail(env, r > 0 ? "the shadow directory must be new or empty"
+				   : "cannot read the shadow directory", r > 0 ? 0 : r);
+	}
+	return sfd;
 }
 
 int bsys_powerloss_from_env(const char *backend)
 {
 	const char *env = getenv("CKPTFS_POWERLOSS");
-	char shadow[PATH_MAX], be[PATH_MAX];
 	struct pl_obj root;
-	struct dirent *de;
-	DIR *d;
 	int sfd, bfd, r;
 
 	if (!env || !*env)
 		return 0;
-	if ((r = pl_resolve(env, shadow)) < 0)
-		return pl_fail(env, "cannot resolve the shadow directory", r);
-	if (!realpath(backend, be))
-		return pl_fail(env, "cannot resolve the backend", -errno);
-	size_t bl = strlen(be);
-	if (!strncmp(shadow, be, bl) && (shadow[bl] == '/' || shadow[bl] == '\0'))
-		return pl_fail(env, "the shadow directory must be outside the backend", 0);
-	if (mkdir(shadow, 0700) < 0 && errno != EEXIST)
-		return pl_fail(env, "cannot make the shadow directory", -errno);
-	if (!(d = opendir(shadow)))
-		return pl_fail(env, "cannot open the shadow directory", -errno);
-	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
-			closedir(d);
-			return pl_fail(env, "the shadow directory must be new or empty", 0);
-		}
-	closedir(d);
-	sfd = open(shadow, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (sfd < 0 || mkdirat(sfd, "data", 0700) < 0 || mkdirat(sfd, "dirs", 0700) < 0)
-		return pl_fail(env, "cannot set up the shadow directory", -errno);
-	pl.data = openat(sfd, "data", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	pl.dirs = openat(sfd, "dirs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	pl.journal = openat(sfd, "journal", O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
-	if (pl.data < 0 || pl.dirs < 0 || pl.journal < 0)
-		return pl_fail(env, "cannot set up the shadow directory", -errno);
+	if ((sfd = pl_open_shadow(env, backend)) < 0)
+		return sfd;
+	if ((r = D.mkdirat(sfd, "data", 0700)) < 0 || (r = D.mkdirat(sfd, "dirs", 0700)) < 0 ||
+	    (pl.data = D.openat(sfd, "data", O_RDONLY | O_DIRECTORY, 0)) < 0 ||
+	    (pl.dirs = D.openat(sfd, "dirs", O_RDONLY | O_DIRECTORY, 0)) < 0 ||
+	    (pl.journal = D.openat(sfd, "journal", O_WRONLY | O_CREAT | O_EXCL | O_APPEND, 0600)) < 0) {
+		D.close(sfd);
+		return pl_fail(env, "cannot set up the shadow directory",
+			       r < 0 ? r : pl.data < 0 ? pl.data : pl.dirs < 0 ? pl.dirs : pl.journal);
+	}
 	pthread_mutex_init(&pl.ns_lock, NULL);
 	for (unsigned i = 0; i < PL_STRIPES; i++)
 		pthread_mutex_init(&pl.file_lock[i], NULL);
 
 	/* D1: the backend as it is now. */
-	if ((bfd = open(be, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-		return pl_fail(env, "cannot open the backend", -errno);
-	if ((r = pl_stat(bfd, "", &root)) == 0 && (r = pl_walk(bfd, root.key, 0)) == 0)
+	if ((bfd = bsys_open_dir_path(backend)) < 0) {
+		D.close(sfd);
+		return pl_fail(env, "cannot open the backend", bfd);
+	}
+	if ((r = pl_stat(bfd, "", &root)) == 0 && (r = pl_walk_dir(bfd, root.key, 0)) == 0)
 		r = pl_journal('F', '-', NULL, NULL, NULL, pl.records, NULL, NULL);
 	if (r == 0) {
 		char line[PL_KEY_LEN + 2];
 		int n = snprintf(line, sizeof(line), "%s\n", root.key);
 		r = pl_store(sfd, "root", line, (size_t)n, 0600);
 	}
-	close(bfd);
-	close(sfd);
+	D.close(bfd);
+	D.close(sfd);
 	if (r < 0)
 		return pl_fail(env, "cannot record the backend's initial state", r);
 
 	pl.real = bsys;
 	bsys.openat = pl_openat;
 	bsys.mkdirat = pl_mkdirat;
+	bsys.mknodat = pl_mknodat;
 	bsys.symlinkat = pl_symlinkat;
 	bsys.linkat = pl_linkat;
 	bsys.renameat2 = pl_renameat2;
