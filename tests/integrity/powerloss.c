@@ -225,6 +225,7 @@ static void pl_bad_input(struct pl_run *p)
 	struct { const char *shadow, *says; } cases[] = {
 		{ inside, "must be outside the backend" },
 		{ full, "must be new or empty" },
+		{ "relative/shadow", "must be an absolute path" },
 	};
 
 	snprintf(inside, sizeof(inside), "%s/shadow", p->base.backend);
