@@ -364,6 +364,10 @@ void backend_retry(struct backend *be);
 long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report);
 
 const char *op_kind_name(enum op_kind k);
+/* The manifest's name for it ("file" for a version). */
+const char *op_record_type(enum op_kind k);
+/* Append `"path": P` and, if `to` is set, `, "to": T` (JSON strings). */
+void sb_json_paths(struct strbuf *b, const char *path, const char *to);
 
 /* Called by the cache when writers wait for space. */
 void backend_want_spill(void *be);
