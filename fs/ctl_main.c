@@ -12,6 +12,7 @@
  * failure; 2 usage errors.
  */
 #include "fs/cli.h"
+#include "cache/json.h"
 #include "cache/util.h"
 
 #include <errno.h>
@@ -74,26 +75,26 @@ static char *ctl_exchange(const char *mnt, const char *name, const char *msg)
 /* Report a drain answer; 0 when everything is durable. */
 static int drain_report(const char *mnt, const char *answer)
 {
-	struct jobj o;
+	struct json_obj o;
 	int rc;
 
 	if (!answer)
 		return 1;
-	if (!jobj_parse(answer, &o)) {
+	if (json_parse(answer, strlen(answer), &o, NULL, 0) < 0) {
 		fprintf(stderr, "%s: unexpected answer from %s: %s\n", prog, mnt, answer);
 		return 1;
 	}
-	if (!strcmp(jobj_get(&o, "ok") ? jobj_get(&o, "ok") : "", "true")) {
+	if (json_is_true(&o, "ok")) {
 		printf("%s: durable up to operation %.0f (waited %.3f s)\n", mnt,
-		       jobj_num(&o, "seq"), jobj_num(&o, "waited_s"));
+		       json_num_or0(&o, "seq"), json_num_or0(&o, "waited_s"));
 		rc = 0;
 	} else {
 		fprintf(stderr, "%s: %s: not durable: %s (durable up to %.0f of %.0f)\n", prog, mnt,
-			jobj_get(&o, "error") ? jobj_get(&o, "error") : "unknown error",
-			jobj_num(&o, "seq_durable"), jobj_num(&o, "seq"));
+			json_str(&o, "error") ? json_str(&o, "error") : "unknown error",
+			json_num_or0(&o, "seq_durable"), json_num_or0(&o, "seq"));
 		rc = 1;
 	}
-	jobj_free(&o);
+	json_free(&o);
 	return rc;
 }
 
@@ -136,7 +137,7 @@ static int cmd_drain(int argc, char **argv)
 static int cmd_flush(int argc, char **argv)
 {
 	char mnt[PATH_MAX], real[PATH_MAX], msg[PATH_MAX + 16];
-	struct jobj o;
+	struct json_obj o;
 	int r;
 
 	if (argc != 2) {
@@ -158,15 +159,15 @@ static int cmd_flush(int argc, char **argv)
 	char *answer = ctl_exchange(mnt, "ctl", msg);
 	if (!answer)
 		return 1;
-	if (!jobj_parse(answer, &o) || strcmp(jobj_get(&o, "ok") ? jobj_get(&o, "ok") : "", "true")) {
+	if (json_parse(answer, strlen(answer), &o, NULL, 0) < 0 || !json_is_true(&o, "ok")) {
 		fprintf(stderr, "%s: flush %s: %s\n", prog, argv[1],
-			jobj_get(&o, "error") ? jobj_get(&o, "error") : answer);
-		jobj_free(&o);
+			json_str(&o, "error") ? json_str(&o, "error") : answer);
+		json_free(&o);
 		free(answer);
 		return 1;
 	}
-	double ahead = jobj_num(&o, "ahead");
-	jobj_free(&o);
+	double ahead = json_num_or0(&o, "ahead");
+	json_free(&o);
 	free(answer);
 	if (ahead > 0)
 		printf("%s: %.0f earlier operations are published first, to keep their order\n",
