@@ -11,7 +11,7 @@
 const char *const bsys_op_names[BOP_COUNT] = {
 	"openat", "close", "pread", "pwrite", "fsync", "fdatasync", "ftruncate",
 	"rename", "unlink", "mkdir", "symlink", "link", "chmod", "chown",
-	"utimens", "setxattr", "removexattr", "stat",
+	"utimens", "setxattr", "removexattr", "stat", "append",
 };
 
 #define RET(expr) do { long r_ = (long)(expr); return r_ < 0 ? -errno : r_; } while (0)
@@ -73,6 +73,7 @@ static int d_fstatat(int d, const char *n, struct stat *st)
 {
 	RET(fstatat(d, n, st, AT_SYMLINK_NOFOLLOW | (n[0] ? 0 : AT_EMPTY_PATH)));
 }
+static ssize_t d_append(int fd, const void *b, size_t n, off_t o) { RET(pwrite(fd, b, n, o)); }
 static int d_io_result(enum bsys_op op, int fd, size_t len, int res) { return res; }
 
 struct bsys bsys = {
@@ -82,4 +83,5 @@ struct bsys bsys = {
 	.symlinkat = d_symlinkat, .linkat = d_linkat, .fchmodat = d_fchmodat,
 	.fchownat = d_fchownat, .utimensat = d_utimensat, .setxattr = d_setxattr,
 	.removexattr = d_removexattr, .fstatat = d_fstatat, .io_result = d_io_result,
+	.append = d_append,
 };

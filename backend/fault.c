@@ -5,8 +5,10 @@
  *   op=NAME[|NAME...]  calls to affect: bsys_op_names, or "data" (pwrite,
  *                      fdatasync, fsync, openat), "meta" (rename, unlink,
  *                      mkdir, symlink, link, chmod, chown, utimens), "any"
- *   err=ERRNO|short    error to return (EIO, ENOSPC, EDQUOT, ...) or, for
- *                      writes, write only half
+ *   err=ERRNO|short|kill  error to return (EIO, ENOSPC, EDQUOT, ...) or, for
+ *                      writes, write only half; kill: the process SIGKILLs
+ *                      itself instead of making the call (a crash at that
+ *                      exact step)
  *   delay_ms=N         sleep before the call (a slow backend)
  *   after=N            let the first N matching calls through
  *   count=N            inject at most N times
@@ -21,6 +23,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +31,7 @@
 #include <unistd.h>
 
 #define FAULT_SHORT (-1)
+#define FAULT_KILL (-2)
 
 struct fault_rule {
 	uint32_t ops;		/* bit per enum bsys_op */
@@ -95,8 +99,8 @@ static int parse_rule(char *spec, struct fault_rule *r)
 				return -EINVAL;
 		} else if (!strcmp(kv, "err")) {
 			unsigned i;
-			if (!strcmp(eq, "short")) {
-				r->err = FAULT_SHORT;
+			if (!strcmp(eq, "short") || !strcmp(eq, "kill")) {
+				r->err = eq[0] == 's' ? FAULT_SHORT : FAULT_KILL;
 				continue;
 			}
 			for (i = 0; i < CKPT_ARRAY_LEN(errnames); i++)
@@ -140,6 +144,8 @@ static int fault_check(enum bsys_op op, const char *name)
 			continue;
 		if (r->delay_ms)
 			usleep(r->delay_ms * 1000u);
+		if (r->err == FAULT_KILL)
+			raise(SIGKILL);
 		if (r->err && !inject)
 			inject = r->err;
 	}
@@ -183,6 +189,13 @@ static int f_setxattr(int d, const char *n, const char *k, const void *v, size_t
 }
 static int f_removexattr(int d, const char *n, const char *k) { CHECK(BOP_REMOVEXATTR, n); return real.removexattr(d, n, k); }
 static int f_fstatat(int d, const char *n, struct stat *st) { CHECK(BOP_FSTATAT, n); return real.fstatat(d, n, st); }
+static ssize_t f_append(int fd, const void *b, size_t n, off_t o)
+{
+	CHECK(BOP_APPEND, NULL);
+	if (f_ == FAULT_SHORT && n > 1)
+		n /= 2;
+	return real.append(fd, b, n, o);
+}
 static int f_io_result(enum bsys_op op, int fd, size_t len, int res)
 {
 	int f = fault_check(op, NULL);
@@ -222,7 +235,7 @@ int bsys_faults_from_env(void)
 		.symlinkat = f_symlinkat, .linkat = f_linkat, .fchmodat = f_fchmodat,
 		.fchownat = f_fchownat, .utimensat = f_utimensat, .setxattr = f_setxattr,
 		.removexattr = f_removexattr, .fstatat = f_fstatat, .io_result = f_io_result,
-		.faults_active = 1,
+		.append = f_append, .faults_active = 1,
 	};
 	return 0;
 }

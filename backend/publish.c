@@ -107,7 +107,7 @@ static void record_intent(struct backend *be, struct op *op)
 		  be->mount_id, (unsigned long long)op->seq);
 	sb_json_str(&b, op->path_hint ? op->path_hint : op->name);
 	sb_printf(&b, ", \"size\": %llu}", (unsigned long long)op->ver->size);
-	manifest_append(&be->man, b.s, b.len);
+	(void)manifest_append(&be->man, b.s, b.len);
 	sb_free(&b);
 }
 
@@ -437,7 +437,7 @@ static void record_op(struct backend *be, struct op *op)
 		sb_json_str(&b, op->target);
 	}
 	sb_printf(&b, "}");
-	manifest_append(&be->man, b.s, b.len);
+	(void)manifest_append(&be->man, b.s, b.len);
 	sb_free(&b);
 }
 
@@ -459,7 +459,7 @@ static void record_void(struct backend *be, struct op *op)
 	int n = snprintf(rec, sizeof(rec), "{\"t\": \"void\", \"m\": \"%s\", \"seq\": %llu}",
 			 be->mount_id, (unsigned long long)op->seq);
 	if (op->recorded)
-		manifest_append(&be->man, rec, (size_t)n);
+		(void)manifest_append(&be->man, rec, (size_t)n);
 }
 
 static int apply_op(struct backend *be, struct op *op, struct touched *t)
@@ -807,7 +807,7 @@ static void *publisher_main(void *arg)
 			char rec[128];
 			int len = snprintf(rec, sizeof(rec), "{\"t\": \"durable\", \"m\": \"%s\", \"seq\": %llu}",
 					   be->mount_id, (unsigned long long)batch[applied - 1]->seq);
-			manifest_append(&be->man, rec, (size_t)len);
+			(void)manifest_append(&be->man, rec, (size_t)len);
 			atomic_store(&be->durable_seq, batch[applied - 1]->seq);
 		}
 		if (!err && be->blocked_seq) {
@@ -875,7 +875,9 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 	if (opt->no_manifest) {
 		manifest_disabled(&be->man);
 	} else {
-		int r = manifest_open(&be->man, root_fd, be->mount_id, &be->recovery);
+		char node[256];
+		manifest_node_default(node, sizeof(node));
+		int r = manifest_open(&be->man, root_fd, node, be->mount_id, &be->recovery);
 		if (r < 0)
 			return r;
 	}

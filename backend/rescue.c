@@ -125,6 +125,6 @@ long backend_rescue(struct backend *be, const char *dir, char *where, size_t wle
 	char rec[512];
 	int n = snprintf(rec, sizeof(rec), "{\"t\": \"rescued\", \"m\": \"%s\", \"count\": %ld, \"where\": \"%s\"}",
 			 be->mount_id, saved, where);
-	manifest_append(&be->man, rec, (size_t)n);
+	(void)manifest_append(&be->man, rec, (size_t)n);
 	return saved;
 }
