@@ -9,8 +9,10 @@
  *   drain  reading blocks until everything written before the open is
  *          durable, then returns {"ok": ...}; writing "timeout=SECONDS"
  *          first bounds the wait;
- *   ctl    commands ("sync", "flush PATH"), writable only by root or the
- *          user who mounted; reading it back returns the last result.
+ *   ctl    commands ("sync", "flush PATH"; "retry", "skip SEQ" are parsed
+ *          but not implemented yet), writable only by root or the user
+ *          who mounted; reading it back returns the last result.  What a
+ *          write may say is parsed by ctl_parse.c.
  *
  * Contents are generated when the file is opened (drain: at the first read)
  * and served from the handle, so a reader sees one consistent snapshot.
@@ -18,6 +20,7 @@
  * path never sees it.
  */
 #include "fs/fs.h"
+#include "fs/ctl_parse.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -249,7 +252,7 @@ int ctl_open(struct ckptfs *fs, fuse_req_t req, struct fshandle *h)
 	case CTL_CMD:
 		if (h->writable && !ctl_permitted(fs, req))
 			return -EACCES;
-		sb_printf(&h->out, "commands: sync | flush PATH\n");
+		sb_printf(&h->out, "commands: sync | flush PATH | retry | skip SEQ\n");
 		return 0;
 	default:
 		return -EISDIR;
@@ -290,22 +293,32 @@ void ctl_read(struct ckptfs *fs, fuse_req_t req, struct fshandle *h, size_t size
 	reply_slice(req, &h->out, size, off);
 }
 
-/* Run one command line from the ctl file; the result replaces h->out. */
-static void ctl_command(struct ckptfs *fs, struct fshandle *h, char *line)
+/* Run one parsed command from the ctl file (NULL: err says why not); the result replaces h->out. */
+static void ctl_command(struct ckptfs *fs, struct fshandle *h, const struct ctl_cmd *cmd,
+			const char *perr)
 {
-	char *arg = strchr(line, ' ');
 	int err = 0;
 
-	if (arg)
-		*arg++ = '\0';
 	h->out.len = 0;
+	if (!cmd) {
+		sb_printf(&h->out, "{\"ok\": false, \"error\": ");
+		sb_json_str(&h->out, perr);
+		sb_printf(&h->out, "}\n");
+		return;
+	}
+	if (cmd->kind == CTL_CMD_RETRY || cmd->kind == CTL_CMD_SKIP || cmd->kind == CTL_CMD_TIMEOUT) {
+		sb_printf(&h->out, "{\"ok\": false, \"error\": \"%s\"}\n",
+			  cmd->kind == CTL_CMD_TIMEOUT ? "timeout= is for the drain file" :
+			  "not implemented yet");
+		return;
+	}
 	pthread_mutex_lock(&fs->ns);
-	if (!strcmp(line, "sync")) {
+	if (cmd->kind == CTL_CMD_SYNC) {
 		uint64_t seq = seal_all_locked(fs, &err);
 		sb_printf(&h->out, "{\"ok\": %s, \"seq\": %llu}\n", err ? "false" : "true",
 			  (unsigned long long)seq);
-	} else if (!strcmp(line, "flush") && arg && *arg) {
-		struct fsnode *n = lookup_path(fs, arg);
+	} else {
+		struct fsnode *n = lookup_path(fs, cmd->path);
 		if (!n || !S_ISREG(n->mode) || n->ctl) {
 			sb_printf(&h->out, "{\"ok\": false, \"error\": \"not a regular file in the mount\"}\n");
 		} else {
@@ -319,8 +332,6 @@ static void ctl_command(struct ckptfs *fs, struct fshandle *h, char *line)
 				  (unsigned long long)(seq > before ? seq - before - 1 : 0));
 			h->drain_seq = seq;
 		}
-	} else {
-		sb_printf(&h->out, "{\"ok\": false, \"error\": \"unknown command; try: sync | flush PATH\"}\n");
 	}
 	pthread_mutex_unlock(&fs->ns);
 }
@@ -328,27 +339,26 @@ static void ctl_command(struct ckptfs *fs, struct fshandle *h, char *line)
 void ctl_write(struct ckptfs *fs, fuse_req_t req, struct fshandle *h, const char *buf,
 	       size_t len, off_t off)
 {
-	char line[4096];
-	size_t n = CKPT_MIN(len, sizeof(line) - 1);
+	struct ctl_cmd *cmd = xmalloc(sizeof(*cmd));
+	char err[160];
+	int r = ctl_cmd_parse(buf, len, cmd, err, sizeof(err));
 
-	memcpy(line, buf, n);
-	line[n] = '\0';
-	line[strcspn(line, "\n")] = '\0';
 	if (h->node->ctl == CTL_DRAIN) {
-		char *v = strncmp(line, "timeout=", 8) == 0 ? line + 8 : line, *end;
-		double t = strtod(v, &end);
-		if (end == v || t < 0) {
+		if (r < 0 || cmd->kind != CTL_CMD_TIMEOUT) {
+			free(cmd);
 			fuse_reply_err(req, EINVAL);
 			return;
 		}
-		h->timeout_ns = (uint64_t)(t * 1e9);
+		h->timeout_ns = cmd->timeout_ns;
 		if (!h->timeout_ns)
 			h->timeout_ns = 1;	/* "timeout=0": do not wait at all */
 	} else if (h->node->ctl == CTL_CMD) {
-		ctl_command(fs, h, line);
+		ctl_command(fs, h, r < 0 ? NULL : cmd, err);
 	} else {
+		free(cmd);
 		fuse_reply_err(req, EBADF);
 		return;
 	}
+	free(cmd);
 	fuse_reply_write(req, len);
 }
