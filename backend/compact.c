@@ -668,7 +668,8 @@ int manifest_compact(struct manifest *m, uint64_t durable_seq)
 	for (size_t i = 0; i < c.mounts.nb; i++)
 		for (struct sent *e = c.mounts.b[i]; e; e = e->next) {
 			struct mnt *mt = e->val;
-			qsort(mt->voids, mt->nvoids, sizeof(*mt->voids), u64_cmp);
+			if (mt->nvoids)
+				qsort(mt->voids, mt->nvoids, sizeof(*mt->voids), u64_cmp);
 		}
 	if ((r = manifest_scan_fd(m->fd, pass2_cb, &c, &scan)) < 0)
 		goto out;

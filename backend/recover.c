@@ -319,7 +319,8 @@ void manifest_recover(struct manifest *m, int root_fd, struct rscan *s, struct r
 		ckpt_log(LOG_ERR, "manifest: could not record the recovery of mount %s", s->prev);
 	sb_free(&b);
 	/* Each version in flight once, in sequence order. */
-	qsort(s->intents, s->nintents, sizeof(*s->intents), rrec_seq_cmp);
+	if (s->nintents)
+		qsort(s->intents, s->nintents, sizeof(*s->intents), rrec_seq_cmp);
 	for (size_t i = 0; i < s->nintents; i++) {
 		if (s->intents[i].seq <= rep->prev_seq_applied ||
 		    (i && s->intents[i].seq == s->intents[i - 1].seq))

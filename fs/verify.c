@@ -415,7 +415,8 @@ static int load_manifests(const char *root, struct pmap *m)
 		r.node++;
 	}
 	closedir(d);
-	qsort(r.v, r.n, sizeof(*r.v), rec_cmp);
+	if (r.n)
+		qsort(r.v, r.n, sizeof(*r.v), rec_cmp);
 	replay(m, &r);
 	for (size_t i = 0; i < r.n; i++)
 		json_free(&r.v[i].o);
