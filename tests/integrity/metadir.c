@@ -23,7 +23,7 @@
 #define OTHER_UID 4242
 
 static char node[256];
-static char outside_dir[PATH_MAX], outside_file[PATH_MAX];
+static char outside_dir[PATH_MAX], outside_file[PATH_MAX + 16];
 
 struct outside {
 	struct stat st;
@@ -61,7 +61,7 @@ static void outside_unchanged(const struct outside *was, const char *what)
 
 static const char *meta(struct tmount *m, const char *rel)
 {
-	static char buf[4][PATH_MAX * 2];
+	static char buf[4][PATH_MAX * 3];
 	static int k;
 	k = (k + 1) % 4;
 	snprintf(buf[k], sizeof(buf[k]), "%s/.ckptfs%s%s", m->backend, *rel ? "/" : "", rel);
