@@ -191,7 +191,7 @@ static void verify_skips_foreign_node(struct tmount *m)
 int main(void)
 {
 	struct tmount m;
-	char target[PATH_MAX], path[PATH_MAX];
+	char target[PATH_MAX * 2], path[PATH_MAX];
 
 	tm_require_fuse();
 	cu_require_root();
