@@ -64,7 +64,7 @@ static const char *meta(struct tmount *m, const char *rel)
 	static char buf[4][PATH_MAX * 3];
 	static int k;
 	k = (k + 1) % 4;
-	snprintf(buf[k], sizeof(buf[k]), "%s/.ckptfs%s%s", m->backend, *rel ? "/" : "", rel);
+	snprintf(buf[k], sizeof(buf[k]), "%.4000s/.ckptfs%s%.4000s", m->backend, *rel ? "/" : "", rel);
 	return buf[k];
 }
 
