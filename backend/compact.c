@@ -29,8 +29,14 @@
  * write or move the same name; recovery reads only this mount's records
  * after its last "durable" record, which are kept as they were.
  *
- * The new log is: a "compacted" header, OLD, K, L (by path), this mount's
- * "mount" record, a "durable" record for D, U.  It is written to
+ * The new log is: OLD, a "compacted" header, K and L merged by time (K
+ * first on a tie), this mount's "mount" record, a "durable" record for D,
+ * U.  The records between the header and the next "mount" record are the
+ * snapshot: the next compaction takes them as settled (their mounts'
+ * "unmount" and "recovered" records are gone).  Keeping the snapshot in
+ * time order matters too: the next compaction reads the log in file order,
+ * and must meet a removal after the file it removes, as verify (which sorts
+ * by time) does.  It is written to
  * manifest.log.tmp in the node directory, fdatasync'd, renamed over
  * manifest.log, and the directory fsync'd; the temp fd (O_APPEND) becomes
  * the log.  A crash before the rename leaves the old log (and a temp file
@@ -187,6 +193,7 @@ struct compactor {
 	char **old, **u;	/* OLD and U payloads */
 	size_t nold, capold, nu, capu;
 	char *cur_mount;	/* this mount's "mount" record */
+	bool in_snapshot;	/* between a "compacted" header and the next "mount" */
 	uint64_t in_records;
 };
 
@@ -265,6 +272,7 @@ struct krec {
 	enum kkind kind;
 	char *payload;
 	char *path;
+	double time;		/* as verify orders it */
 	bool dropped;
 };
 
@@ -280,13 +288,15 @@ static void push_str(char ***v, size_t *n, size_t *cap, const char *p, size_t le
 	(*v)[(*n)++] = s;
 }
 
-static void k_push(struct compactor *c, enum kkind kind, char *payload, const char *path)
+static void k_push(struct compactor *c, enum kkind kind, char *payload, const char *path,
+		   const char *time)
 {
 	if (c->nk == c->capk) {
 		c->capk = c->capk ? c->capk * 2 : 64;
 		c->k = xrealloc(c->k, c->capk * sizeof(*c->k));
 	}
-	c->k[c->nk++] = (struct krec){ .kind = kind, .payload = payload, .path = xstrdup(path) };
+	c->k[c->nk++] = (struct krec){ .kind = kind, .payload = payload, .path = xstrdup(path),
+				       .time = strtod(time, NULL) };
 }
 
 /* A flat object back to text, with "path" and "time" replaced when given. */
@@ -363,7 +373,7 @@ static void live_freeze(struct compactor *c, const char *path)
 		return;
 	struct lent *l = e->val;
 	smap_unlink(&c->live, e);
-	k_push(c, K_FILE, obj_text(&l->o, e->key, l->time), e->key);
+	k_push(c, K_FILE, obj_text(&l->o, e->key, l->time), e->key, l->time);
 	lent_free(e);
 }
 
@@ -399,11 +409,11 @@ static void settled_record(struct compactor *c, const char *p, size_t len, struc
 			live_drop(c, path);	/* this node's file: gone, nothing to keep */
 			free(text);
 		} else {
-			k_push(c, K_UNLINK, text, path);
+			k_push(c, K_UNLINK, text, path, tm->str);
 		}
 	} else if (!strcmp(t, "rmdir")) {
 		live_drop(c, path);
-		k_push(c, K_RMDIR, text, path);
+		k_push(c, K_RMDIR, text, path, tm->str);
 	} else if (!strcmp(t, "rename") && to) {
 		bool exch = false;
 		json_bool(o, "exchange", &exch);
@@ -416,7 +426,7 @@ static void settled_record(struct compactor *c, const char *p, size_t len, struc
 		if (local)
 			free(text);	/* only this node's files moved: L says it all */
 		else
-			k_push(c, K_RENAME, text, path);
+			k_push(c, K_RENAME, text, path, tm->str);
 	} else if (!strcmp(t, "link") && to) {
 		struct sent *src = smap_find(&c->live, path);
 		if (src) {
@@ -431,7 +441,7 @@ static void settled_record(struct compactor *c, const char *p, size_t len, struc
 			free(text);
 		} else {
 			live_freeze(c, to);	/* what `to` holds now depends on other nodes */
-			k_push(c, K_LINK, text, path);
+			k_push(c, K_LINK, text, path, tm->str);
 		}
 	} else {
 		free(text);
@@ -456,8 +466,14 @@ static int pass2_cb(void *arg, const char *p, size_t len, uint64_t off)
 	}
 	has_seq = json_u64(&o, "seq", &seq);
 	const struct mnt *mt = mnt_of(c, id);
+	if (!strcmp(t, "mount"))
+		c->in_snapshot = false;	/* a snapshot ends at the next "mount" record */
 	if (!strcmp(t, "compacted")) {
-		/* the previous header: replaced */
+		c->in_snapshot = true;	/* the previous header (replaced): a snapshot follows */
+	} else if (c->in_snapshot && mt != c->cur) {
+		/* A previous compaction's snapshot: settled, whatever its mount's state. */
+		if (!voided(mt, &o))
+			settled_record(c, p, len, &o, t);
 	} else if (mt == c->cur) {
 		if (!strcmp(t, "mount")) {
 			free(c->cur_mount);
@@ -509,9 +525,20 @@ static void k_thin(struct compactor *c)
 	smap_free(&removed, NULL);
 }
 
-static int sent_path_cmp(const void *a, const void *b)
+/* A time literal as verify compares it (a double), 0 if it is not a number. */
+static double time_of(const char *lit)
 {
-	return strcmp((*(struct sent *const *)a)->key, (*(struct sent *const *)b)->key);
+	return lit ? strtod(lit, NULL) : 0;
+}
+
+/* L entries by time, then path (deterministic). */
+static int lent_cmp(const void *a, const void *b)
+{
+	const struct sent *x = *(struct sent *const *)a, *y = *(struct sent *const *)b;
+	double tx = time_of(((struct lent *)x->val)->time), ty = time_of(((struct lent *)y->val)->time);
+	if (tx != ty)
+		return tx < ty ? -1 : 1;
+	return strcmp(x->key, y->key);
 }
 
 /* ---- writing the new log -------------------------------------------------- */
@@ -591,27 +618,36 @@ static int write_log(struct compactor *c, int fd, uint64_t *size, uint64_t *reco
 	struct strbuf hdr = { 0 }, dur = { 0 };
 	struct sent **lv = xmalloc((c->live.n + 1) * sizeof(*lv));
 	char **v;
+	bool *owned;
 	size_t nl = 0, n = 0, cap;
 	uint64_t bytes = 0;
 
 	for (size_t i = 0; i < c->live.nb; i++)
 		for (struct sent *e = c->live.b[i]; e; e = e->next)
 			lv[nl++] = e;
-	qsort(lv, nl, sizeof(*lv), sent_path_cmp);
-	/* Everything after the header, in order (borrowed, except L's texts). */
-	cap = c->nold + c->nk + nl + 2 + c->nu;
+	qsort(lv, nl, sizeof(*lv), lent_cmp);
+	/*
+	 * Everything after the header, in order (borrowed, except L's texts).
+	 * K and L are merged by time, K first on a tie, so the log stays in the
+	 * order verify replays and the next compaction reads it in that order.
+	 */
+	cap = c->nk + nl + 2 + c->nu;
 	v = xmalloc(cap * sizeof(*v));
-	for (size_t i = 0; i < c->nold; i++)
-		v[n++] = c->old[i];
-	for (size_t i = 0; i < c->nk; i++)
-		if (!c->k[i].dropped)
-			v[n++] = c->k[i].payload;
-	size_t lfrom = n;
-	for (size_t i = 0; i < nl; i++) {
-		struct lent *l = lv[i]->val;
-		v[n++] = obj_text(&l->o, lv[i]->key, l->time);
+	owned = xcalloc(cap, sizeof(*owned));
+	for (size_t i = 0, j = 0; i < c->nk || j < nl;) {
+		while (i < c->nk && c->k[i].dropped)
+			i++;
+		if (i >= c->nk && j >= nl)
+			break;
+		if (j >= nl || (i < c->nk && c->k[i].time <= time_of(((struct lent *)lv[j]->val)->time))) {
+			v[n++] = c->k[i++].payload;
+		} else {
+			struct lent *l = lv[j]->val;
+			owned[n] = true;
+			v[n++] = obj_text(&l->o, lv[j]->key, l->time);
+			j++;
+		}
 	}
-	size_t lto = n;
 	if (c->cur_mount)
 		v[n++] = c->cur_mount;
 	if (c->D) {
@@ -631,12 +667,17 @@ static int write_log(struct compactor *c, int fd, uint64_t *size, uint64_t *reco
 		  "\"records\": %zu, \"bytes\": %llu}", (unsigned long long)wall_ns(),
 		  (unsigned long long)c->in_records, (unsigned long long)c->m->size, n,
 		  (unsigned long long)bytes);
+	/* OLD first: the header starts the snapshot, which the next compaction trusts. */
+	for (size_t i = 0; i < c->nold; i++)
+		out_rec(&w, c->old[i]);
 	out_rec(&w, hdr.s);
 	for (size_t i = 0; i < n; i++)
 		out_rec(&w, v[i]);
 	out_flush(&w);
-	for (size_t i = lfrom; i < lto; i++)
-		free(v[i]);
+	for (size_t i = 0; i < n; i++)
+		if (owned[i])
+			free(v[i]);
+	free(owned);
 	free(v);
 	free(lv);
 	sb_free(&dur);

@@ -35,8 +35,8 @@ int rscan_cb(void *arg, const char *payload, size_t len, uint64_t off);
 bool rscan_previous(const struct rscan *s, bool *clean);
 /* Records and bytes the last compaction left (its "compacted" record), or 0. */
 void rscan_compacted(const struct rscan *s, uint64_t *records, uint64_t *bytes);
-/* Recover the previous mount (unclean): evidence, "recovered" record, orphans. */
-void manifest_recover(struct manifest *m, int root_fd, struct rscan *s,
+/* Recover the previous mount (unclean): evidence, "recovered" record, orphans; 0 or -errno. */
+int manifest_recover(struct manifest *m, int root_fd, struct rscan *s,
 		      struct recovery_report *rep);
 
 #endif

@@ -297,7 +297,7 @@ static int rrec_seq_cmp(const void *a, const void *b)
 	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-void manifest_recover(struct manifest *m, int root_fd, struct rscan *s, struct recovery_report *rep)
+int manifest_recover(struct manifest *m, int root_fd, struct rscan *s, struct recovery_report *rep)
 {
 	struct strbuf b = { 0 };
 	size_t k;
@@ -315,9 +315,14 @@ void manifest_recover(struct manifest *m, int root_fd, struct rscan *s, struct r
 	sb_printf(&b, ", \"seq\": %llu, \"by\": ", (unsigned long long)rep->prev_seq_applied);
 	sb_json_str(&b, m->mount_id);
 	sb_printf(&b, "}");
-	if (manifest_append(m, b.s, b.len) < 0)
-		ckpt_log(LOG_ERR, "manifest: could not record the recovery of mount %s", s->prev);
+	/* Without it, readers would take the operations after it as applied. */
+	int r = manifest_append(m, b.s, b.len);
 	sb_free(&b);
+	if (r < 0) {
+		fprintf(stderr, "ckptfs: cannot record the recovery of mount %s in %s/manifest.log: %s\n",
+			s->prev, m->where, strerror(-r));
+		return r;
+	}
 	/* Each version in flight once, in sequence order. */
 	if (s->nintents)
 		qsort(s->intents, s->nintents, sizeof(*s->intents), rrec_seq_cmp);
@@ -335,4 +340,5 @@ void manifest_recover(struct manifest *m, int root_fd, struct rscan *s, struct r
 		 "%zu after them voided, %llu files in flight lost, %llu temporary files removed",
 		 s->prev, (unsigned long long)rep->prev_seq_applied, s->nops - k,
 		 (unsigned long long)rep->inflight_files, (unsigned long long)rep->orphans_removed);
+	return 0;
 }
