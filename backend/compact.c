@@ -49,6 +49,7 @@
 #include "backend/bsys.h"
 #include "cache/json.h"
 #include "cache/log.h"
+#include "cache/strmap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -56,54 +57,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- a small map from strings ------------------------------------------- */
+/* ---- entries of the compactor's maps (cache/strmap.h) --------------------- */
 
+/* A key and what it maps to; `next` links a list smap_take returns. */
 struct sent {
+	struct strmap_node node;
 	struct sent *next;
 	char *key;
 	void *val;
 };
 
 struct smap {
-	struct sent **b;
-	size_t nb, n;
+	struct strmap map;
 };
 
-static size_t smap_slot(const struct smap *m, const char *key)
+static struct sent *sent_of(struct strmap_node *n)
 {
-	return (size_t)XXH3_64bits(key, strlen(key)) & (m->nb - 1);
+	return n ? CKPT_CONTAINER_OF(n, struct sent, node) : NULL;
 }
 
 static struct sent *smap_find(const struct smap *m, const char *key)
 {
-	if (!m->nb)
-		return NULL;
-	for (struct sent *e = m->b[smap_slot(m, key)]; e; e = e->next)
-		if (!strcmp(e->key, key))
-			return e;
-	return NULL;
+	return sent_of(strmap_get(&m->map, key));
 }
 
 static void smap_link(struct smap *m, struct sent *e)
 {
-	if (m->n + 1 > m->nb) {
-		size_t nb = m->nb ? m->nb * 2 : 256;
-		struct sent **b = xcalloc(nb, sizeof(*b));
-		for (size_t i = 0; i < m->nb; i++)
-			for (struct sent *x = m->b[i], *nx; x; x = nx) {
-				nx = x->next;
-				size_t s = (size_t)XXH3_64bits(x->key, strlen(x->key)) & (nb - 1);
-				x->next = b[s];
-				b[s] = x;
-			}
-		free(m->b);
-		m->b = b;
-		m->nb = nb;
-	}
-	size_t s = smap_slot(m, e->key);
-	e->next = m->b[s];
-	m->b[s] = e;
-	m->n++;
+	e->node.key = e->key;
+	strmap_insert(&m->map, &e->node);
 }
 
 /* The entry for key, created (val NULL) if absent. */
@@ -120,54 +101,45 @@ static struct sent *smap_get(struct smap *m, const char *key)
 
 static void smap_unlink(struct smap *m, struct sent *e)
 {
-	struct sent **pp = &m->b[smap_slot(m, e->key)];
-	while (*pp != e)
-		pp = &(*pp)->next;
-	*pp = e->next;
-	m->n--;
-}
-
-static bool below(const char *path, const char *dir)
-{
-	size_t n = strlen(dir);
-	return !strncmp(path, dir, n) && path[n] == '/';
+	strmap_remove(&m->map, &e->node);
 }
 
 /* Detach the entries at `path` or below it (a list through ->next). */
 static struct sent *smap_take(struct smap *m, const char *path)
 {
-	struct sent *out = NULL, *e = smap_find(m, path);
-
-	if (e) {
-		smap_unlink(m, e);
+	struct sent *out = NULL;
+	for (struct strmap_node *n = strmap_take_tree(&m->map, path), *next; n; n = next) {
+		struct sent *e = sent_of(n);
+		next = n->next;
 		e->next = out;
 		out = e;
 	}
-	for (size_t i = 0; i < m->nb; i++)
-		for (struct sent *x = m->b[i], *nx; x; x = nx) {
-			nx = x->next;
-			if (below(x->key, path)) {
-				smap_unlink(m, x);
-				x->next = out;
-				out = x;
-			}
-		}
 	return out;
+}
+
+/* Call fn on every entry (which may free it). */
+static void smap_each(struct smap *m, void (*fn)(struct sent *, void *), void *arg)
+{
+	for (size_t i = 0; i < m->map.nb; i++)
+		for (struct strmap_node *n = m->map.b[i], *next; n; n = next) {
+			next = n->next;
+			fn(sent_of(n), arg);
+		}
+}
+
+static void sent_free(struct sent *e, void *free_val)
+{
+	if (free_val)
+		((void (*)(void *))free_val)(e->val);
+	free(e->key);
+	free(e);
 }
 
 /* Free every entry (and its value, with free_val) and the table. */
 static void smap_free(struct smap *m, void (*free_val)(void *))
 {
-	for (size_t i = 0; i < m->nb; i++)
-		for (struct sent *e = m->b[i], *n; e; e = n) {
-			n = e->next;
-			if (free_val)
-				free_val(e->val);
-			free(e->key);
-			free(e);
-		}
-	free(m->b);
-	memset(m, 0, sizeof(*m));
+	smap_each(m, sent_free, (void *)free_val);
+	strmap_destroy(&m->map);
 }
 
 /* ---- pass 1: mounts ------------------------------------------------------ */
@@ -335,6 +307,11 @@ static void lent_free(struct sent *e)
 	free(l);
 	free(e->key);
 	free(e);
+}
+
+static void lent_free_each(struct sent *e, void *arg)
+{
+	lent_free(e);
 }
 
 static void live_drop(struct compactor *c, const char *path)
@@ -591,12 +568,8 @@ static void mnt_free(void *v)
 static void compactor_free(struct compactor *c)
 {
 	smap_free(&c->mounts, mnt_free);
-	for (size_t i = 0; i < c->live.nb; i++)
-		for (struct sent *e = c->live.b[i], *n; e; e = n) {
-			n = e->next;
-			lent_free(e);
-		}
-	free(c->live.b);
+	smap_each(&c->live, lent_free_each, NULL);
+	strmap_destroy(&c->live.map);
 	for (size_t i = 0; i < c->nk; i++) {
 		free(c->k[i].payload);
 		free(c->k[i].path);
@@ -616,15 +589,15 @@ static int write_log(struct compactor *c, int fd, uint64_t *size, uint64_t *reco
 {
 	struct out w = { .fd = fd };
 	struct strbuf hdr = { 0 }, dur = { 0 };
-	struct sent **lv = xmalloc((c->live.n + 1) * sizeof(*lv));
+	struct sent **lv = xmalloc((c->live.map.n + 1) * sizeof(*lv));
 	char **v;
 	bool *owned;
 	size_t nl = 0, n = 0, cap;
 	uint64_t bytes = 0;
 
-	for (size_t i = 0; i < c->live.nb; i++)
-		for (struct sent *e = c->live.b[i]; e; e = e->next)
-			lv[nl++] = e;
+	for (size_t i = 0; i < c->live.map.nb; i++)
+		for (struct strmap_node *e = c->live.map.b[i]; e; e = e->next)
+			lv[nl++] = sent_of(e);
 	qsort(lv, nl, sizeof(*lv), lent_cmp);
 	/*
 	 * Everything after the header, in order (borrowed, except L's texts).
@@ -706,9 +679,9 @@ int manifest_compact(struct manifest *m, uint64_t durable_seq)
 	c.cur = mnt_of(&c, m->mount_id);
 	/* Only what a "durable" record of this mount has settled. */
 	c.D = CKPT_MIN(durable_seq, c.cur->last_durable);
-	for (size_t i = 0; i < c.mounts.nb; i++)
-		for (struct sent *e = c.mounts.b[i]; e; e = e->next) {
-			struct mnt *mt = e->val;
+	for (size_t i = 0; i < c.mounts.map.nb; i++)
+		for (struct strmap_node *e = c.mounts.map.b[i]; e; e = e->next) {
+			struct mnt *mt = sent_of(e)->val;
 			if (mt->nvoids)
 				qsort(mt->voids, mt->nvoids, sizeof(*mt->voids), u64_cmp);
 		}

@@ -21,6 +21,7 @@
 #include "fs/mounts.h"
 #include "backend/manifest.h"
 #include "cache/json.h"
+#include "cache/strmap.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -39,63 +40,32 @@ static const char *prog = "ckptfs-ctl verify";
 /* ---- the replayed manifest: path -> newest record ----------------------- */
 
 struct entry {
-	struct entry *next;
+	struct strmap_node node;	/* key: path */
 	char *path;
 	uint64_t size;
 	char xxh3[33];
 	bool seen;		/* found on the backend walk */
+	struct entry *next;	/* in a list pm_take returns */
 };
 
 struct pmap {
-	struct entry **b;
-	size_t nb, n;
+	struct strmap map;
 };
 
-static size_t pm_slot(const struct pmap *m, const char *path)
+static struct entry *entry_of(struct strmap_node *n)
 {
-	return XXH3_64bits(path, strlen(path)) & (m->nb - 1);
+	return n ? CKPT_CONTAINER_OF(n, struct entry, node) : NULL;
 }
 
 static struct entry *pm_get(struct pmap *m, const char *path)
 {
-	if (!m->nb)
-		return NULL;
-	for (struct entry *e = m->b[pm_slot(m, path)]; e; e = e->next)
-		if (!strcmp(e->path, path))
-			return e;
-	return NULL;
+	return entry_of(strmap_get(&m->map, path));
 }
 
 static void pm_insert(struct pmap *m, struct entry *e)
 {
-	if (m->n + 1 > m->nb) {
-		size_t nb = m->nb ? m->nb * 2 : 1024;
-		struct entry **b = xcalloc(nb, sizeof(*b));
-		for (size_t i = 0; i < m->nb; i++)
-			for (struct entry *x = m->b[i], *nx; x; x = nx) {
-				nx = x->next;
-				size_t s = XXH3_64bits(x->path, strlen(x->path)) & (nb - 1);
-				x->next = b[s];
-				b[s] = x;
-			}
-		free(m->b);
-		m->b = b;
-		m->nb = nb;
-	}
-	size_t s = pm_slot(m, e->path);
-	e->next = m->b[s];
-	m->b[s] = e;
-	m->n++;
-}
-
-/* Unlink an entry from its chain without freeing it. */
-static void pm_detach(struct pmap *m, struct entry *e)
-{
-	struct entry **pp = &m->b[pm_slot(m, e->path)];
-	while (*pp != e)
-		pp = &(*pp)->next;
-	*pp = e->next;
-	m->n--;
+	e->node.key = e->path;
+	strmap_insert(&m->map, &e->node);
 }
 
 static void entry_free(struct entry *e)
@@ -104,35 +74,15 @@ static void entry_free(struct entry *e)
 	free(e);
 }
 
-static bool under(const char *path, const char *dir)
-{
-	size_t n = strlen(dir);
-	return !strncmp(path, dir, n) && path[n] == '/';
-}
-
-/*
- * Entries at `path` or below it, detached from the map.  A path that holds
- * a file has nothing below it, so only a directory costs a walk of the map.
- */
+/* Entries at `path` or below it, detached from the map (a list through ->next). */
 static struct entry *pm_take(struct pmap *m, const char *path)
 {
-	struct entry *out = pm_get(m, path);
-	if (out) {
-		pm_detach(m, out);
-		out->next = NULL;
-		return out;
-	}
-	for (size_t i = 0; i < m->nb; i++) {
-		struct entry *e = m->b[i];
-		while (e) {
-			struct entry *next = e->next;
-			if (!strcmp(e->path, path) || under(e->path, path)) {
-				pm_detach(m, e);
-				e->next = out;
-				out = e;
-			}
-			e = next;
-		}
+	struct entry *out = NULL;
+	for (struct strmap_node *n = strmap_take_tree(&m->map, path), *next; n; n = next) {
+		struct entry *e = entry_of(n);
+		next = n->next;
+		e->next = out;
+		out = e;
 	}
 	return out;
 }
@@ -148,7 +98,7 @@ static void pm_put_renamed(struct pmap *m, struct entry *list, const char *from,
 		list->path = b.s;
 		struct entry *old = pm_get(m, list->path);
 		if (old) {
-			pm_detach(m, old);
+			strmap_remove(&m->map, &old->node);
 			entry_free(old);
 		}
 		pm_insert(m, list);
@@ -162,6 +112,23 @@ static void pm_remove(struct pmap *m, const char *path)
 		next = e->next;
 		entry_free(e);
 	}
+}
+
+/* Every entry, and free the map. */
+static void pm_free(struct pmap *m)
+{
+	for (size_t i = 0; i < m->map.nb; i++)
+		for (struct strmap_node *n = m->map.b[i], *next; n; n = next) {
+			next = n->next;
+			entry_free(entry_of(n));
+		}
+	strmap_destroy(&m->map);
+}
+
+static bool under(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+	return !strncmp(path, dir, n) && path[n] == '/';
 }
 
 /* ---- reading the manifests -------------------------------------------- */
@@ -290,9 +257,9 @@ static void replay(struct pmap *m, const struct recs *r)
 			struct entry *src = pm_get(m, path);
 			if (src) {
 				struct entry *e = xcalloc(1, sizeof(*e));
-				*e = *src;
 				e->path = xstrdup(to);
-				e->next = NULL;
+				e->size = src->size;
+				memcpy(e->xxh3, src->xxh3, sizeof(e->xxh3));
 				pm_remove(m, to);
 				pm_insert(m, e);
 			}
@@ -592,12 +559,14 @@ static int verify_one(const char *arg, unsigned jobs, bool quiet, uint64_t count
 		walk(root, rel, &m, &w);
 	}
 	/* Recorded files under the path that the walk did not find. */
-	for (size_t i = 0; i < m.nb; i++)
-		for (struct entry *e = m.b[i]; e; e = e->next)
+	for (size_t i = 0; i < m.map.nb; i++)
+		for (struct strmap_node *n = m.map.b[i]; n; n = n->next) {
+			struct entry *e = entry_of(n);
 			if (!e->seen && (!*rel || !strcmp(e->path, rel) || under(e->path, rel))) {
 				w.v = xrealloc(w.v, (w.n + 1) * sizeof(*w.v));
 				w.v[w.n++] = (struct item){ .rel = xstrdup(e->path), .e = e, .status = 2 };
 			}
+		}
 	size_t hashable = 0;
 	for (size_t i = 0; i < w.n; i++)
 		if (w.v[i].status != 2) {	/* missing ones go last: hash the rest */
@@ -633,12 +602,7 @@ static int verify_one(const char *arg, unsigned jobs, bool quiet, uint64_t count
 	}
 	*bytes += atomic_load(&w.bytes);
 	free(w.v);
-	for (size_t i = 0; i < m.nb; i++)
-		for (struct entry *e = m.b[i], *n; e; e = n) {
-			n = e->next;
-			entry_free(e);
-		}
-	free(m.b);
+	pm_free(&m);
 	return 0;
 }
 

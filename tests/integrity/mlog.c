@@ -92,24 +92,25 @@ static const char *at(struct mlog *l, const char *path)
 	return buf[k];
 }
 
-uint64_t ml_unlink(struct mlog *l, const char *path, bool apply)
+/* An unlink or rmdir record (next seq), applied on disk when `apply`. */
+static uint64_t ml_remove(struct mlog *l, const char *type, const char *path, bool apply)
 {
 	l->seq++;
-	ml_rec(l, "{\"t\": \"unlink\", \"m\": \"%s\", \"seq\": %llu, \"time\": %llu, \"path\": \"%s\"}",
-	       l->id, (unsigned long long)l->seq, (unsigned long long)ml_time(), path);
+	ml_rec(l, "{\"t\": \"%s\", \"m\": \"%s\", \"seq\": %llu, \"time\": %llu, \"path\": \"%s\"}",
+	       type, l->id, (unsigned long long)l->seq, (unsigned long long)ml_time(), path);
 	if (apply)
-		CHECK_SYS(unlink(at(l, path)));
+		CHECK_SYS(type[0] == 'u' ? unlink(at(l, path)) : rmdir(at(l, path)));
 	return l->seq;
+}
+
+uint64_t ml_unlink(struct mlog *l, const char *path, bool apply)
+{
+	return ml_remove(l, "unlink", path, apply);
 }
 
 uint64_t ml_rmdir(struct mlog *l, const char *path, bool apply)
 {
-	l->seq++;
-	ml_rec(l, "{\"t\": \"rmdir\", \"m\": \"%s\", \"seq\": %llu, \"time\": %llu, \"path\": \"%s\"}",
-	       l->id, (unsigned long long)l->seq, (unsigned long long)ml_time(), path);
-	if (apply)
-		CHECK_SYS(rmdir(at(l, path)));
-	return l->seq;
+	return ml_remove(l, "rmdir", path, apply);
 }
 
 uint64_t ml_rename(struct mlog *l, const char *from, const char *to, bool exchange, bool apply)

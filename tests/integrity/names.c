@@ -130,6 +130,36 @@ static int find_name(const char *path)
 	return -1;
 }
 
+/*
+ * Each '\n'-terminated line of text (what names it): UTF-8, and one strict
+ * JSON object, handed to fn.  Returns the sum of what fn returns.
+ */
+static int json_lines(char *text, const char *what, int (*fn)(const struct json_obj *o, void *arg),
+		      void *arg)
+{
+	int sum = 0;
+	for (char *line = text, *nl; *line; line = nl + 1) {
+		struct json_obj o;
+		char err[128];
+		if (!(nl = strchr(line, '\n')))
+			FAILF("%s: the last line has no newline: %s", what, line);
+		if (!utf8_ok((unsigned char *)line, (size_t)(nl - line)))
+			FAILF("%s: a line is not UTF-8 (RFC 8259 JSON): %.*s", what, (int)(nl - line), line);
+		if (json_parse(line, (size_t)(nl - line), &o, err, sizeof(err)) < 0)
+			FAILF("%s: a line is not one JSON object (%s): %.*s", what, err, (int)(nl - line), line);
+		sum += fn(&o, arg);
+		json_free(&o);
+	}
+	return sum;
+}
+
+/* A line of .ckptfs/files: 1 if its path decodes to one of the names. */
+static int files_line(const struct json_obj *o, void *arg)
+{
+	ASSERT_TRUE(json_str(o, "path") != NULL);
+	return find_name(json_str(o, "path")) >= 0;
+}
+
 /* ---- the checks ---------------------------------------------------------------- */
 
 static void write_all(struct tmount *m, int from, int to)
@@ -171,19 +201,7 @@ static void files_json(struct tmount *m, int want)
 	ASSERT_TRUE(text != NULL);
 	text = realloc(text, len + 1);
 	text[len] = '\0';
-	for (char *line = text, *nl; *line; line = nl + 1) {
-		struct json_obj o;
-		char err[128];
-		ASSERT_TRUE((nl = strchr(line, '\n')) != NULL);
-		if (!utf8_ok((unsigned char *)line, (size_t)(nl - line)))
-			FAILF(".ckptfs/files: a line is not UTF-8 (RFC 8259 JSON): %.*s", (int)(nl - line), line);
-		if (json_parse(line, (size_t)(nl - line), &o, err, sizeof(err)) < 0)
-			FAILF(".ckptfs/files: a line is not one JSON object (%s): %.*s", err,
-			      (int)(nl - line), line);
-		ASSERT_TRUE(json_str(&o, "path") != NULL);
-		found += find_name(json_str(&o, "path")) >= 0;
-		json_free(&o);
-	}
+	found = json_lines(text, ".ckptfs/files", files_line, NULL);
 	free(text);
 	if (found != want)
 		FAILF(".ckptfs/files lists %d of the %d pending hostile names", found, want);
@@ -325,6 +343,27 @@ static void crash_and_recover(struct tmount *m)
 	printf("recovery: the 3 blocked hostile names were reported in flight, the rest published\n");
 }
 
+struct rescued {
+	const char *dir, *host, *mid;
+};
+
+/* A line of the rescue manifest: 1 if it is one of the names' versions, saved intact. */
+static int rescue_line(const struct json_obj *o, void *arg)
+{
+	const struct rescued *r = arg;
+	const char *p = json_str(o, "path"), *op = json_str(o, "op");
+	int i = p ? find_name(p) : -1;
+	char saved[PATH_MAX * 3];
+
+	if (i < 0 || !op || strcmp(op, "file"))
+		return 0;
+	ASSERT_TRUE(json_is_true(o, "saved"));
+	snprintf(saved, sizeof(saved), "%s/%s-%s/files/%s", r->dir, r->host, r->mid, p);
+	if (!it_has_pattern(saved, seed(i), size_of(i)))
+		FAILF("the rescued copy of name %d is not its contents", i);
+	return 1;
+}
+
 static void rescue(struct tmount *m)
 {
 	char rescue_dir[PATH_MAX], opts[PATH_MAX + 64], mid[64], host[256] = "", where[PATH_MAX * 2];
@@ -347,26 +386,8 @@ static void rescue(struct tmount *m)
 		FAILF("no rescue manifest at %s", where);
 	text = realloc(text, len + 1);
 	text[len] = '\0';
-	for (char *line = text, *nl; *line; line = nl + 1) {
-		struct json_obj o;
-		char err[128];
-		ASSERT_TRUE((nl = strchr(line, '\n')) != NULL);
-		if (!utf8_ok((unsigned char *)line, (size_t)(nl - line)))
-			FAILF("manifest.jsonl: a line is not UTF-8: %.*s", (int)(nl - line), line);
-		if (json_parse(line, (size_t)(nl - line), &o, err, sizeof(err)) < 0)
-			FAILF("manifest.jsonl: not one JSON object (%s): %.*s", err, (int)(nl - line), line);
-		const char *p = json_str(&o, "path"), *op = json_str(&o, "op");
-		int i = p ? find_name(p) : -1;
-		if (i >= 0 && op && !strcmp(op, "file")) {
-			char saved[PATH_MAX * 3];
-			ASSERT_TRUE(json_is_true(&o, "saved"));
-			snprintf(saved, sizeof(saved), "%s/%s-%s/files/%s", rescue_dir, host, mid, p);
-			if (!it_has_pattern(saved, seed(i), size_of(i)))
-				FAILF("the rescued copy of name %d is not its contents", i);
-			found++;
-		}
-		json_free(&o);
-	}
+	struct rescued r = { rescue_dir, host, mid };
+	found = json_lines(text, "manifest.jsonl", rescue_line, &r);
 	free(text);
 	ASSERT_EQ(found, NNAMES);
 	printf("rescue: manifest.jsonl decodes to the %d hostile paths, their copies intact\n", found);
