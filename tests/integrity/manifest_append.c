@@ -156,6 +156,7 @@ static void refused_payloads(const char *root)
 	free(big);
 	struct logstate s = snap(ml_log_path(root, "n2"));
 	ASSERT_EQ(s.bad, 0);
+	free(s.bytes);
 	printf("append: oversized and multi-line payloads refused, log whole\n");
 }
 

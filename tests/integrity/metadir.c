@@ -99,6 +99,7 @@ static void refused(struct tmount *m, const char *what, const char *path, const 
 	if (strchr(out, '\n') != out + strlen(out) - 1)
 		FAILF("%s: the message is not one line: %s", what, out);
 	outside_unchanged(&was, what);
+	free(was.content);
 	printf("refused: %s: %s", what, out);
 }
 
@@ -110,6 +111,7 @@ static void accepted(struct tmount *m, const char *what)
 	write_file(tm_path(m, "f"), "x", 1);
 	tm_stop(m);
 	outside_unchanged(&was, what);
+	free(was.content);
 	printf("accepted, not followed: %s\n", what);
 }
 
