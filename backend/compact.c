@@ -148,7 +148,7 @@ struct mnt {
 	bool settled;		/* "unmount" or "recovered" seen */
 	bool has_cut;
 	uint64_t cut;		/* lowest "recovered" seq: later operations void */
-	uint64_t *voids;	/* seqs of "void" records (sorted after pass 1) */
+	struct vd { uint64_t seq, try; } *voids;	/* "void" records: one attempt each (sorted) */
 	size_t nvoids, capvoids;
 	uint64_t last_durable;
 };
@@ -199,11 +199,13 @@ static int pass1_cb(void *arg, const char *p, size_t len, uint64_t off)
 				mt->cut = seq;
 			mt->has_cut = true;
 		} else if (!strcmp(t, "void")) {
+			uint64_t try = 0;
+			json_u64(&o, "try", &try);
 			if (mt->nvoids == mt->capvoids) {
 				mt->capvoids = mt->capvoids ? mt->capvoids * 2 : 16;
 				mt->voids = xrealloc(mt->voids, mt->capvoids * sizeof(*mt->voids));
 			}
-			mt->voids[mt->nvoids++] = seq;
+			mt->voids[mt->nvoids++] = (struct vd){ seq, try };
 		} else if (!strcmp(t, "durable") && seq > mt->last_durable) {
 			mt->last_durable = seq;
 		}
@@ -213,21 +215,28 @@ static int pass1_cb(void *arg, const char *p, size_t len, uint64_t off)
 	return 0;
 }
 
-static int u64_cmp(const void *a, const void *b)
+static int vd_cmp(const void *a, const void *b)
 {
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return x < y ? -1 : x > y;
+	const struct vd *x = a, *y = b;
+	if (x->seq != y->seq)
+		return x->seq < y->seq ? -1 : 1;
+	return x->try < y->try ? -1 : x->try > y->try;
 }
 
-/* Does `ckptfs-ctl verify` skip this record as never having happened? */
+/*
+ * Does `ckptfs-ctl verify` skip this record as never having happened?  A
+ * "recovered" cut voids what came after it; a "void" names one attempt
+ * (seq and try) of one operation.
+ */
 static bool voided(const struct mnt *mt, const struct json_obj *o)
 {
-	uint64_t seq = 0;
+	struct vd k = { 0, 0 };
 
-	json_u64(o, "seq", &seq);
-	if (mt->has_cut && seq > mt->cut)
+	json_u64(o, "seq", &k.seq);
+	json_u64(o, "try", &k.try);
+	if (mt->has_cut && k.seq > mt->cut)
 		return true;
-	return mt->nvoids && bsearch(&seq, mt->voids, mt->nvoids, sizeof(seq), u64_cmp);
+	return mt->nvoids && bsearch(&k, mt->voids, mt->nvoids, sizeof(k), vd_cmp);
 }
 
 /* ---- pass 2: the snapshot ------------------------------------------------ */
@@ -683,7 +692,7 @@ int manifest_compact(struct manifest *m, uint64_t durable_seq)
 		for (struct strmap_node *e = c.mounts.map.b[i]; e; e = e->next) {
 			struct mnt *mt = sent_of(e)->val;
 			if (mt->nvoids)
-				qsort(mt->voids, mt->nvoids, sizeof(*mt->voids), u64_cmp);
+				qsort(mt->voids, mt->nvoids, sizeof(*mt->voids), vd_cmp);
 		}
 	if ((r = manifest_scan_fd(m->fd, pass2_cb, &c, &scan)) < 0)
 		goto out;

@@ -357,17 +357,35 @@ int manifest_file_check(int fd, const char *shown)
 	return owned_check(fd, shown, false);
 }
 
+static int refuse_kind(const char *shown, mode_t mode)
+{
+	fprintf(stderr, "ckptfs: %s is %s, not the daemon's own; refusing to mount (remove it)\n",
+		shown, S_ISLNK(mode) ? "a symlink" : "of the wrong type");
+	return -MANIFEST_EREFUSED;
+}
+
+/*
+ * Refuse a name that is not of the kind expected before opening it (so the
+ * one line the user gets is this one); 0 if it is absent or of that kind.
+ * Opening still never follows: a name swapped meanwhile fails the open.
+ */
+static int kind_check(int parent, const char *name, const char *shown, bool dir)
+{
+	struct stat st;
+
+	if (bsys.fstatat(parent, name, &st) < 0 || (dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)))
+		return 0;
+	return refuse_kind(shown, st.st_mode);
+}
+
 /* Say why opening `name` (without following) failed: a symlink is refused. */
 static int open_refused(int parent, const char *name, const char *shown, int err)
 {
 	struct stat st;
 
 	if ((err == -ELOOP || err == -ENOTDIR || err == -ENXIO) &&
-	    bsys.fstatat(parent, name, &st) == 0) {
-		fprintf(stderr, "ckptfs: %s is %s, not the daemon's own; refusing to mount "
-			"(remove it)\n", shown, S_ISLNK(st.st_mode) ? "a symlink" : "of the wrong type");
-		return -MANIFEST_EREFUSED;
-	}
+	    bsys.fstatat(parent, name, &st) == 0)
+		return refuse_kind(shown, st.st_mode);
 	fprintf(stderr, "ckptfs: cannot open %s: %s\n", shown, strerror(-err));
 	return err;
 }
@@ -381,6 +399,8 @@ static int meta_dir(int parent, const char *name, const char *shown)
 		fprintf(stderr, "ckptfs: cannot create %s: %s\n", shown, strerror(-r));
 		return r;
 	}
+	if ((r = kind_check(parent, name, shown, true)) < 0)
+		return r;
 	fd = bsys.openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0);
 	if (fd < 0)
 		return open_refused(parent, name, shown, fd);
@@ -397,6 +417,8 @@ static int meta_file(struct manifest *m, const char *name, int flags, char *show
 	int fd, r;
 
 	snprintf(shown, len, "%s/%s", m->where, name);
+	if ((r = kind_check(m->dirfd, name, shown, false)) < 0)
+		return r;
 	fd = bsys.openat(m->dirfd, name, flags | O_NOFOLLOW | O_NONBLOCK, 0644);
 	if (fd < 0)
 		return fd == -ENOENT ? fd : open_refused(m->dirfd, name, shown, fd);
@@ -503,13 +525,20 @@ static void thresholds(struct manifest *m)
 /* "<backend>/.ckptfs/nodes/<node>" (the backend as the kernel names it). */
 static char *where_of(int root_fd, const char *node)
 {
-	char link[64], root[PATH_MAX] = "BACKEND";
+	char fdname[24], dir[48], root[PATH_MAX] = "BACKEND";
 	struct strbuf b = { 0 };
-	ssize_t n;
+	ssize_t n = -1;
+	int proc;
 
-	snprintf(link, sizeof(link), "/proc/self/fd/%d", root_fd);
-	if ((n = readlink(link, root, sizeof(root) - 1)) > 0)
-		root[n] = '\0';
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)getpid());	/* /proc/self is a symlink */
+	proc = bsys_open_dir_path(dir);
+
+	snprintf(fdname, sizeof(fdname), "%d", root_fd);
+	if (proc >= 0) {
+		n = bsys.readlinkat(proc, fdname, root, sizeof(root) - 1);
+		bsys.close(proc);
+	}
+	root[n > 0 ? n : 7] = '\0';
 	sb_printf(&b, "%s/" MANIFEST_NODES_DIR "/%s", root, node);
 	return b.s;
 }

@@ -20,45 +20,79 @@
  *     files that were in flight and were never acknowledged durable;
  *  4. remove that mount's temporary files (".ckptfs.<k>.<mount id>.<n>").
  *
+ * Every backend call goes through bsys (bsys.h): paths from records are
+ * walked one component at a time, never through a symlink, never above the
+ * root.
  * Records are read with the strict JSON reader (cache/json.h); a record
  * that passes its hash but is not a flat object, or lacks "t" or "m", is
  * counted and ignored, never guessed at.  Memory is bounded by the
  * operations and intents of the last mount that are not yet settled.
  */
 #include "backend/manifest_priv.h"
+#include "backend/bsys.h"
 #include "cache/json.h"
 #include "cache/log.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 /* ---- paths below the backend root ------------------------------------- */
 
+/*
+ * Open a path the manifest names, below the backend root, one component at
+ * a time through bsys (never through a symlink, never above the root: a
+ * record is data, not trusted).  fd or -errno.
+ */
 static int open_beneath(int root_fd, const char *path, int flags)
 {
-	struct open_how how = {
-		.flags = (uint64_t)(flags | O_CLOEXEC | O_NOFOLLOW),
-		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-	};
-	long fd = syscall(SYS_openat2, root_fd, path, &how, sizeof(how));
-	return fd < 0 ? -errno : (int)fd;
+	char *dup = xstrdup(path), *save = NULL, *comp, *next;
+	int dir = root_fd, fd = -ENOENT;
+
+	comp = strtok_r(dup, "/", &save);
+	while (comp) {
+		next = strtok_r(NULL, "/", &save);
+		if (!strcmp(comp, "..") || !strcmp(comp, ".")) {
+			fd = -EINVAL;
+			break;
+		}
+		fd = bsys.openat(dir, comp, next ? O_RDONLY | O_DIRECTORY : flags, 0);
+		if (dir != root_fd)
+			bsys.close(dir);
+		dir = root_fd;
+		if (fd < 0 || !next)
+			break;
+		dir = fd;
+		comp = next;
+	}
+	if (dir != root_fd && dir != fd)
+		bsys.close(dir);
+	free(dup);
+	return fd;
 }
 
 static bool path_exists(int root_fd, const char *path)
 {
-	int fd = open_beneath(root_fd, path, O_PATH);
-	if (fd < 0)
-		return false;
-	close(fd);
-	return true;
+	char *dup = xstrdup(path), *slash = strrchr(dup, '/');
+	struct stat st;
+	bool yes = false;
+	int dir = root_fd;
+
+	if (slash) {
+		*slash = '\0';
+		dir = open_beneath(root_fd, dup, O_RDONLY | O_DIRECTORY);
+	}
+	const char *name = slash ? slash + 1 : dup;
+	if (dir >= 0 && *name && strcmp(name, "..") && strcmp(name, "."))
+		yes = bsys.fstatat(dir, name, &st) == 0;
+	if (slash && dir >= 0)
+		bsys.close(dir);
+	free(dup);
+	return yes;
 }
 
 /* ---- the scan ------------------------------------------------------------ */
@@ -66,7 +100,7 @@ static bool path_exists(int root_fd, const char *path)
 /* A record, as recovery needs it. */
 struct rrec {
 	char t[16];
-	uint64_t seq;
+	uint64_t seq, try;	/* try: which attempt (a "void" names one) */
 	char *path, *to, *xxh3;
 	uint64_t size;
 	bool exchange;
@@ -128,12 +162,15 @@ void rscan_compacted(const struct rscan *s, uint64_t *records, uint64_t *bytes)
 	*bytes = s->compacted_bytes;
 }
 
-/* Keep the records of v[0, *n) that keep(seq) says, freeing the others. */
-static void rrecs_filter(struct rrec *v, size_t *n, uint64_t seq, bool above)
+/*
+ * Keep the records of v[0, *n) above seq (above), or all but attempt `try`
+ * of seq (!above); free the others.
+ */
+static void rrecs_filter(struct rrec *v, size_t *n, uint64_t seq, uint64_t try, bool above)
 {
 	size_t k = 0;
 	for (size_t i = 0; i < *n; i++) {
-		if (above ? v[i].seq > seq : v[i].seq != seq)
+		if (above ? v[i].seq > seq : (v[i].seq != seq || v[i].try != try))
 			v[k++] = v[i];
 		else
 			rrec_free(&v[i]);
@@ -187,16 +224,17 @@ int rscan_cb(void *arg, const char *p, size_t len, uint64_t off)
 	if (strcmp(mid, s->prev) != 0)
 		goto out;	/* another mount's records: not ours to recover */
 	json_u64(&o, "seq", &r.seq);
+	json_u64(&o, "try", &r.try);
 	if (!strcmp(t, "unmount")) {
 		s->prev_clean = true;
 	} else if (!strcmp(t, "void")) {	/* an operation that was skipped, never applied */
-		rrecs_filter(s->ops, &s->nops, r.seq, false);
+		rrecs_filter(s->ops, &s->nops, r.seq, r.try, false);
 	} else if (!strcmp(t, "durable")) {
 		/* Everything up to it is settled. */
 		if (r.seq > s->prev_durable)
 			s->prev_durable = r.seq;
-		rrecs_filter(s->ops, &s->nops, r.seq, true);
-		rrecs_filter(s->intents, &s->nintents, r.seq, true);
+		rrecs_filter(s->ops, &s->nops, r.seq, 0, true);
+		rrecs_filter(s->intents, &s->nintents, r.seq, 0, true);
 	} else if (!strcmp(t, "intent") && r.seq > s->prev_durable) {
 		snprintf(r.t, sizeof(r.t), "%s", t);
 		r.path = dup_or_null(json_str(&o, "path"));
@@ -241,7 +279,7 @@ static bool rec_applied(int root_fd, const struct rrec *r)
 			hash_hex(h, hex);
 			ok = r->xxh3 && !strcmp(hex, r->xxh3);
 		}
-		close(fd);
+		bsys.close(fd);
 		return ok;
 	}
 	if (!strcmp(r->t, "mkdir") || !strcmp(r->t, "symlink"))
@@ -255,40 +293,46 @@ static bool rec_applied(int root_fd, const struct rrec *r)
 	return false;	/* attributes leave no evidence of their own */
 }
 
-/* Remove temporary files of mount `id` below dirfd (recursively). */
-static uint64_t remove_orphans(int dirfd, const char *id, int depth)
-{
-	char needle[40];
-	uint64_t n = 0;
-	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d;
-	struct dirent *de;
+struct orphans {
+	int dirfd;
+	const char *needle;	/* ".<mount id>." */
+	int depth;
+	uint64_t removed;
+};
 
-	if (fd < 0 || depth > 256 || !(d = fdopendir(fd))) {
-		if (fd >= 0)
-			close(fd);
+static uint64_t remove_orphans(int dirfd, const char *needle, int depth);
+
+/* One entry of a directory swept for a dead mount's temporary files. */
+static int orphan_entry(void *arg, const char *name)
+{
+	struct orphans *o = arg;
+	struct stat st;
+
+	if (o->depth == 0 && !strcmp(name, ".ckptfs"))
+		return 0;
+	if (!strncmp(name, ".ckptfs.", 8) && strstr(name, o->needle)) {
+		if (bsys.unlinkat(o->dirfd, name, 0) == 0)
+			o->removed++;
 		return 0;
 	}
-	snprintf(needle, sizeof(needle), ".%s.", id);
-	while ((de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-		    (depth == 0 && !strcmp(de->d_name, ".ckptfs")))
-			continue;
-		if (!strncmp(de->d_name, ".ckptfs.", 8) && strstr(de->d_name, needle)) {
-			if (unlinkat(dirfd, de->d_name, 0) == 0)
-				n++;
-			continue;
-		}
-		if (de->d_type == DT_DIR || de->d_type == DT_UNKNOWN) {
-			int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (sub >= 0) {
-				n += remove_orphans(sub, id, depth + 1);
-				close(sub);
-			}
+	if (bsys.fstatat(o->dirfd, name, &st) == 0 && S_ISDIR(st.st_mode)) {
+		int sub = bsys.openat(o->dirfd, name, O_RDONLY | O_DIRECTORY, 0);
+		if (sub >= 0) {
+			o->removed += remove_orphans(sub, o->needle, o->depth + 1);
+			bsys.close(sub);
 		}
 	}
-	closedir(d);
-	return n;
+	return 0;
+}
+
+/* Remove temporary files of a mount (needle ".<id>.") below dirfd, recursively. */
+static uint64_t remove_orphans(int dirfd, const char *needle, int depth)
+{
+	struct orphans o = { .dirfd = dirfd, .needle = needle, .depth = depth };
+
+	if (depth <= 256)
+		bsys.readdir(dirfd, orphan_entry, &o);
+	return o.removed;
 }
 
 static int rrec_seq_cmp(const void *a, const void *b)
@@ -335,7 +379,9 @@ int manifest_recover(struct manifest *m, int root_fd, struct rscan *s, struct re
 			 "(operation %llu)", s->intents[i].path ? s->intents[i].path : "?",
 			 (unsigned long long)s->intents[i].seq);
 	}
-	rep->orphans_removed = remove_orphans(root_fd, s->prev, 0);
+	char needle[40];
+	snprintf(needle, sizeof(needle), ".%s.", s->prev);
+	rep->orphans_removed = remove_orphans(root_fd, needle, 0);
 	ckpt_log(LOG_WARNING, "recovered from an unclean stop of mount %s: %llu operations applied, "
 		 "%zu after them voided, %llu files in flight lost, %llu temporary files removed",
 		 s->prev, (unsigned long long)rep->prev_seq_applied, s->nops - k,

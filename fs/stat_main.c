@@ -73,6 +73,8 @@ static const struct metric {
 	{ "backend_errors", "counter", "Backend operations that failed" },
 	{ "backend_retries", "counter", "Backend retries" },
 	{ "degraded", "gauge", "1 while the backend is failing" },
+	{ "blocked_ops", "gauge", "Operations the backend refused, holding back later ones" },
+	{ "files_open_for_writing", "gauge", "Modified files still open for writing" },
 };
 
 /*
@@ -179,7 +181,15 @@ static void show_human(const struct json_obj *o)
 	printf("  sequence:     %.0f durable of %.0f\n", NUM(o, "seq_durable"), NUM(o, "seq_current"));
 	printf("  backpressure: %.0f waits, %.3f s\n", NUM(o, "backpressure_waits"),
 	       NUM(o, "backpressure_wait_s"));
-	if (json_is_true(o, "degraded"))
+	const char *state = json_str(o, "backend_state"), *blocked = json_str(o, "blocked");
+	if (state && !strcmp(state, "blocked")) {
+		printf("  backend:      BLOCKED at ");
+		cli_put_path(stdout, blocked ? blocked : "?");
+		printf(" (uid %.0f, for %.0f s, %.0f operations behind it); retrying; data stays "
+		       "cached — fix the cause and run `ckptfs-ctl retry`, or `ckptfs-ctl skip %.0f`\n",
+		       NUM(o, "blocked_uid"), NUM(o, "blocked_for_s"), NUM(o, "blocked_behind"),
+		       NUM(o, "blocked_seq"));
+	} else if (json_is_true(o, "degraded"))
 		printf("  backend:      DEGRADED: %s (%.0f errors, %.0f retries); data stays cached\n",
 		       err ? err : "?", NUM(o, "backend_errors"), NUM(o, "backend_retries"));
 	else
