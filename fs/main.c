@@ -266,7 +266,6 @@ int main(int argc, char **argv)
 		if (rc == 1)
 			fprintf(stderr, "ckptfs: cannot start: %s\n", strerror(-r));
 		daemon_report(&status_fd, (unsigned char)rc);
-		bnode_put(fs->be.root);	/* all a failed backend_start leaves (no threads yet) */
 		cache_destroy(&fs->cache);
 		free(fs->zeros);
 		opts_free(&fs->opt);
