@@ -324,6 +324,6 @@ long backend_rescue(struct backend *be, const char *dir, const struct rescue_ite
 	char rec[512];
 	int n = snprintf(rec, sizeof(rec), "{\"t\": \"rescued\", \"m\": \"%s\", \"count\": %ld, \"where\": \"%s\"}",
 			 be->mount_id, saved, where);
-	manifest_append(&be->man, rec, (size_t)n);
+	(void)manifest_append(&be->man, rec, (size_t)n);
 	return saved;
 }

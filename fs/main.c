@@ -260,8 +260,19 @@ int main(int argc, char **argv)
 		.no_manifest = !fs->opt.manifest,
 	};
 	struct backend_hooks hooks = { .stage_dir = fs_stage_dir, .arg = fs };
-	if ((r = backend_start(&fs->be, fs->root_fd, &fs->cache, &bo, &hooks)) < 0 ||
-	    (r = fs_init_namespace(fs)) < 0) {
+	if ((r = backend_start(&fs->be, fs->root_fd, &fs->cache, &bo, &hooks)) < 0) {
+		/* Metadata on the backend that is not ours: the line is printed already. */
+		rc = r == -MANIFEST_EREFUSED ? CKPTFS_USAGE_ERROR : 1;
+		if (rc == 1)
+			fprintf(stderr, "ckptfs: cannot start: %s\n", strerror(-r));
+		daemon_report(&status_fd, (unsigned char)rc);
+		cache_destroy(&fs->cache);
+		free(fs->zeros);
+		opts_free(&fs->opt);
+		free(fs);
+		return rc;
+	}
+	if ((r = fs_init_namespace(fs)) < 0) {
 		fprintf(stderr, "ckptfs: cannot start: %s\n", strerror(-r));
 		daemon_report(&status_fd, 1);
 		return 1;
