@@ -272,12 +272,20 @@ struct chunk *cache_spill_pick(struct cache *c, struct cfile **owner)
 	struct chunk *ch = NULL;
 
 	pthread_mutex_lock(&c->lock);
-	if (!list_empty(&c->spill)) {
-		ch = list_entry(c->spill.next, struct chunk, link);
+	for (struct list *e = c->spill.next; e != &c->spill; e = e->next) {
+		struct chunk *cand = list_entry(e, struct chunk, link);
+		/*
+		 * Its owner's memory is valid while the chunk is listed (cache.h),
+		 * but a final put may be on its way to unlisting it: such a file
+		 * is going away with its chunks, and is not ours to keep alive.
+		 */
+		if (!(*owner = cfile_tryget(cand->owner)))
+			continue;
 		/* Rotate it so a chunk that cannot be spilled yet does not block others. */
-		list_del(&ch->link);
-		list_add_tail(&c->spill, &ch->link);
-		*owner = cfile_get(ch->owner);
+		list_del(&cand->link);
+		list_add_tail(&c->spill, &cand->link);
+		ch = cand;
+		break;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return ch;

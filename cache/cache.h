@@ -23,6 +23,11 @@
  * Lock order: cfile->lock -> cache->lock.  The allocator's eviction goes the
  * other way only with trylock.  cache_chunk_alloc(wait=true) must be called
  * with no cfile lock held: it may sleep until the flushers free space.
+ *
+ * A chunk on a list always has a live owner: the owner's last cfile_put
+ * takes its chunks off the lists (under cache->lock) before it frees the
+ * file, so cache->lock makes ch->owner safe to look at; a reference may be
+ * taken on it only while its count is not zero (cfile_tryget).
  */
 #ifndef CKPTFS_CACHE_H
 #define CKPTFS_CACHE_H

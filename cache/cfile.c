@@ -206,6 +206,17 @@ struct cfile *cfile_get(struct cfile *cf)
 	return cf;
 }
 
+struct cfile *cfile_tryget(struct cfile *cf)
+{
+	unsigned n = atomic_load(&cf->refs);
+
+	do {
+		if (n == 0)
+			return NULL;	/* its last put is freeing it */
+	} while (!atomic_compare_exchange_weak(&cf->refs, &n, n + 1));
+	return cf;
+}
+
 void cfile_put(struct cfile *cf)
 {
 	if (!cf || atomic_fetch_sub(&cf->refs, 1) != 1)

@@ -104,6 +104,8 @@ struct cver {
 
 struct cfile *cfile_new(struct cache *c, void *owner);
 struct cfile *cfile_get(struct cfile *cf);
+/* A reference if cf is still live (count not zero), else NULL: for cache.c's lists. */
+struct cfile *cfile_tryget(struct cfile *cf);
 void cfile_put(struct cfile *cf);
 
 /*
