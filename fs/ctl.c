@@ -274,7 +274,7 @@ void ctl_read(struct ckptfs *fs, fuse_req_t req, struct fshandle *h, size_t size
 {
 	if (h->node->ctl == CTL_DRAIN && !h->done) {
 		uint64_t t0 = now_ns();
-		int r = backend_wait(&fs->be, h->drain_seq, h->timeout_ns);
+		int r = fs_backend_wait(fs, req, h->drain_seq, h->timeout_ns);
 		h->done = true;
 		h->out.len = 0;
 		sb_printf(&h->out, "{\"ok\": %s, \"seq\": %llu, \"seq_durable\": %llu, \"waited_s\": %.3f",
