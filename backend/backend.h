@@ -267,6 +267,8 @@ static inline int backend_last_error(struct backend *be)
  * operation at or below... before it fails (err < 0).  May call at once.
  */
 void backend_wait_async(struct backend *be, struct pub_waiter *w);
+/* Answer every waiter not answered yet with err (< 0), now (cancel.c). */
+void backend_cancel_waiters(struct backend *be, int err);
 /* Block until seq is durable; timeout_ns 0 = forever.  0, -ETIMEDOUT or -errno. */
 int backend_wait(struct backend *be, uint64_t seq, uint64_t timeout_ns);
 

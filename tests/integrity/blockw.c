@@ -34,6 +34,13 @@ void bw_check_fill(const char *root)
 	}
 }
 
+void bw_recover(struct tmount *m, const char *gate)
+{
+	it_gate_set(gate, false);
+	cu_sync_retry(m, 30000);
+	bw_check_fill(m->backend);
+}
+
 static void on_signal(int sig) { (void)sig; }
 
 struct bw_msg {
@@ -93,7 +100,7 @@ void bw_spawn(struct bw_child *c, const char *path, uint64_t total, int restart_
 	spawn(c, writer_main, path, total, restart_sig);
 }
 
-static void drain_main(int wfd, const char *path, uint64_t cap, int sig)
+static void reader_main(int wfd, const char *path, uint64_t cap, int sig)
 {
 	struct bw_msg msg = { 0, 0 };
 	char *buf = calloc(1, cap);
@@ -111,9 +118,14 @@ static void drain_main(int wfd, const char *path, uint64_t cap, int sig)
 	_exit(0);
 }
 
+void bw_spawn_reader(struct bw_child *c, const char *path)
+{
+	spawn(c, reader_main, path, 4096, 0);
+}
+
 void bw_spawn_drain(struct bw_child *c, struct tmount *m)
 {
-	spawn(c, drain_main, tm_path(m, ".ckptfs/drain"), 4096, 0);
+	bw_spawn_reader(c, tm_path(m, ".ckptfs/drain"));
 }
 
 const char *bw_text(struct bw_child *c)

@@ -26,6 +26,8 @@
 void bw_fill(struct tmount *m);
 /* Fail unless every fill file is under root with its contents. */
 void bw_check_fill(const char *root);
+/* Open the gate (the backend recovers), wait until all is durable, check the fill files. */
+void bw_recover(struct tmount *m, const char *gate);
 
 struct bw_child {
 	pid_t pid;
@@ -43,12 +45,14 @@ bool bw_report(struct bw_child *c, unsigned timeout_ms, int *err, uint64_t *writ
 /* Fail unless the writer is still blocked after ms (no report, still alive). */
 void bw_assert_blocked(struct bw_child *c, unsigned ms);
 /*
- * Fork a reader of MOUNT/.ckptfs/drain: it reports (bw_report) the errno of
- * its read (0 if it succeeded) and the bytes read; bw_text() then returns
- * what it read.
+ * Fork a reader of path (up to 4 KiB, one read): it reports (bw_report) the
+ * errno of its open or read (0 if it succeeded) and the bytes read;
+ * bw_text() then returns what it read.
  */
+void bw_spawn_reader(struct bw_child *c, const char *path);
+/* A reader of MOUNT/.ckptfs/drain. */
 void bw_spawn_drain(struct bw_child *c, struct tmount *m);
-/* After bw_report of a drain reader: the text it read (static buffer). */
+/* After bw_report of a reader: the text it read (static buffer). */
 const char *bw_text(struct bw_child *c);
 /* Reap it within timeout_ms: true, with its wait status in *status. */
 bool bw_reap(struct bw_child *c, unsigned timeout_ms, int *status);

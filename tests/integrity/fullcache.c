@@ -59,9 +59,7 @@ static void stalled(const char *name, const char *opts, const char *rule, int wa
 	ASSERT_GE(cu_stat(&m, "backpressure_waits"), 1);
 
 	/* The backend comes back: everything is published, the failed write nowhere. */
-	it_gate_set(gate, false);
-	cu_sync_retry(&m, 30000);
-	bw_check_fill(m.backend);
+	bw_recover(&m, gate);
 	cu_check_pattern(tm_bpath(&m, "w"), BW_BLOCKED_AT, BW_WRITER_SEED);
 	tm_stop(&m);
 	tm_cleanup(&m);
@@ -90,9 +88,7 @@ static void slow_but_moving(void)
 	/* Otherwise the case proves nothing: it must have waited past drain_timeout. */
 	ASSERT_INT_OP(took, >, 3000);
 	ASSERT_TRUE(bw_reap(&w, 10000, &st));
-	it_gate_set(gate, false);
-	cu_sync_retry(&m, 30000);
-	bw_check_fill(m.backend);
+	bw_recover(&m, gate);
 	cu_check_pattern(tm_bpath(&m, "w"), total, BW_WRITER_SEED);
 	tm_stop(&m);
 	tm_cleanup(&m);

@@ -55,9 +55,7 @@ static void interrupt_blocked(const char *loop)
 
 	/* Healthy: it answers, and publishes everything once the backend is back. */
 	ASSERT_GE(cu_stat(&m, "backpressure_waits"), 2);
-	it_gate_set(gate, false);
-	cu_sync_retry(&m, 30000);
-	bw_check_fill(m.backend);
+	bw_recover(&m, gate);
 	cu_check_pattern(tm_bpath(&m, "killed"), BW_BLOCKED_AT, BW_WRITER_SEED);
 	cu_check_pattern(tm_bpath(&m, "caught"), written, BW_WRITER_SEED);
 	tm_stop(&m);

@@ -15,6 +15,10 @@
  *     its own, returns {"ok": false, ...} at SIGTERM; the daemon exits
  *     within drain_timeout plus a few seconds (an in-flight write of the
  *     hung backend included) and rescues the file.
+ *  3. A request worker stuck in a backend call for 30 s (opening a file to
+ *     read it; libfuse's loop, whose workers no signal reaches): the daemon
+ *     stops waiting for it after its 5 s bound, unmounts (the reader gets an
+ *     error), drains and exits 0 well before the call returns.
  */
 #include "tests/integrity/blockw.h"
 
@@ -54,85 +58,124 @@ static void check_rescue(const char *rescue, const char *mid, const char *const 
 	free(text);
 }
 
+/* A mount with a rescue directory in its scratch dir, the loop under test, and its id. */
+struct run {
+	struct tmount m;
+	const char *loop;	/* "splice=on" or "splice=off" */
+	unsigned drain_s;	/* drain_timeout */
+	char rescue[PATH_MAX];
+	char mid[32];
+};
+
+static void run_mount(struct run *r, const char *name, const char *opts, const char *rule)
+{
+	char o[PATH_MAX + 256];
+
+	tm_init(&r->m, name);
+	snprintf(r->rescue, sizeof(r->rescue), "%s/rescue", r->m.root);
+	snprintf(o, sizeof(o), "%s,drain_timeout=%u,rescue_dir=%s,%s", opts, r->drain_s, r->rescue,
+		 r->loop);
+	const char *env[] = { cu_fault_env("%s", rule), NULL };
+	tm_mount(&r->m, o, env);
+	ASSERT_TRUE(it_json_get(it_stats(&r->m), "mount_id", r->mid, sizeof(r->mid)));
+}
+
+/*
+ * SIGTERM the daemon while c is blocked: c must report within 2 s (*err,
+ * *n), and the daemon exit 1 (rescued), unmounted, no sooner than
+ * drain_timeout after the signal and within drain_timeout + 8 s.
+ */
+static void run_sigterm(struct run *r, struct bw_child *c, const char *what, int *err, uint64_t *n)
+{
+	bw_assert_blocked(c, 700);
+	uint64_t t_sig = mono_ms();
+	CHECK_SYS(kill(r->m.pid, SIGTERM));
+	if (!bw_report(c, 2000, err, n))
+		FAILF("[%s] %s still waits 2 s after SIGTERM", r->loop, what);
+	int rc = bw_wait_daemon(&r->m, (r->drain_s + 8) * 1000);
+	if (rc < 0)
+		FAILF("[%s] the daemon did not exit within %u s of SIGTERM (drain_timeout=%u)", r->loop,
+		      r->drain_s + 8, r->drain_s);
+	ASSERT_EQ(rc, 1);			/* the backend took nothing: rescued */
+	ASSERT_GE(mono_ms() - t_sig, r->drain_s * 1000);	/* it gave the backend its time */
+	ASSERT_EQ(cu_mount_count(r->m.mnt), 0);
+	ASSERT_EQ(it_log_count(&r->m, "saved them in"), 1);
+}
+
 static void sigterm_blocked_writer(const char *loop)
 {
 	static const char *const fills[] = { "fill0", "fill1", "fill2" };
 	static const uint64_t seeds[] = { 100, 101, 102 };
-	struct tmount m;
+	struct run r = { .loop = loop, .drain_s = 3 };
 	struct bw_child w;
-	char rescue[PATH_MAX], opts[PATH_MAX + 128], mid[32];
-	const char *env[] = { cu_fault_env("op=pwrite,err=EIO"), NULL };
 	uint64_t written;
 	int err, st;
 
-	tm_init(&m, "sigterm-writer");
-	snprintf(rescue, sizeof(rescue), "%s/rescue", m.root);
-	snprintf(opts, sizeof(opts), BW_OPTS ",drain_timeout=3,rescue_dir=%s,%s", rescue, loop);
-	tm_mount(&m, opts, env);
-	ASSERT_TRUE(it_json_get(it_stats(&m), "mount_id", mid, sizeof(mid)));
-	bw_fill(&m);
-	bw_spawn(&w, tm_path(&m, "w"), 8 * MiB, 0);
-	bw_assert_blocked(&w, 700);
-
-	uint64_t t_sig = mono_ms();
-	CHECK_SYS(kill(m.pid, SIGTERM));
-	if (!bw_report(&w, 2000, &err, &written))
-		FAILF("[%s] the blocked writer still waits 2 s after SIGTERM", loop);
+	run_mount(&r, "sigterm-writer", BW_OPTS, "op=pwrite,err=EIO");
+	bw_fill(&r.m);
+	bw_spawn(&w, tm_path(&r.m, "w"), 8 * MiB, 0);
+	run_sigterm(&r, &w, "the blocked writer", &err, &written);
 	if (err != ESHUTDOWN)
 		FAILF("[%s] the blocked writer got %s at SIGTERM, expected %s", loop,
 		      err ? strerror(err) : "no error", strerror(ESHUTDOWN));
 	ASSERT_EQ(written, BW_BLOCKED_AT);
-	int rc = bw_wait_daemon(&m, (3 + 8) * 1000);
-	if (rc < 0)
-		FAILF("[%s] the daemon did not exit within 11 s of SIGTERM (drain_timeout=3)", loop);
-	uint64_t took = mono_ms() - t_sig;
-	ASSERT_EQ(rc, 1);			/* the backend took nothing: rescued */
-	ASSERT_GE(took, 3000);			/* it gave the backend drain_timeout */
-	ASSERT_EQ(cu_mount_count(m.mnt), 0);
 	ASSERT_TRUE(bw_reap(&w, 5000, &st));
-	check_rescue(rescue, mid, fills, seeds, BW_NFILL, BW_FILL_SIZE);
-	ASSERT_EQ(it_log_count(&m, "saved them in"), 1);
-	tm_cleanup(&m);
+	check_rescue(r.rescue, r.mid, fills, seeds, BW_NFILL, BW_FILL_SIZE);
+	tm_cleanup(&r.m);
 }
 
 static void sigterm_blocked_drain(const char *loop)
 {
 	static const char *const names[] = { "f" };
 	static const uint64_t seeds[] = { 9 };
-	struct tmount m;
-	struct bw_child r;
-	char rescue[PATH_MAX], opts[PATH_MAX + 128], mid[32];
-	const char *env[] = { cu_fault_env("op=pwrite,delay_ms=5000"), NULL };
+	struct run r = { .loop = loop, .drain_s = 2 };
+	struct bw_child d;
 	uint64_t got;
 	int err, st;
 
-	tm_init(&m, "sigterm-drain");
-	snprintf(rescue, sizeof(rescue), "%s/rescue", m.root);
-	snprintf(opts, sizeof(opts), "drain_timeout=2,flush_threads=1,rescue_dir=%s,%s", rescue, loop);
-	tm_mount(&m, opts, env);
-	ASSERT_TRUE(it_json_get(it_stats(&m), "mount_id", mid, sizeof(mid)));
-	ASSERT_EQ(it_write_pattern(tm_path(&m, "f"), seeds[0], MiB), 0);	/* one write */
-	bw_spawn_drain(&r, &m);
-	bw_assert_blocked(&r, 700);
-
-	uint64_t t_sig = mono_ms();
-	CHECK_SYS(kill(m.pid, SIGTERM));
-	if (!bw_report(&r, 2000, &err, &got))
-		FAILF("[%s] the drain read still waits 2 s after SIGTERM", loop);
+	run_mount(&r, "sigterm-drain", "flush_threads=1", "op=pwrite,delay_ms=5000");
+	ASSERT_EQ(it_write_pattern(tm_path(&r.m, "f"), seeds[0], MiB), 0);	/* one write */
+	bw_spawn_drain(&d, &r.m);
+	run_sigterm(&r, &d, "the drain read", &err, &got);
 	ASSERT_EQ(err, 0);
-	const char *text = bw_text(&r);
+	const char *text = bw_text(&d);
 	if (!strstr(text, "\"ok\": false"))
 		FAILF("[%s] the drain read at SIGTERM returned: %s", loop, text);
-	int rc = bw_wait_daemon(&m, (2 + 9) * 1000);
+	ASSERT_TRUE(bw_reap(&d, 5000, &st));
+	check_rescue(r.rescue, r.mid, names, seeds, 1, MiB);
+	tm_cleanup(&r.m);
+}
+
+static void sigterm_stuck_worker(void)
+{
+	struct run r = { .loop = "splice=off", .drain_s = 2 };
+	struct bw_child rd;
+	char path[PATH_MAX * 2];
+	uint64_t got;
+	int err, st;
+
+	tm_init(&r.m, "sigterm-stuck");
+	snprintf(path, sizeof(path), "%s/slow", r.m.backend);
+	ASSERT_EQ(it_write_pattern(path, 5, 4096), 0);	/* published before the mount */
+	const char *env[] = { cu_fault_env("op=openat,delay_ms=30000,name=slow"), NULL };
+	tm_mount(&r.m, "splice=off,drain_timeout=2", env);
+	bw_spawn_reader(&rd, tm_path(&r.m, "slow"));
+	bw_assert_blocked(&rd, 700);
+
+	uint64_t t_sig = mono_ms();
+	CHECK_SYS(kill(r.m.pid, SIGTERM));
+	int rc = bw_wait_daemon(&r.m, 12000);
 	if (rc < 0)
-		FAILF("[%s] the daemon did not exit within 11 s of SIGTERM (drain_timeout=2, "
-		      "writes take 5 s)", loop);
-	ASSERT_EQ(rc, 1);
-	ASSERT_GE(mono_ms() - t_sig, 2000);	/* it gave the backend drain_timeout */
-	ASSERT_EQ(cu_mount_count(m.mnt), 0);
-	ASSERT_TRUE(bw_reap(&r, 5000, &st));
-	check_rescue(rescue, mid, names, seeds, 1, MiB);
-	tm_cleanup(&m);
+		FAILF("the daemon waited for a worker stuck in a backend call (12 s after SIGTERM)");
+	ASSERT_EQ(rc, 0);	/* nothing was pending: drained */
+	ASSERT_LT(mono_ms() - t_sig, 12000);
+	ASSERT_EQ(cu_mount_count(r.m.mnt), 0);
+	ASSERT_EQ(it_log_count(&r.m, "still blocked in a handler"), 1);
+	if (!bw_report(&rd, 5000, &err, &got))
+		FAILF("the reader of the stuck request never got an answer");
+	ASSERT_NE(err, 0);
+	ASSERT_TRUE(bw_reap(&rd, 5000, &st));
+	tm_cleanup(&r.m);
 }
 
 int main(void)
@@ -141,5 +184,6 @@ int main(void)
 	sigterm_blocked_writer("splice=on");
 	sigterm_blocked_writer("splice=off");
 	sigterm_blocked_drain("splice=off");
+	sigterm_stuck_worker();
 	return 0;
 }
