@@ -281,8 +281,13 @@ int main(int argc, char **argv)
 	rc = r < 0 || stuck < 0 ? 1 : 0;
 	fuse_remove_signal_handlers(fs->se);
 	if (stuck > 0) {
-		/* Workers left blocked still use the session, the namespace and the cache. */
-		backend_stop(&fs->be);
+		/*
+		 * Workers left blocked still use the session, the namespace, the
+		 * cache and the backend's locks: free nothing.  Without
+		 * backend_stop the manifest is not marked clean, so the next
+		 * mount runs recovery; what was drained is durable all the same.
+		 */
+		log_err("exiting with a request worker still blocked; the next mount runs recovery");
 		_exit(rc);
 	}
 out_session:
