@@ -32,8 +32,14 @@
 
 #define WAIT_SLICE_NS (200ull * 1000000)
 
-/* The request this thread is serving while it may wait (W2); NULL otherwise. */
+/*
+ * The request this thread is serving while it may wait (W2), NULL
+ * otherwise; and whether libfuse's interrupt callback is registered for it:
+ * only once it actually waits, which keeps libfuse's session lock off the
+ * path of writes that find space at once.
+ */
 static __thread fuse_req_t wait_req;
+static __thread bool wait_req_hooked;
 
 void fs_waits_init(struct ckptfs *fs)
 {
@@ -70,15 +76,31 @@ static void on_interrupt(fuse_req_t req, void *arg)
 
 void fs_req_wait_begin(struct ckptfs *fs, fuse_req_t req)
 {
+	(void)fs;
 	wait_req = req;
-	fuse_req_interrupt_func(req, on_interrupt, fs);
+	wait_req_hooked = false;
 }
 
 void fs_req_wait_end(fuse_req_t req)
 {
 	/* Before the reply: libfuse must not call back into a request we let go. */
-	fuse_req_interrupt_func(req, NULL, NULL);
+	if (wait_req_hooked)
+		fuse_req_interrupt_func(req, NULL, NULL);
 	wait_req = NULL;
+	wait_req_hooked = false;
+}
+
+/* Is this thread's request interrupted?  Hooks the callback at its first wait. */
+static bool req_interrupted(struct ckptfs *fs)
+{
+	if (!wait_req)
+		return false;
+	if (!wait_req_hooked) {
+		/* Calls on_interrupt at once if the interrupt came first. */
+		fuse_req_interrupt_func(wait_req, on_interrupt, fs);
+		wait_req_hooked = true;
+	}
+	return fuse_req_interrupted(wait_req);
 }
 
 int fs_backend_stalled(struct ckptfs *fs, uint64_t waited_ns)
@@ -104,7 +126,7 @@ int fs_cache_wait_check(void *arg, uint64_t waited_ns)
 
 	if (fs_stopping(fs))
 		return -ESHUTDOWN;				/* W1 */
-	if (wait_req && fuse_req_interrupted(wait_req))
+	if (req_interrupted(fs))
 		return -EINTR;					/* W2 */
 	return fs_backend_stalled(fs, waited_ns);		/* W3 */
 }
