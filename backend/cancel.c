@@ -25,6 +25,7 @@ void backend_cancel_waiters(struct backend *be, int err)
 	while (!list_empty(&all)) {
 		struct pub_waiter *w = list_entry(all.next, struct pub_waiter, link);
 		list_del(&w->link);
+		w->result = err;	/* backend_wait's answer is read from here */
 		w->done(w, err);
 	}
 }

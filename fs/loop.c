@@ -24,12 +24,12 @@
  * handler, which runs in the main thread (the others block those signals),
  * marks the session exited.  The main thread then
  *   1. tells every blocked wait to give up (fs_waits_stop: a writer waiting
- *      for cache space or a drain read gets ESHUTDOWN, wait.c);
+ *      for cache space gets ESHUTDOWN, wait.c);
  *   2. wakes threads blocked in splice() (our workers) or sem_wait()
  *      (libfuse's loop thread) with WAKE_SIGNAL, until all have left their
  *      loop or STOP_BOUND_NS has passed;
- *   3. joins those that left, answers the fsyncs still waiting for the
- *      backend (ESHUTDOWN), and unmounts.  A worker still inside a
+ *   3. joins those that left, answers the fsyncs and drain reads still
+ *      waiting for the backend (ESHUTDOWN), and unmounts.  A worker still inside a
  *      handler after the bound (a backend system call that does not
  *      return) is left behind and counted, so main.c can still drain or
  *      rescue and exit without freeing what that worker uses.
@@ -217,7 +217,7 @@ int fs_serve(struct ckptfs *fs)
 			(double)STOP_BOUND_NS / 1e9);
 	else
 		free(w);
-	/* fsyncs still waiting for the backend: their replies must precede the unmount. */
+	/* fsyncs and drains still waiting for the backend: replies must precede the unmount. */
 	backend_cancel_waiters(&fs->be, -ESHUTDOWN);
 	fuse_session_unmount(fs->se);
 	return (int)stuck;

@@ -1,20 +1,20 @@
 /*
- * wait.c — the policy that bounds every wait a request handler can make.
- *
- * Handlers block in two places: a writer waiting for cache space
- * (cache_chunk_alloc, through cfile_write), and a read of
- * MOUNT/.ckptfs/drain waiting for the backend.  Each wait ends, with an
- * error for the caller, when the first of these happens:
+ * wait.c — the policy that bounds the one wait a request handler makes in
+ * its worker thread: a writer waiting for cache space (cache_chunk_alloc,
+ * through cfile_write).  fsync and drain reads wait asynchronously, as
+ * backend waiters, which answer interrupts and deadlines themselves and are
+ * answered at the end of the session (loop.c, backend_cancel_waiters).
+ * The wait ends, with an error for the caller, at the first of:
  *
  *   W1  the session is ending (SIGTERM, SIGINT, unmount): ESHUTDOWN, so the
  *       workers can be joined and the daemon reaches drain-or-rescue;
  *   W2  the caller gave up: the kernel sent FUSE_INTERRUPT for the request
  *       (any signal while it waits, SIGKILL included): EINTR;
- *   W3  cache space only: the backend has made no progress for
- *       drain_timeout seconds of this wait: the backend's last error
- *       (ENOSPC, EIO, EACCES, ...), or EIO if it reported none (hung).
- *       While it makes progress (backend_progress: operations applied,
- *       bytes written), the writer keeps waiting.
+ *   W3  the backend has made no progress for drain_timeout seconds of this
+ *       wait: the backend's last error (ENOSPC, EIO, EACCES, ...), or EIO if
+ *       it reported none (hung).  While it makes progress
+ *       (backend_progress: operations applied, bytes written), the writer
+ *       keeps waiting.
  *
  * The cache knows none of this: it calls fs_cache_wait_check() (its
  * wait_check hook) every wait slice.  Which request a thread is waiting
@@ -29,8 +29,6 @@
 #include "fs/fs.h"
 
 #include <errno.h>
-
-#define WAIT_SLICE_NS (200ull * 1000000)
 
 /*
  * The request this thread is serving while it may wait (W2), NULL
@@ -129,22 +127,4 @@ int fs_cache_wait_check(void *arg, uint64_t waited_ns)
 	if (req_interrupted(fs))
 		return -EINTR;					/* W2 */
 	return fs_backend_stalled(fs, waited_ns);		/* W3 */
-}
-
-int fs_backend_wait(struct ckptfs *fs, fuse_req_t req, uint64_t seq, uint64_t timeout_ns)
-{
-	uint64_t deadline = timeout_ns ? now_ns() + timeout_ns : UINT64_MAX;
-
-	for (;;) {
-		uint64_t now = now_ns();
-		if (now >= deadline)
-			return -ETIMEDOUT;
-		int r = backend_wait(&fs->be, seq, CKPT_MIN(deadline - now, WAIT_SLICE_NS));
-		if (r != -ETIMEDOUT)
-			return r;
-		if (fs_stopping(fs))
-			return -ESHUTDOWN;
-		if (req && fuse_req_interrupted(req))
-			return -EINTR;
-	}
 }

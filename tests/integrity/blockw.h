@@ -22,8 +22,12 @@
 #define BW_BLOCKED_AT (2 * MiB)		/* what the writer gets in before it blocks */
 #define BW_WRITER_SEED 77
 
-/* Write and close the fill files "fill0".. (close must succeed). */
-void bw_fill(struct tmount *m);
+/*
+ * Write and close the fill files "fill0"..: close must succeed, or fail with
+ * may_fail (the failing backend's errno: a close reports the error of an
+ * earlier operation of the same user; 0: none may fail).
+ */
+void bw_fill(struct tmount *m, int may_fail);
 /* Fail unless every fill file is under root with its contents. */
 void bw_check_fill(const char *root);
 /* Open the gate (the backend recovers), wait until all is durable, check the fill files. */

@@ -33,7 +33,7 @@ static void interrupt_blocked(const char *loop)
 	const char *env[] = { cu_fault_env("op=pwrite,err=EIO,while=%s", gate), NULL };
 	tm_mount(&m, opts, env);
 	it_gate_set(gate, true);
-	bw_fill(&m);
+	bw_fill(&m, EIO);
 
 	bw_spawn(&k, tm_path(&m, "killed"), 8 * MiB, 0);
 	bw_assert_blocked(&k, 700);
