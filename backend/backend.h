@@ -143,6 +143,7 @@ struct op {
 	bool xattr_blob;	/* value holds the version's xattrs (fs/xattr.c format) */
 	bool recorded;		/* its manifest record is written */
 	bool renamed;		/* versions: the temporary file has its final name */
+	unsigned records;	/* write-ahead records written (each attempt's "try") */
 	char *path_hint;	/* versions: the mount path at seal, for the intent record */
 	XXH128_hash_t digest;
 	uint64_t enqueued_ns;

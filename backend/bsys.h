@@ -23,10 +23,11 @@
  *
  * The default entries call libc.  fault.c can wrap them (CKPTFS_FAULT in the
  * environment, see docs/testing.md) to inject errors, short writes and
- * delays; io_uring completions pass through `io_result` for the same reason.
- * `bsys_direct` is the same libc table, never wrapped: for files the daemon
- * keeps outside the backend (the rescue directory), which faults injected
- * into the backend must not reach.
+ * delays, and powerloss.c (CKPTFS_POWERLOSS) to record what a power cut
+ * would leave; io_uring completions pass through `io_result` for the same
+ * reason.  `bsys_direct` is the same libc table, never wrapped: for files
+ * the daemon keeps outside the backend (the rescue directory, the power-loss
+ * shadow), which faults injected into the backend must not reach.
  *
  * The table is filled before any thread starts and only read afterwards.
  */
@@ -110,5 +111,12 @@ int bsys_open_dir_path(const char *path);
 
 /* Install fault wrappers from CKPTFS_FAULT; 0, or -EINVAL with a message. */
 int bsys_faults_from_env(void);
+/*
+ * Install the power-loss recorder (powerloss.c) from CKPTFS_POWERLOSS; call
+ * it before bsys_faults_from_env, so that faults wrap it.  It records the
+ * backend rooted at `backend` as it is now.  0 (also when unset), or -EINVAL
+ * with a message.
+ */
+int bsys_powerloss_from_env(const char *backend);
 
 #endif

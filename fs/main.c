@@ -239,7 +239,7 @@ int main(int argc, char **argv)
 	r = opts_parse(argc, argv, &fs->opt);
 	if (!r)
 		r = opts_validate(&fs->opt);
-	if (!r && bsys_faults_from_env() < 0)
+	if (!r && (bsys_powerloss_from_env(fs->opt.backend_real) < 0 || bsys_faults_from_env() < 0))
 		r = CKPTFS_USAGE_ERROR;
 	if (r) {
 		opts_free(&fs->opt);
