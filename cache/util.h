@@ -42,6 +42,8 @@ uint64_t mem_total(void);
 
 /* Write all of buf to fd (retrying EINTR and short writes): 0 or -errno. */
 int write_full(int fd, const void *buf, size_t len);
+/* Read exactly len bytes (retrying EINTR and short reads): 0, or -errno (-EIO at EOF). */
+int read_full(int fd, void *buf, size_t len);
 
 /* pthread_cond_timedwait for at most ns nanoseconds from now (mutex held). */
 struct timespec;
@@ -54,8 +56,18 @@ struct strbuf {
 	size_t len, cap;
 };
 void sb_printf(struct strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Append s as a JSON string literal, quotes included. */
+/*
+ * Append s as a JSON string literal, quotes included.  Any bytes give valid
+ * JSON: bytes that are not well-formed UTF-8 become \udc80..\udcff, which
+ * cache/json.h decodes back to the same bytes (docs/manifest.md).
+ */
 void sb_json_str(struct strbuf *b, const char *s);
+void sb_json_strn(struct strbuf *b, const char *s, size_t len);
+/*
+ * Length of the well-formed UTF-8 sequence at s (at most avail bytes; Unicode
+ * Table 3-7: no overlong forms, no surrogates, nothing above U+10FFFF), or 0.
+ */
+size_t utf8_valid_len(const char *s, size_t avail);
 void sb_free(struct strbuf *b);
 
 /* Intrusive doubly linked list with a sentinel head. */

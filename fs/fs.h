@@ -98,6 +98,7 @@ enum pt_mode { PT_NONE = 0, PT_READ, PT_DIRECT, PT_REFUSE };
 enum ctl_kind { CTL_NONE = 0, CTL_DIR, CTL_STATS, CTL_FILES, CTL_DRAIN, CTL_CMD };
 
 struct fshandle {
+	struct list link;	/* fs->handles (ns) */
 	struct fsnode *node;
 	int flags;
 	bool writable;
@@ -133,6 +134,7 @@ struct ckptfs {
 	size_t hsize, hcount;
 	struct list all_nodes;
 	uint64_t nodes;
+	struct list handles;	/* open file handles (ns): those never released are freed at exit */
 
 	struct fsnode *ctl_dir;	/* MOUNT/.ckptfs, not in the root's entries */
 	pthread_mutex_t rate_lock;
@@ -149,6 +151,13 @@ struct ckptfs {
 
 	pthread_cond_t pt_cond;	/* a node's backing file was made (passthrough.c; ns) */
 	atomic_uint_least64_t pt_opens, pt_direct_opens, pt_failures;
+
+	struct {		/* bounded waits (wait.c) */
+		atomic_bool stopping;	/* the session is ending: blocked handlers give up */
+		pthread_mutex_t lock;	/* the two below */
+		uint64_t progress;	/* backend_progress() as a waiter last saw it */
+		uint64_t progress_ns;	/* when it last changed (0: never sampled) */
+	} waits;
 
 	char *zeros;		/* ZERO segments of read replies */
 	size_t zeros_len;
@@ -209,11 +218,37 @@ bool node_path(struct ckptfs *fs, struct fsnode *n, char *buf, size_t len);
  * process may make such pipes.
  */
 bool fs_splice_loop_possible(void);
-/* Serve requests with nthreads splice workers until the session exits; unmounts. */
-int fs_splice_loop(struct ckptfs *fs, unsigned nthreads);
+/*
+ * Serve requests (the splice loop, or libfuse's multi-threaded loop) until
+ * the session exits (unmount, SIGTERM, SIGINT); then make blocked handlers
+ * give up, join the workers within a bound, and unmount.  Returns the
+ * number of workers still blocked after the bound (left behind; the caller
+ * must not free what they use), or -1 if no worker could start.
+ */
+int fs_serve(struct ckptfs *fs);
+
+/* ---- bounded waits (wait.c) --------------------------------------------- */
+
+/* Install the cache's wait_check hook; fs_waits_destroy() undoes it. */
+void fs_waits_init(struct ckptfs *fs);
+void fs_waits_destroy(struct ckptfs *fs);
+/* The session is ending: every blocked wait gives up (ESHUTDOWN). */
+void fs_waits_stop(struct ckptfs *fs);
+bool fs_stopping(struct ckptfs *fs);
+/* Around a handler's wait for cache space: interrupts of req end the wait (EINTR). */
+void fs_req_wait_begin(struct ckptfs *fs, fuse_req_t req);
+void fs_req_wait_end(fuse_req_t req);
+/*
+ * 0 while the backend has made progress within drain_timeout (or the last
+ * waited_ns of the caller's wait); else its last error as -errno (-EIO).
+ */
+int fs_backend_stalled(struct ckptfs *fs, uint64_t waited_ns);
+/* The cache's wait_check hook (arg: the ckptfs). */
+int fs_cache_wait_check(void *arg, uint64_t waited_ns);
+
 /* max_write for the splice loop: what fits its pipes (after fs_splice_loop_possible). */
 unsigned fs_splice_max_write(void);
-/* Requests served by the request loop so far (all transports). */
+/* Requests read from /dev/fuse so far (the ring's are counted by uring.c). */
 uint64_t fs_loop_requests(void);
 /* Read requests are capped likewise, so spliced replies fit a 1 MiB pipe. */
 #define READ_MAX 1015808	/* 248 pages: data plus libfuse's header pages fit 256 */
@@ -288,6 +323,9 @@ uint64_t seal_all_locked(struct ckptfs *fs, struct seal_report *rep);
 const char *node_state_name(struct ckptfs *fs, struct fsnode *n);
 
 /* ---- handlers (ops.c) ------------------------------------------------- */
+
+/* Free a handle after it left fs->handles (its RELEASE, or exit). */
+void handle_free(struct fshandle *h);
 
 extern const struct fuse_lowlevel_ops ckptfs_ops;
 

@@ -644,6 +644,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 
 /* ---- files -------------------------------------------------------------- */
 
+/* A handle on n, listed in fs->handles until handle_drop (ns held). */
 static struct fshandle *handle_new(fuse_req_t req, struct fsnode *n, int flags)
 {
 	struct fshandle *h = xcalloc(1, sizeof(*h));
@@ -657,7 +658,31 @@ static struct fshandle *handle_new(fuse_req_t req, struct fsnode *n, int flags)
 		n->writers++;
 		n->writer_uid = h->uid;
 	}
+	list_add_tail(&FS(req)->handles, &h->link);
 	return h;
+}
+
+/*
+ * Undo handle_new (ns held); after dropping the lock, close what `drop`
+ * holds (pt_drop_finish: a passthrough backing file) and free h with
+ * handle_free.
+ */
+static void handle_drop(struct ckptfs *fs, struct fshandle *h, struct pt_drop *drop)
+{
+	struct fsnode *n = h->node;
+
+	pt_release_locked(fs, n, h, drop);
+	list_del(&h->link);
+	n->opens--;
+	if (h->writable)
+		n->writers--;
+	node_unref(fs, n);
+}
+
+void handle_free(struct fshandle *h)
+{
+	sb_free(&h->out);
+	free(h);
 }
 
 /*
@@ -707,18 +732,6 @@ static void handle_setup(struct fshandle *h, struct fuse_file_info *fi)
 	pt_setup(h, fi);
 }
 
-/* Undo handle_new for a handle that goes away (ns held); close what drop holds after. */
-static void handle_drop_locked(struct ckptfs *fs, struct fshandle *h, struct pt_drop *drop)
-{
-	struct fsnode *n = h->node;
-
-	pt_release_locked(fs, n, h, drop);
-	n->opens--;
-	if (h->writable)
-		n->writers--;
-	node_unref(fs, n);
-}
-
 /* O_TRUNC: empty the file (a truncate by `caller`); true if its mode changed. */
 static bool open_truncate(struct ckptfs *fs, struct fsnode *n, int flags, uid_t caller)
 {
@@ -744,9 +757,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		h = handle_new(req, n, fi->flags);
 		if ((r = ctl_open(fs, req, h)) < 0) {
 			struct pt_drop drop;	/* none: control files are never passthrough */
-			handle_drop_locked(fs, h, &drop);
-			sb_free(&h->out);
-			free(h);
+			handle_drop(fs, h, &drop);
+			handle_free(h);
 			h = NULL;
 		}
 	} else if (S_ISDIR(n->mode)) {
@@ -759,8 +771,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		h = handle_new(req, n, fi->flags);
 		if (pt_open_locked(fs, n, h) == PT_REFUSE) {	/* may drop and retake ns */
 			struct pt_drop drop;	/* none: h has no passthrough */
-			handle_drop_locked(fs, h, &drop);
-			free(h);
+			handle_drop(fs, h, &drop);
+			handle_free(h);
 			r = -ETXTBSY;
 		}
 	}
@@ -781,11 +793,10 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (rr == -ENOENT) {	/* the opener was interrupted */
 		struct pt_drop drop;
 		pthread_mutex_lock(&fs->ns);
-		handle_drop_locked(fs, h, &drop);
+		handle_drop(fs, h, &drop);
 		pthread_mutex_unlock(&fs->ns);
 		pt_drop_finish(&drop);
-		sb_free(&h->out);
-		free(h);
+		handle_free(h);
 	}
 }
 
@@ -825,8 +836,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		h = handle_new(req, n, fi->flags);
 		if (pt_open_locked(fs, n, h) == PT_REFUSE) {	/* an existing file; may drop ns */
 			struct pt_drop drop;
-			handle_drop_locked(fs, h, &drop);
-			free(h);
+			handle_drop(fs, h, &drop);
+			handle_free(h);
 			r = -ETXTBSY;
 		} else {
 			fill_entry(fs, n, &e);
@@ -883,9 +894,11 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	fs_req_wait_begin(fs, req);	/* waiting for space ends on interrupt (wait.c) */
 	while ((r = cfile_write(n->cf, (uint64_t)off, len, copy_from_bufvec, bufv)) == -EAGAIN)
 		if ((r = node_open_base(fs, n)) < 0)
 			break;
+	fs_req_wait_end(req);
 	if (r < 0) {
 		fuse_reply_err(req, -r);
 		return;
@@ -994,11 +1007,10 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct pt_drop drop;
 
 	pthread_mutex_lock(&fs->ns);
-	handle_drop_locked(fs, h, &drop);
+	handle_drop(fs, h, &drop);
 	pthread_mutex_unlock(&fs->ns);
 	pt_drop_finish(&drop);
-	sb_free(&h->out);
-	free(h);
+	handle_free(h);
 	fuse_reply_err(req, 0);
 }
 

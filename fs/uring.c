@@ -115,6 +115,7 @@ struct fsu_thr {
 	unsigned parked;	/* of which waiting for a reply from another thread */
 	int cpu;		/* pinned to, or -1 */
 	unsigned live;		/* entries not dead */
+	atomic_bool done;	/* left its loop */
 };
 
 static struct {
@@ -419,8 +420,12 @@ static void *thr_main(void *arg)
 		}
 		io_uring_cq_advance(&t->ring, seen);
 	}
+	/* Stopping: replies handed over already (ESHUTDOWN to waiters) still go out. */
+	take_commits(t);
+	io_uring_submit(&t->ring);
 	atomic_fetch_sub(&U.serving, 1);
 out:
+	atomic_store(&t->done, true);
 	if (ring_up)
 		io_uring_queue_exit(&t->ring);
 	return NULL;
@@ -528,6 +533,24 @@ void fsu_stop(void)
 		if (U.thr[i].efd >= 0 && write(U.thr[i].efd, &one, sizeof(one)) < 0)
 			log_debug("io_uring: cannot wake a thread: %s", strerror(errno));
 	}
+	/*
+	 * Bounded, as loop.c's stop is: a thread still inside a handler after
+	 * the bound (a backend call that does not return) is left behind with
+	 * everything it uses.
+	 */
+	uint64_t deadline = now_ns() + 5000000000ull;
+	bool stuck = false;
+	for (unsigned i = 0; i < U.nthr; i++)
+		while (U.thr[i].started && !atomic_load(&U.thr[i].done) && now_ns() < deadline)
+			usleep(10000);
+	for (unsigned i = 0; i < U.nthr; i++)
+		if (U.thr[i].started && !atomic_load(&U.thr[i].done))
+			stuck = true;
+	if (stuck) {
+		log_err("io_uring: a FUSE ring thread is still in a handler 5 s after the session "
+			"ended; leaving it");
+		return;
+	}
 	for (unsigned i = 0; i < U.nthr; i++) {
 		struct fsu_thr *t = &U.thr[i];
 		if (t->started)
@@ -613,21 +636,6 @@ ssize_t fsu_reply(struct iovec *iov, int count)
 	return (ssize_t)(sizeof(h) + total);
 }
 
-/* Read exactly len bytes from a pipe. */
-static int read_all(int fd, char *buf, size_t len)
-{
-	while (len) {
-		ssize_t n = read(fd, buf, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		buf += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 ssize_t fsu_reply_pipe(int pipefd, size_t len)
 {
 	struct fuse_out_header oh;
@@ -635,10 +643,10 @@ ssize_t fsu_reply_pipe(int pipefd, size_t len)
 
 	if (!e || !atomic_load(&U.serving))
 		return 0;	/* replies in pipes are made by the handling thread only */
-	if (len < sizeof(oh) || len - sizeof(oh) > U.payload || read_all(pipefd, (char *)&oh, sizeof(oh)) < 0)
+	if (len < sizeof(oh) || len - sizeof(oh) > U.payload || read_full(pipefd, &oh, sizeof(oh)) < 0)
 		return 0;
 	if (oh.unique != atomic_load(&e->unique) ||
-	    read_all(pipefd, e->payload, len - sizeof(oh)) < 0) {
+	    read_full(pipefd, e->payload, len - sizeof(oh)) < 0) {
 		log_err("io_uring: a spliced reply for another request; answering EIO");
 		oh.error = -EIO;
 		oh.unique = atomic_load(&e->unique);
