@@ -321,6 +321,8 @@ class Ckptfs(FuseDaemon):
 	(Knobs); without them it runs as the machine is configured."""
 	name = "ckptfs"
 
+	KNOBS = None	# subclasses: the admin settings their mounts get
+
 	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each", knobs=None):
 		super().__init__(path, store, workdir)
 		self.binary = binary
@@ -328,6 +330,7 @@ class Ckptfs(FuseDaemon):
 		self.opts = opts
 		self.remount = remount
 		self.drain = None
+		knobs = knobs or self.KNOBS
 		self.knobs = Knobs(knobs) if knobs else None
 		self.label = "ckptfs (cache_size=%dG%s%s)" % (cache_size // GiB, "," + opts if opts else "",
 							 "; " + self.knobs.describe() if self.knobs else "")
@@ -439,10 +442,7 @@ class Ckptfs(FuseDaemon):
 class CkptfsUring(Ckptfs):
 	"""ckptfs with FUSE over io_uring: enable_uring on for its mount."""
 	name = "ckptfs_uring"
-
-	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each"):
-		super().__init__(path, store, workdir, binary, cache_size, opts, remount,
-				 knobs={"enable_uring": "Y"})
+	KNOBS = {"enable_uring": "Y"}
 
 
 class CkptfsPages(Ckptfs):
@@ -450,21 +450,13 @@ class CkptfsPages(Ckptfs):
 	hold such a request: pipe-max-size 8 MiB, as this machine's root lacks
 	CAP_SYS_RESOURCE), over /dev/fuse."""
 	name = "ckptfs_mp1024"
-
-	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each"):
-		super().__init__(path, store, workdir, binary, cache_size, opts, remount,
-				 knobs={"enable_uring": "N", "max_pages_limit": 1024,
-					"pipe_max_size": 8 << 20})
+	KNOBS = {"enable_uring": "N", "max_pages_limit": 1024, "pipe_max_size": 8 << 20}
 
 
 class CkptfsTuned(Ckptfs):
 	"""ckptfs with both admin levers: io_uring and 4 MiB requests."""
 	name = "ckptfs_tuned"
-
-	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each"):
-		super().__init__(path, store, workdir, binary, cache_size, opts, remount,
-				 knobs={"enable_uring": "Y", "max_pages_limit": 1024,
-					"pipe_max_size": 8 << 20})
+	KNOBS = {"enable_uring": "Y", "max_pages_limit": 1024, "pipe_max_size": 8 << 20}
 
 
 class CkptfsNoPassthrough(Ckptfs):

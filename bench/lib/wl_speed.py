@@ -34,6 +34,26 @@ REWRITER = os.path.join(HERE, "rewriter.py")
 WRITER = os.path.join(HERE, "writer.py")
 
 
+class Workload:
+	"""What every workload here does the same: nothing to prepare, verify or
+	finish, and the target's directory emptied after each round."""
+	daemon_stats = True
+	ratios = []
+
+	def prepare(self, target):
+		pass
+
+	def verify(self, target):
+		pass
+
+	def cleanup(self, target, path):
+		if path:
+			empty_dir(path)
+
+	def finish(self, target):
+		pass
+
+
 class Bw8k(wl_files.FileWorkload):
 	name = "bw8k"
 
@@ -56,7 +76,7 @@ def write_files(spec, timeout=1800):
 	return run_json([sys.executable, WRITER], timeout, stdin_data=json.dumps(spec))
 
 
-class MountTime:
+class MountTime(Workload):
 	"""Not a target comparison: ckptfs alone, mounted at several cache sizes.
 	Runs on the pseudo-target 'nockpt' (nothing mounted for it) and mounts
 	its own daemons."""
@@ -87,9 +107,6 @@ class MountTime:
 		self.metrics += [("first_stall", "first ckpt stall s", "%.3f"),
 				 ("later_stall", "later ckpt stall s", "%.3f"),
 				 ("first_vs_later", "first / later", "%.2f")]
-
-	def prepare(self, target):
-		pass
 
 	def daemon(self, size):
 		c = self.cfg
@@ -128,15 +145,6 @@ class MountTime:
 				empty_dir(t.store)
 		return out
 
-	def verify(self, target):
-		pass
-
-	def cleanup(self, target, path):
-		pass
-
-	def finish(self, target):
-		pass
-
 
 def T_mem_available():
 	with open("/proc/meminfo") as f:
@@ -146,7 +154,7 @@ def T_mem_available():
 	return 0
 
 
-class Rewrites:
+class Rewrites(Workload):
 	"""appends and randio: rewriter.py does the work and times itself."""
 	daemon_stats = True
 
@@ -160,9 +168,6 @@ class Rewrites:
 				("daemon_cpu_s", "daemon CPU s", "%.2f"),
 				("rss_over_cache_mib", "peak RSS - cache MiB", "%.0f"),
 				("cpu_wait_pct", "CPU wait %", "%.0f")]
-
-	def prepare(self, target):
-		pass
 
 	def measure(self, target, path):
 		spec = dict(self.job, dir=path, phase="setup")
@@ -183,15 +188,6 @@ class Rewrites:
 					    before.get("backend_written_bytes", 0)) / MiB
 		r["bytes"] = self.total_bytes
 		return r
-
-	def verify(self, target):
-		pass
-
-	def cleanup(self, target, path):
-		empty_dir(path)
-
-	def finish(self, target):
-		pass
 
 
 def appends(quick):
@@ -219,7 +215,7 @@ def randio(quick):
 		{"kind": "randio", "size": size, "ops": ops, "procs": 4}, 180 if quick else 300)
 
 
-class Long:
+class Long(Workload):
 	"""--long: a hundred checkpoints into one daemon, keep-2 rotation."""
 	name = "long"
 	daemon_stats = True
@@ -239,9 +235,6 @@ class Long:
 				("rss_first_mib", "daemon RSS - cache MiB, after 10", "%.1f"),
 				("rss_last_mib", "daemon RSS - cache MiB, at the end", "%.1f"),
 				("bytes_per_small_file", "daemon bytes per small file", "%.0f")]
-
-	def prepare(self, target):
-		pass
 
 	def measure(self, target, path):
 		rates, rss = [], []
@@ -273,12 +266,3 @@ class Long:
 		empty_dir(path)
 		out["bytes"] = self.ckpt_bytes
 		return out
-
-	def verify(self, target):
-		pass
-
-	def cleanup(self, target, path):
-		empty_dir(path)
-
-	def finish(self, target):
-		pass
