@@ -73,8 +73,8 @@ struct chunk {
 /* Counters read lock-free by the stats view. */
 struct cache_stats {
 	atomic_uint_least64_t absorbed_bytes;	/* bytes written into the cache */
-	/* Of those, written into versions now durable, or into versions dropped
-	 * unpublished (their file was deleted first, or a later one replaced it). */
+	/* Of those, written into versions now durable, or dropped unpublished
+	 * (the file was deleted before a close sealed them, or they were rescued). */
 	atomic_uint_least64_t absorbed_durable_bytes;
 	atomic_uint_least64_t absorbed_dropped_bytes;
 	atomic_uint_least64_t backpressure_waits;

@@ -222,6 +222,8 @@ void cfile_put(struct cfile *cf)
 		return;
 	/* Versions hold references, so none is pending here. */
 	pthread_mutex_lock(&cf->lock);
+	/* Written since its last seal and never sealed again: it goes with the file. */
+	atomic_fetch_add(&cf->cache->st.absorbed_dropped_bytes, cf->absorbed);
 	for (uint32_t i = cf->nmap; i-- > 0;) {
 		struct chunk *ch = cf->map[i].ch;
 		map_remove(cf, i);

@@ -61,7 +61,7 @@ static const struct metric {
 	{ "absorbed_bytes", "counter", "Bytes written into the cache (every write(2), overwrites too)" },
 	{ "absorbed_durable_bytes", "counter", "Absorbed bytes whose version is durable on the backend" },
 	{ "absorbed_dropped_bytes", "counter",
-	  "Absorbed bytes whose version was never published (file deleted or rescued first)" },
+	  "Absorbed bytes never published (file deleted before a close sealed them, or rescued)" },
 	{ "absorbed_pending_bytes", "gauge", "Absorbed bytes not yet durable" },
 	{ "persisted_bytes", "counter",
 	  "Bytes of durable versions that came from the cache (a rewritten file's unchanged cached "
@@ -191,7 +191,7 @@ static void show_human(const struct json_obj *o)
 		printf("  durable:      [%s] %3.0f%%  %s of %s absorbed", bb,
 		       base > 0 ? 100 * ad / base : 100, sz(ad, d), sz(absorbed, e));
 		if (dropped > 0)
-			printf(" (%s dropped: deleted before they were published)", sz(dropped, a));
+			printf(" (%s dropped: deleted before a close published them)", sz(dropped, a));
 		printf("\n");
 		printf("  published:    %s in durable versions, %s written to the backend\n",
 		       sz(persisted, b), sz(NUM(o, "backend_written_bytes"), c));

@@ -84,7 +84,7 @@ static const char *const human[] = {
 	"(, [0-9.]+ [KMGT]?i?B ready \\(pre-faulting\\))?$",
 	"^  held: +dirty [0-9.]+ [KMGT]?i?B, flushing [0-9.]+ [KMGT]?i?B, clean [0-9.]+ [KMGT]?i?B$",
 	"^  durable: +\\[[#.]{30}\\] +[0-9]+%  [0-9.]+ [KMGT]?i?B of [0-9.]+ [KMGT]?i?B absorbed"
-	"( \\([0-9.]+ [KMGT]?i?B dropped: deleted before they were published\\))?$",
+	"( \\([0-9.]+ [KMGT]?i?B dropped: deleted before a close published them\\))?$",
 	"^  published: +[0-9.]+ [KMGT]?i?B in durable versions, [0-9.]+ [KMGT]?i?B written to the backend$",
 	"^  pending: +[0-9]+ files, [0-9]+ operations, oldest [0-9]+\\.[0-9] s$",
 	"^  rates: +absorb [0-9.]+ [KMGT]?i?B/s, persist [0-9.]+ [KMGT]?i?B/s$",

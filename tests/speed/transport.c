@@ -3,6 +3,8 @@
  * (fs/loop.c, fs/uring.c, fs/devio.c), checked the same way:
  *   dev_fuse   the splice loop over /dev/fuse: the fuse module's
  *              enable_uring off, or -o fuse_uring=off;
+ *   big        both, with 4 MiB requests (fs.fuse.max_pages_limit 1024 and
+ *              fs.pipe-max-size 8 MiB for the mount, put back at exit);
  *   io_uring   FUSE over io_uring, where the kernel has it (enable_uring on
  *              for the mount's INIT; the parameter is put back at exit);
  *   fallbacks  io_uring offered but no ring could be set up
@@ -25,6 +27,43 @@
 
 static const char *PARAM = "/sys/module/fuse/parameters/enable_uring";
 static char param_saved = 0;
+static const char *MAXPAGES = "/proc/sys/fs/fuse/max_pages_limit";
+static const char *PIPEMAX = "/proc/sys/fs/pipe-max-size";
+static char maxpages_saved[32], pipemax_saved[32];
+
+/* A sysctl's value into buf (saved), then set to val: true if it took. */
+static bool sysctl_swap(const char *path, char *saved, size_t len, const char *val)
+{
+	FILE *f = fopen(path, "r");
+	if (!f || !fgets(saved, (int)len, f)) {
+		if (f)
+			fclose(f);
+		saved[0] = '\0';
+		return false;
+	}
+	fclose(f);
+	saved[strcspn(saved, "\n")] = '\0';
+	f = fopen(path, "w");
+	if (!f)
+		return false;
+	bool ok = fputs(val, f) >= 0;
+	return fclose(f) == 0 && ok;
+}
+
+static void sysctl_put(const char *path, const char *saved)
+{
+	FILE *f = saved[0] ? fopen(path, "w") : NULL;
+	if (f) {
+		fputs(saved, f);
+		fclose(f);
+	}
+}
+
+static void sysctls_restore(void)
+{
+	sysctl_put(MAXPAGES, maxpages_saved);
+	sysctl_put(PIPEMAX, pipemax_saved);
+}
 
 static char param_get(void)
 {
@@ -161,14 +200,20 @@ static bool transport_is(struct tmount *m, const char *want)
 	return strstr(cu_slurp(tm_path(m, ".ckptfs/stats")), key) != NULL;
 }
 
-/* Mount, check the transport, do the work, unmount, check the backend. */
-static void run(const char *name, const char *opts, const char *const *env, const char *want)
+/*
+ * Mount, check the transport (and the request size, unless 0), do the
+ * work, unmount, check the backend.
+ */
+static void run(const char *name, const char *opts, const char *const *env, const char *want,
+		uint64_t max_write)
 {
 	struct tmount m;
 
 	tm_start(&m, name, opts, env);
 	if (!transport_is(&m, want))
 		FAILF("%s: expected transport %s: %s", name, want, cu_slurp(tm_path(&m, ".ckptfs/stats")));
+	if (max_write)
+		ASSERT_EQ(cu_stat(&m, "fuse_max_write"), max_write);
 	uint64_t before = cu_stat(&m, "fuse_uring_requests");
 	exercise(&m);
 	if (!strcmp(want, "io_uring"))
@@ -179,6 +224,7 @@ static void run(const char *name, const char *opts, const char *const *env, cons
 	tm_stop(&m);
 	check_backend(&m);
 	tm_cleanup(&m);
+	fprintf(stderr, "%-16s %s ok\n", name, want);
 }
 
 int main(void)
@@ -191,20 +237,33 @@ int main(void)
 	if (can_toggle)
 		atexit(param_restore);
 	if (!param_saved || can_toggle)
-		run("tr-devfuse", NULL, NULL, "dev_fuse");
+		run("tr-devfuse", NULL, NULL, "dev_fuse", 0);
+	/*
+	 * Requests of 4 MiB where the administrator allows them (1024 pages per
+	 * request, and pipes that can hold one: this test's daemon may lack
+	 * CAP_SYS_RESOURCE), put back at exit.
+	 */
+	bool big = sysctl_swap(MAXPAGES, maxpages_saved, sizeof(maxpages_saved), "1024");
+	atexit(sysctls_restore);
+	big = sysctl_swap(PIPEMAX, pipemax_saved, sizeof(pipemax_saved), "8388608") && big;
+	if (big && (!param_saved || can_toggle))
+		run("tr-bigreq", NULL, NULL, "dev_fuse", 4 * MiB);
 	if (!can_toggle) {
 		fprintf(stderr, "no writable %s: the io_uring transport is not tested here\n", PARAM);
 		return param_saved ? TEST_SKIP : 0;
 	}
 	ASSERT_TRUE(param_set('Y'));
-	run("tr-optoff", "fuse_uring=off", NULL, "dev_fuse");
+	if (big)
+		run("tr-bigreq-uring", NULL, NULL, "io_uring", 4 * MiB);
+	sysctls_restore();
+	run("tr-optoff", "fuse_uring=off", NULL, "dev_fuse", 0);
 	/* io_uring. */
-	run("tr-uring", NULL, NULL, "io_uring");
+	run("tr-uring", NULL, NULL, "io_uring", 0);
 	/* No ring could be set up: INIT does not ask for io_uring. */
 	const char *setup[] = { "CKPTFS_FUSE_URING_FAULT=setup", NULL };
-	run("tr-nosetup", NULL, setup, "dev_fuse");
+	run("tr-nosetup", NULL, setup, "dev_fuse", 0);
 	/* Asked for, but the kernel refuses every entry: it falls back by itself. */
 	const char *reg[] = { "CKPTFS_FUSE_URING_FAULT=register", NULL };
-	run("tr-refused", NULL, reg, "dev_fuse");
+	run("tr-refused", NULL, reg, "dev_fuse", 0);
 	return 0;
 }
