@@ -247,6 +247,7 @@ void cfile_set_base_lazy(struct cfile *cf, uint64_t len, uint64_t ver)
 	pthread_mutex_lock(&cf->lock);
 	if (len) {
 		struct clayer *l = layer_new(NULL, ver ? ver : 1);
+		l->base = true;
 		layer_add(l, 0, len);
 		layers_append(cf, l);
 		cf->base_lazy = true;
@@ -759,12 +760,39 @@ void cfile_published(struct cver *v, struct cfd *out)
 			cf->layers[k++] = l;
 	}
 	cf->nlayers = k;
+	cf->base_lazy = false;
 	if (out) {
-		struct clayer *base = layer_new(cfd_get(out), v->seq);
+		/* Nobody has it open: keep no descriptor (it is reopened when needed). */
+		struct clayer *base = layer_new(cf->opens ? cfd_get(out) : NULL, v->seq);
+		base->base = true;
 		layer_add(base, 0, CKPT_MIN(CKPT_MIN(v->size, v->trunc_after), cf->size));
 		layers_append(cf, base);
+		cf->base_lazy = !cf->opens && base->next;
+		if (!base->next) {	/* nothing of it is used: no layer at all */
+			layer_free(cf->layers[--cf->nlayers]);
+		}
 	}
-	cf->base_lazy = false;
+	pthread_mutex_unlock(&cf->lock);
+}
+
+void cfile_opened(struct cfile *cf)
+{
+	pthread_mutex_lock(&cf->lock);
+	cf->opens++;
+	pthread_mutex_unlock(&cf->lock);
+}
+
+void cfile_closed(struct cfile *cf)
+{
+	pthread_mutex_lock(&cf->lock);
+	if (--cf->opens == 0 && cf->nlayers && !cf->base_lazy) {
+		struct clayer *base = cf->layers[cf->nlayers - 1];
+		if (base->base && base->f) {
+			cfd_put(base->f);	/* versions hold their own references */
+			base->f = NULL;
+			cf->base_lazy = true;
+		}
+	}
 	pthread_mutex_unlock(&cf->lock);
 }
 

@@ -657,6 +657,8 @@ static struct fshandle *handle_new(fuse_req_t req, struct fsnode *n, int flags)
 		n->writers++;
 		n->writer_uid = h->uid;
 	}
+	if (n->cf)
+		cfile_opened(n->cf);
 	list_add_tail(&FS(req)->handles, &h->link);
 	return h;
 }
@@ -667,6 +669,8 @@ static void handle_drop(struct ckptfs *fs, struct fshandle *h)
 	list_del(&h->link);
 	if (h->writable)
 		h->node->writers--;
+	if (h->node->cf)
+		cfile_closed(h->node->cf);
 	node_unref(fs, h->node);
 }
 
@@ -761,6 +765,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	if (killed)
 		attrs_changed(fs, n);
+	/*
+	 * A published file nobody had open keeps no backend descriptor
+	 * (cfile_opened): take one now, off the lock, so the handle reads its
+	 * file even if the name is unlinked meanwhile.
+	 */
+	if (!n->ctl && !(fi->flags & O_TRUNC) && cfile_base_lazy(n->cf))
+		node_open_base(fs, n);	/* on failure, a read retries and reports it */
 	handle_setup(h, fi);
 	if (n->ctl) {		/* generated contents: no size, no page cache */
 		fi->direct_io = 1;
