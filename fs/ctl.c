@@ -18,6 +18,7 @@
  * path never sees it.
  */
 #include "fs/fs.h"
+#include "fs/session.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -183,6 +184,7 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 		  fs->opt.manifest ? "true" : "false", rr->unclean ? "true" : "false",
 		  (unsigned long long)rr->inflight_files, (unsigned long long)rr->orphans_removed,
 		  (unsigned long long)rr->torn_bytes, (unsigned long long)rr->corrupt_records);
+	session_stats_json(fs, b);
 	sb_printf(b, "}\n");
 }
 

@@ -117,6 +117,8 @@ struct ckptfs {
 	atomic_bool inited;	/* the kernel's INIT has been answered */
 	unsigned max_read;	/* the max_read mount option in effect */
 
+	struct sessions *sessions;	/* GPU capture sessions (session.c) */
+
 	char *zeros;		/* ZERO segments of read replies */
 	size_t zeros_len;
 	atomic_uint_least64_t read_bytes;

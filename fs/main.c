@@ -10,6 +10,7 @@
  * 2 a usage error, with one line on stderr naming the problem.
  */
 #include "fs/fs.h"
+#include "fs/session.h"
 #include "backend/bsys.h"
 #include "cache/log.h"
 
@@ -242,6 +243,7 @@ int main(int argc, char **argv)
 		 format_size(fs->cache.size, sz, sizeof(sz)), fs->cache.chunk_size >> 10,
 		 fs->opt.flush_threads, bio_kind_name(fs->be.io_in_use),
 		 fs->opt.fsync_lazy ? "lazy" : "durable");
+	session_start(fs);
 	daemon_report(&status_fd, 0);
 	pthread_t ra;
 	if (fs->opt.readahead && pthread_create(&ra, NULL, readahead_setter, fs) == 0)
@@ -259,6 +261,7 @@ int main(int argc, char **argv)
 		fuse_session_unmount(fs->se);
 	}
 
+	session_stop(fs);
 	log_info("unmounted %s; draining %llu pending operations to %s", fs->opt.mountpoint_real,
 		 (unsigned long long)(backend_last_seq(&fs->be) - backend_durable_seq(&fs->be)),
 		 fs->opt.backend_real);
@@ -273,6 +276,7 @@ out_session:
 	pthread_mutex_lock(&fs->ns);
 	fs_free_namespace(fs);
 	pthread_mutex_unlock(&fs->ns);
+	session_free(fs);
 	cache_destroy(&fs->cache);
 	fuse_opt_free_args(&args);
 	free(fs->zeros);
