@@ -544,13 +544,33 @@ static int finish_file(struct ckptfs_session *s, struct ck_file *f, char *msg, s
 	if (drop)
 		snprintf(msg, mlen, "%.200s; the file was dropped", f->msg);
 	for (size_t i = 0; !drop && i < f->npatches; i++) {
-		uint32_t crc = f->caps[f->patches[i].capture]->crc;
-		unsigned char le[4] = { crc & 0xff, (crc >> 8) & 0xff, (crc >> 16) & 0xff, crc >> 24 };
-		if (pwrite(f->fd, le, 4, (off_t)f->patches[i].file_offset) != 4) {
-			r = -errno;
-			snprintf(msg, mlen, "ckptfs: fd %d: writing a patch: %s; the file was dropped",
-				 f->fd, strerror(errno));
-			drop = true;
+		const struct ckptfs_patch *p = &f->patches[i];
+		unsigned char le[4];
+		const void *src = p->data;
+		size_t len = p->len, done = 0;
+		if (p->kind == CKPTFS_PATCH_CRC32_LE) {
+			uint32_t crc = f->caps[p->capture]->crc;
+			le[0] = crc & 0xff;
+			le[1] = (crc >> 8) & 0xff;
+			le[2] = (crc >> 16) & 0xff;
+			le[3] = crc >> 24;
+			src = le;
+			len = 4;
+		}
+		while (done < len) {
+			ssize_t n = pwrite(f->fd, (const char *)src + done, len - done,
+					   (off_t)(p->file_offset + done));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				r = n < 0 ? -errno : -EIO;
+				snprintf(msg, mlen, "ckptfs: fd %d: writing at %llu: %s; the file was "
+					 "dropped", f->fd, (unsigned long long)(p->file_offset + done),
+					 strerror(-r));
+				drop = true;
+				break;
+			}
+			done += (size_t)n;
 		}
 	}
 	int u = ck_unbind(s, f, drop);
@@ -611,6 +631,30 @@ static void *finisher_main(void *arg)
 	return NULL;
 }
 
+/* Keep the patches, with their bytes, in one allocation. */
+static int patches_copy(struct ck_file *f, const struct ckptfs_patch *p, size_t n)
+{
+	size_t bytes = n * sizeof(*p);
+	char *blob;
+
+	for (size_t i = 0; i < n; i++)
+		if (p[i].kind == CKPTFS_PATCH_BYTES)
+			bytes += p[i].len;
+	if (!(f->patches = malloc(bytes)))
+		return -ENOMEM;
+	memcpy(f->patches, p, n * sizeof(*p));
+	blob = (char *)(f->patches + n);
+	for (size_t i = 0; i < n; i++) {
+		if (p[i].kind == CKPTFS_PATCH_BYTES && p[i].len) {
+			memcpy(blob, p[i].data, p[i].len);
+			f->patches[i].data = blob;
+			blob += p[i].len;
+		}
+	}
+	f->npatches = n;
+	return 0;
+}
+
 int ckptfs_file_close(ckptfs_session *s, int fd, const struct ckptfs_patch *patches,
 		      size_t npatches, const char *rename_from, const char *rename_to)
 {
@@ -635,18 +679,17 @@ int ckptfs_file_close(ckptfs_session *s, int fd, const struct ckptfs_patch *patc
 	}
 	for (size_t i = 0; i < npatches && r == 0; i++) {
 		int32_t c = patches[i].capture;
-		if (patches[i].kind != CKPTFS_PATCH_CRC32_LE || c < 0 || (uint32_t)c >= f->ncaps ||
-		    !f->caps[c]->want_crc)
+		if (patches[i].kind == CKPTFS_PATCH_BYTES) {
+			if (patches[i].len && !patches[i].data)
+				r = ck_fail(-EINVAL, "ckptfs_file_close: patch %zu has no data", i);
+		} else if (patches[i].kind != CKPTFS_PATCH_CRC32_LE || c < 0 ||
+			   (uint32_t)c >= f->ncaps || !f->caps[c]->want_crc) {
 			r = ck_fail(-EINVAL, "ckptfs_file_close: patch %zu names capture %d, which is "
 				    "not a CRC-32 capture of fd %d", i, (int)c, fd);
-	}
-	if (r == 0 && npatches) {
-		f->patches = malloc(npatches * sizeof(*patches));
-		if (f->patches) {
-			memcpy(f->patches, patches, npatches * sizeof(*patches));
-			f->npatches = npatches;
 		}
 	}
+	if (r == 0 && npatches && (r = patches_copy(f, patches, npatches)) < 0)
+		ck_fail(r, "ckptfs_file_close: out of memory");
 	if (r < 0 && !f->err) {
 		f->err = r;
 		snprintf(f->msg, sizeof(f->msg), "%s", ckptfs_last_error());

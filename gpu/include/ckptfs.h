@@ -97,20 +97,27 @@ CKPTFS_API int ckptfs_wait_captured(ckptfs_session *s);
 /* `stream` (a CUstream) waits for the copies issued so far: no CPU stall. */
 CKPTFS_API int ckptfs_stream_wait(ckptfs_session *s, void *stream);
 
-/* Written into the file before it is closed, once the captures are done. */
+/*
+ * Written into the file, in order, once its captures have landed (so they
+ * land in the captured chunks instead of beside them): the bytes of a
+ * header, or the CRC-32 of a capture where a header wants it.
+ */
 struct ckptfs_patch {
 	uint64_t file_offset;
-	int32_t capture;	/* whose CRC-32 (a capture made with CKPTFS_CAPTURE_CRC32) */
-	uint32_t kind;		/* CKPTFS_PATCH_CRC32_LE: 4 bytes, little-endian */
+	uint32_t kind;		/* CKPTFS_PATCH_* */
+	int32_t capture;	/* CRC32_LE: whose CRC (a capture made with CKPTFS_CAPTURE_CRC32) */
+	const void *data;	/* BYTES: copied by ckptfs_file_close */
+	uint64_t len;		/* BYTES */
 };
-#define CKPTFS_PATCH_CRC32_LE 1
+#define CKPTFS_PATCH_CRC32_LE 1	/* 4 bytes, little-endian */
+#define CKPTFS_PATCH_BYTES 2
 
 /*
  * Hand fd over: once its captures have landed, write the patches, unbind
  * it, close it (its version is sealed then, in the order of these calls)
  * and, if rename_to is given, rename rename_from to it.  Returns at once;
  * errors come from ckptfs_wait_files().  fd belongs to the library after
- * this call, even on error.
+ * this call, even on error (a file with an error is dropped, not renamed).
  */
 CKPTFS_API int ckptfs_file_close(ckptfs_session *s, int fd, const struct ckptfs_patch *patches,
 				 size_t npatches, const char *rename_from, const char *rename_to);
