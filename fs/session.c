@@ -1112,6 +1112,7 @@ static int ioc_unbind(struct ckptfs *fs, fuse_req_t req, const struct ckptfs_ioc
 	struct unbound u = { 0 };
 	struct session *s;
 	struct binding *b;
+	fuse_ino_t ino = 0;
 	int r;
 
 	if (!(s = session_find(ss, in->session)))
@@ -1132,6 +1133,8 @@ static int ioc_unbind(struct ckptfs *fs, fuse_req_t req, const struct ckptfs_ioc
 		}
 		out->error = b->err;
 		out->adopted = b->adopted;
+		if (b->adopted && !b->err && !(in->flags & CKPTFS_UNBIND_DROP))
+			ino = fs_ino(fs, b->node);
 		/* A file missing captured bytes is never published (S1). */
 		binding_end(fs, s, b, b->err || (in->flags & CKPTFS_UNBIND_DROP), &u);
 		if (b->err || (in->flags & CKPTFS_UNBIND_DROP))
@@ -1140,6 +1143,9 @@ static int ioc_unbind(struct ckptfs *fs, fuse_req_t req, const struct ckptfs_ioc
 	pthread_mutex_unlock(&s->lock);
 	pthread_mutex_unlock(&fs->ns);
 	unbound_done(fs, &u);
+	/* The kernel saw no write of the captured bytes: its size and pages are stale. */
+	if (ino)
+		fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
 	session_put(s);
 	return r;
 }
