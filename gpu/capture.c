@@ -15,7 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define BATCH_MAX 16		/* pieces (chunks) per host function */
+/* Pieces (chunks) per host function: at most a quarter of the arena. */
+#define BATCH_MAX(s) ((s)->nchunks >= 64 ? 16u : (s)->nchunks >= 8 ? (s)->nchunks / 4 : 1u)
 
 struct ck_batch {
 	struct ckptfs_session *s;
@@ -299,7 +300,7 @@ static int capture_device(struct ckptfs_session *s, struct ck_file *f, uint64_t 
 	while (i < npieces && r == 0) {
 		uint32_t first = i;
 		pthread_mutex_lock(&s->mu);
-		while (i < npieces && i - first < BATCH_MAX) {
+		while (i < npieces && i - first < BATCH_MAX(s)) {
 			struct ck_piece *p = &cap->pieces[i];
 			uint64_t index = off / s->cs + i;
 			uint32_t c;
