@@ -20,15 +20,14 @@
  *   - pointers: cuPointerGetAttribute says DEVICE for any readable address
  *     and rejects NULL and unmapped ones (CUDA_ERROR_INVALID_VALUE), as the
  *     driver rejects a pointer it does not know; cuMemcpyDtoHAsync does too;
- *   - CKPTFS_MOCK_FAIL_COPY_AFTER=N makes every copy after the first N fail
- *     at enqueue (CUDA_ERROR_ILLEGAL_ADDRESS), for error paths.
+ *   - while CKPTFS_MOCK_FAIL_COPY=1 is set, every copy fails at enqueue
+ *     (CUDA_ERROR_ILLEGAL_ADDRESS), for error paths.
  * One device (ordinal 0, PCI bus id 0000:00:00.0), one primary context.
  * The exported symbol ckptfs_mock_driver tells libckptfs it talks to this.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,18 +85,14 @@ struct CUstream_st {
 };
 
 static double copy_gbps;	/* 0: unthrottled */
-static long fail_after = -1;
-static atomic_long copies;
 static int probe[2] = { -1, -1 };
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void setup(void)
 {
-	const char *g = getenv("CKPTFS_MOCK_COPY_GBPS"), *f = getenv("CKPTFS_MOCK_FAIL_COPY_AFTER");
+	const char *g = getenv("CKPTFS_MOCK_COPY_GBPS");
 	if (g)
 		copy_gbps = atof(g);
-	if (f)
-		fail_after = atol(f);
 	if (pipe2(probe, O_CLOEXEC | O_NONBLOCK) < 0)
 		probe[0] = probe[1] = -1;
 }
@@ -415,7 +410,8 @@ EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, struc
 	pthread_once(&once, setup);
 	if (!range_readable((const void *)(uintptr_t)src, n) || !dst)
 		return ERR_INVALID_VALUE;
-	if (fail_after >= 0 && atomic_fetch_add(&copies, 1) >= fail_after)
+	const char *fail = getenv("CKPTFS_MOCK_FAIL_COPY");
+	if (fail && *fail == '1')
 		return ERR_ILLEGAL_ADDRESS;
 	if (!(o = op_new(OP_COPY)))
 		return ERR_INVALID_VALUE;
