@@ -39,7 +39,9 @@ static void make_parents(const char *path)
 
 int gt_create(struct tmount *m, const char *rel)
 {
-	const char *path = tm_path(m, rel);
+	char path[PATH_MAX + 256];	/* not tm_path: threads create files at once */
+
+	snprintf(path, sizeof(path), "%s/%s", m->mnt, rel);
 	make_parents(path);
 	return (int)CHECK_SYS(open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644));
 }

@@ -18,7 +18,7 @@ void gt_init(void);
 const char *gt_mock_path(void);
 /* A session with the mount that must open (fails the test with the library's message). */
 ckptfs_session *gt_open(struct tmount *m, uint64_t arena_bytes);
-/* A new file in the mount, open for writing, parents made. */
+/* A new file in the mount, open for writing, parents made (thread-safe). */
 int gt_create(struct tmount *m, const char *rel);
 /* Hand fd to ckptfs_file_close and wait for it: must succeed. */
 void gt_close_wait(ckptfs_session *s, int fd);
