@@ -28,7 +28,7 @@ ckptfs_session *gt_open(struct tmount *m, uint64_t arena_bytes)
 
 static void make_parents(const char *path)
 {
-	char buf[PATH_MAX];
+	char buf[PATH_MAX + 256];
 	snprintf(buf, sizeof(buf), "%s", path);
 	for (char *p = strchr(buf + 1, '/'); p; p = strchr(p + 1, '/')) {
 		*p = '\0';
