@@ -12,11 +12,11 @@ opened per mount and process on first use and finished at interpreter exit.
 """
 import atexit
 
-from ._lib import (CkptfsError, Session, close_all, commit, library, mount_root, session_for,
-                   sessions, stream_wait, unavailable_reason, wait)
+from ._lib import (CkptfsError, Session, close_all, commit, library, mock_driver, mount_root,
+                   session_for, sessions, stream_wait, unavailable_reason, wait)
 
-__all__ = ["CkptfsError", "Session", "close_all", "commit", "library", "mount_root",
-           "session_for", "sessions", "stream_wait", "unavailable_reason", "wait"]
+__all__ = ["CkptfsError", "Session", "close_all", "commit", "library", "mock_driver",
+           "mount_root", "session_for", "sessions", "stream_wait", "unavailable_reason", "wait"]
 
 
 def _at_exit():

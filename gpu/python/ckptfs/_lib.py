@@ -2,8 +2,8 @@
 process, and the module-level wait/commit that act on every session.
 
 The library is found, in order, at $CKPTFS_LIBRARY, where `cmake --install`
-put it (_paths.py, generated), beside the build tree's package, and by the
-dynamic linker's search ("libckptfs.so.0").  Nothing here imports torch.
+put it (_paths.py, written by the install), and by the dynamic linker's
+search ("libckptfs.so.0").  Nothing here imports torch.
 
 A Session keeps the storages it captured from alive until their copies are
 done (wait()), so the caching allocator cannot hand their memory to new
@@ -58,11 +58,14 @@ def _candidates():
     env = os.environ.get("CKPTFS_LIBRARY")
     if env:
         return [env]
-    out = []
-    if _paths is not None:
-        out += [_paths.LIBRARY, _paths.BUILD_LIBRARY]
+    out = [_paths.LIBRARY] if _paths is not None else []
     found = ctypes.util.find_library("ckptfs")
     return out + ([found] if found else []) + ["libckptfs.so.0"]
+
+
+def mock_driver():
+    """The installed mock CUDA driver (for CKPTFS_LIBCUDA without a GPU), or None."""
+    return _paths.MOCK_DRIVER if _paths is not None else None
 
 
 def library():
