@@ -159,6 +159,7 @@ static int cuda_enter(struct ckptfs_session *s, ckcu_deviceptr p, ckcu_context *
 	if ((r = cu->MemHostRegister(s->arena, s->arena_bytes, CKCU_MEMHOSTREGISTER_PORTABLE)))
 		fprintf(stderr, "ckptfs: cannot pin the capture arena (%s); copies will be slower\n",
 			ckcu_strerror(cu, r));
+	s->pinned = r == CKCU_SUCCESS;
 	s->cuda_ready = true;
 	return 0;
 }
@@ -179,7 +180,8 @@ void ck_cuda_release(struct ckptfs_session *s)
 	s->cu->CtxGetCurrent(&saved);
 	s->cu->CtxSetCurrent(s->ctx);
 	s->cu->StreamSynchronize(s->copy);
-	s->cu->MemHostUnregister(s->arena);
+	if (s->pinned)
+		s->cu->MemHostUnregister(s->arena);
 	s->cu->EventDestroy(s->ev_prod);
 	s->cu->EventDestroy(s->ev_copy);
 	s->cu->StreamDestroy(s->copy);

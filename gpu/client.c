@@ -600,6 +600,7 @@ int ckptfs_session_stats(ckptfs_session *s, struct ckptfs_stats *st)
 	st->adopt_latency_max_s = (double)atomic_load(&h->lat_ns_max) / 1e9;
 	st->numa_node = s->numa_node;
 	st->hugepages = s->hugepages;
+	st->arena_pinned = s->pinned;
 	st->driver = !s->cu ? "none" : s->cu->mock ? "mock" : "cuda";
 	return 0;
 }

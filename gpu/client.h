@@ -124,6 +124,7 @@ struct ckptfs_session {
 
 	pthread_mutex_t cuda_mu;
 	bool cuda_ready;
+	bool pinned;		/* the arena is registered with the driver */
 	ckcu_context ctx;
 	ckcu_stream copy;
 	ckcu_event ev_prod, ev_copy;

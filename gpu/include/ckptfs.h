@@ -132,6 +132,7 @@ struct ckptfs_stats {
 	double adopt_latency_avg_s, adopt_latency_max_s;	/* copy completion -> adoption */
 	int numa_node;		/* where the daemon placed the arena, -1 if not bound */
 	int hugepages;
+	int arena_pinned;	/* registered with the driver (cuMemHostRegister) */
 	const char *driver;	/* "cuda", "mock" or "none" */
 };
 CKPTFS_API int ckptfs_session_stats(ckptfs_session *s, struct ckptfs_stats *st);

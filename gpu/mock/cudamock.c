@@ -22,6 +22,8 @@
  *     driver rejects a pointer it does not know; cuMemcpyDtoHAsync does too;
  *   - while CKPTFS_MOCK_FAIL_COPY=1 is set, every copy fails at enqueue
  *     (CUDA_ERROR_ILLEGAL_ADDRESS), for error paths.
+ * Memory (for benchmarks' dry runs): cuMemAlloc and cuMemAllocHost are
+ * malloc, cuMemsetD8 is memset.
  * One device (ordinal 0, PCI bus id 0000:00:00.0), one primary context.
  * The exported symbol ckptfs_mock_driver tells libckptfs it talks to this.
  */
@@ -427,6 +429,38 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
 	if (!range_readable((const void *)(uintptr_t)src, n) || !dst)
 		return ERR_INVALID_VALUE;
 	memcpy(dst, (const void *)(uintptr_t)src, n);
+	return OK;
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
+{
+	void *m = malloc(n ? n : 1);
+	if (!m)
+		return 2;	/* CUDA_ERROR_OUT_OF_MEMORY */
+	*p = (CUdeviceptr)(uintptr_t)m;
+	return OK;
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
+{
+	free((void *)(uintptr_t)p);
+	return OK;
+}
+
+EXPORT CUresult cuMemAllocHost_v2(void **p, size_t n)
+{
+	return (*p = malloc(n ? n : 1)) ? OK : 2;
+}
+
+EXPORT CUresult cuMemFreeHost(void *p)
+{
+	free(p);
+	return OK;
+}
+
+EXPORT CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n)
+{
+	memset((void *)(uintptr_t)p, v, n);
 	return OK;
 }
 

@@ -47,7 +47,8 @@ class _Stats(ctypes.Structure):
         "entries", "adopted_chunks", "adopted_bytes", "merged_bytes", "moved_chunks",
         "rejected", "arena_waits", "arena_wait_ns")] + [
         ("adopt_latency_avg_s", ctypes.c_double), ("adopt_latency_max_s", ctypes.c_double),
-        ("numa_node", ctypes.c_int), ("hugepages", ctypes.c_int), ("driver", ctypes.c_char_p)]
+        ("numa_node", ctypes.c_int), ("hugepages", ctypes.c_int), ("arena_pinned", ctypes.c_int),
+        ("driver", ctypes.c_char_p)]
 
 
 _lib = None
@@ -221,7 +222,7 @@ def session_for(path, create=True):
         if not create:
             return None
         try:
-            s = Session(root, arena_bytes=int(os.environ.get("CKPTFS_ARENA_BYTES", "0") or 0))
+            s = Session(root)  # arena size: $CKPTFS_ARENA_SIZE, or the library's default
         except CkptfsError as e:
             _unavailable[root] = (os.getpid(), e)
             return None
