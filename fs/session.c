@@ -1135,10 +1135,14 @@ static int ioc_unbind(struct ckptfs *fs, fuse_req_t req, const struct ckptfs_ioc
 		out->adopted = b->adopted;
 		if (b->adopted && !b->err && !(in->flags & CKPTFS_UNBIND_DROP))
 			ino = fs_ino(fs, b->node);
-		/* A file missing captured bytes is never published (S1). */
-		binding_end(fs, s, b, b->err || (in->flags & CKPTFS_UNBIND_DROP), &u);
-		if (b->err || (in->flags & CKPTFS_UNBIND_DROP))
-			atomic_fetch_add(&ss->st.abandoned_files, 1);
+		if (in->flags & CKPTFS_UNBIND_FENCE) {
+			/* consumed: that is all */
+		} else {
+			/* A file missing captured bytes is never published (S1). */
+			binding_end(fs, s, b, b->err || (in->flags & CKPTFS_UNBIND_DROP), &u);
+			if (b->err || (in->flags & CKPTFS_UNBIND_DROP))
+				atomic_fetch_add(&ss->st.abandoned_files, 1);
+		}
 	}
 	pthread_mutex_unlock(&s->lock);
 	pthread_mutex_unlock(&fs->ns);

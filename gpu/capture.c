@@ -413,8 +413,10 @@ int ckptfs_capture_ex(ckptfs_session *s, int fd, uint64_t off, uint64_t dptr, si
 	uint32_t npieces = 0;
 	int r, id;
 
-	if (!s || fd < 0)
-		return ck_fail(-EINVAL, "ckptfs_capture: no session or fd");
+	if ((r = ck_usable(s, "ckptfs_capture")) < 0)
+		return r;
+	if (fd < 0)
+		return ck_fail(-EBADF, "ckptfs_capture: no fd");
 	if (off + len < off || off + len > (1ull << 62))
 		return ck_fail(-EINVAL, "ckptfs_capture: offset %llu + length %zu is out of range",
 			       (unsigned long long)off, len);
@@ -492,8 +494,10 @@ int ckptfs_wait_captured(ckptfs_session *s)
 	ckcu_context saved;
 	ckcu_result r = 0;
 
-	if (!s)
-		return ck_fail(-EINVAL, "ckptfs_wait_captured: no session");
+	int u = ck_usable(s, "ckptfs_wait_captured");
+
+	if (u < 0)
+		return u;
 	pthread_mutex_lock(&s->cuda_mu);
 	if (s->cuda_ready) {
 		s->cu->CtxGetCurrent(&saved);
@@ -517,8 +521,10 @@ int ckptfs_stream_wait(ckptfs_session *s, void *stream)
 	ckcu_context saved;
 	ckcu_result r = 0;
 
-	if (!s)
-		return ck_fail(-EINVAL, "ckptfs_stream_wait: no session");
+	int u = ck_usable(s, "ckptfs_stream_wait");
+
+	if (u < 0)
+		return u;
 	pthread_mutex_lock(&s->cuda_mu);
 	if (s->cuda_ready) {
 		s->cu->CtxGetCurrent(&saved);
@@ -538,14 +544,21 @@ int ckptfs_stream_wait(ckptfs_session *s, void *stream)
 
 /* ---- closing files -------------------------------------------------------- */
 
-/* Patches, unbind, close, rename: the file's end.  No lock held. */
+/* Fence, patches, unbind, close, rename: the file's end.  No lock held. */
 static int finish_file(struct ckptfs_session *s, struct ck_file *f, char *msg, size_t mlen)
 {
 	bool drop = f->err != 0;
-	int r = f->err;
+	int r = f->err, u;
 
 	if (drop)
 		snprintf(msg, mlen, "%.200s; the file was dropped", f->msg);
+	/* The daemon adopts what was posted first, so patches land in the captured chunks. */
+	if (!drop && f->npatches && (u = ck_unbind(s, f, CKPTFS_UNBIND_FENCE)) < 0) {
+		r = u;
+		snprintf(msg, mlen, "ckptfs: the daemon refused part of fd %d's captures (%s); the "
+			 "file was dropped", f->fd, strerror(-u));
+		drop = true;
+	}
 	for (size_t i = 0; !drop && i < f->npatches; i++) {
 		const struct ckptfs_patch *p = &f->patches[i];
 		unsigned char le[4];
@@ -576,7 +589,7 @@ static int finish_file(struct ckptfs_session *s, struct ck_file *f, char *msg, s
 			done += (size_t)n;
 		}
 	}
-	int u = ck_unbind(s, f, drop);
+	u = ck_unbind(s, f, drop ? CKPTFS_UNBIND_DROP : 0);
 	if (u < 0 && !r) {
 		r = u;
 		if (u == -ENOTCONN || u == -ESRCH)
@@ -664,8 +677,10 @@ int ckptfs_file_close(ckptfs_session *s, int fd, const struct ckptfs_patch *patc
 	struct ck_file *f = NULL;
 	int r = 0;
 
-	if (!s || fd < 0)
-		return ck_fail(-EINVAL, "ckptfs_file_close: no session or fd");
+	if ((r = ck_usable(s, "ckptfs_file_close")) < 0)
+		return r;
+	if (fd < 0)
+		return ck_fail(-EBADF, "ckptfs_file_close: no fd");
 	pthread_mutex_lock(&s->mu);
 	for (struct ck_file *g = s->files; g; g = g->next)
 		if (g->fd == fd && !g->closing)
@@ -715,8 +730,8 @@ int ckptfs_wait_files(ckptfs_session *s)
 {
 	int r;
 
-	if (!s)
-		return ck_fail(-EINVAL, "ckptfs_wait_files: no session");
+	if ((r = ck_usable(s, "ckptfs_wait_files")) < 0)
+		return r;
 	pthread_mutex_lock(&s->mu);
 	while (s->fin_head)
 		pthread_cond_wait(&s->cv, &s->mu);

@@ -39,6 +39,16 @@ const char *ckptfs_last_error(void)
 	return last_error;
 }
 
+int ck_usable(const struct ckptfs_session *s, const char *what)
+{
+	if (!s)
+		return ck_fail(-EINVAL, "%s: no session", what);
+	if (s->pid != getpid())
+		return ck_fail(-ECHILD, "%s: the session belongs to process %d; a forked child must "
+			       "open its own", what, (int)s->pid);
+	return 0;
+}
+
 uint64_t ck_now_ns(void)
 {
 	struct timespec ts;
@@ -246,6 +256,7 @@ ckptfs_session *ckptfs_session_open_ex(const char *path, const struct ckptfs_ses
 	}
 	s->sock = s->sq_efd = s->cq_efd = -1;
 	s->numa_node = -1;
+	s->pid = getpid();
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->ring_mu, NULL);
 	pthread_mutex_init(&s->cuda_mu, NULL);
@@ -319,6 +330,8 @@ int ckptfs_session_close(ckptfs_session *s)
 
 	if (!s)
 		return 0;
+	if ((r = ck_usable(s, "ckptfs_session_close")) < 0)
+		return r;	/* a child: the parent's session is not its to end */
 	w = ckptfs_wait_captured(s);
 	r = ckptfs_wait_files(s);
 	ck_threads_stop(s);
@@ -401,8 +414,12 @@ int ckptfs_file_bind(ckptfs_session *s, int fd, uint64_t size)
 	struct ck_file *f;
 	int r;
 
-	if (!s || fd < 0)
-		return ck_fail(-EINVAL, "ckptfs_file_bind: no session or fd");
+	int u = ck_usable(s, "ckptfs_file_bind");
+
+	if (u < 0)
+		return u;
+	if (fd < 0)
+		return ck_fail(-EBADF, "ckptfs_file_bind: no fd");
 	pthread_mutex_lock(&s->mu);
 	if (ck_dead_locked(s)) {
 		r = dead_error(s);
@@ -413,14 +430,15 @@ int ckptfs_file_bind(ckptfs_session *s, int fd, uint64_t size)
 	return r;
 }
 
-int ck_unbind(struct ckptfs_session *s, struct ck_file *f, bool drop)
+int ck_unbind(struct ckptfs_session *s, struct ck_file *f, unsigned flags)
 {
 	struct ckptfs_ioc_unbind u = { .session = s->id, .key = { s->key[0], s->key[1] },
-				       .token = f->token, .flags = drop ? CKPTFS_UNBIND_DROP : 0 };
+				       .token = f->token, .flags = flags };
 
 	if (!f->bound)
 		return 0;
-	f->bound = false;
+	if (!(flags & CKPTFS_UNBIND_FENCE))
+		f->bound = false;
 	if (ioctl(f->fd, CKPTFS_IOC_UNBIND, &u) < 0)
 		return -errno;
 	return u.error;
@@ -575,8 +593,12 @@ int ckptfs_session_stats(ckptfs_session *s, struct ckptfs_stats *st)
 {
 	struct ckptfs_ring_hdr *h;
 
-	if (!s || !st)
-		return ck_fail(-EINVAL, "ckptfs_session_stats: no session");
+	int r = ck_usable(s, "ckptfs_session_stats");
+
+	if (r < 0)
+		return r;
+	if (!st)
+		return ck_fail(-EINVAL, "ckptfs_session_stats: no stats to fill");
 	h = s->ring;
 	memset(st, 0, sizeof(*st));
 	st->arena_bytes = s->arena_bytes;

@@ -35,6 +35,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <sys/types.h>
 
 struct ck_range {
 	uint32_t lo, hi;
@@ -92,6 +93,7 @@ struct ck_file {
 
 struct ckptfs_session {
 	const struct ckcu *cu;	/* NULL: no driver (host memory only) */
+	pid_t pid;		/* the process that opened it (a fork's child has none of it) */
 	char path[256];		/* for messages */
 	int sock, sq_efd, cq_efd;
 	uint64_t id, key[2];
@@ -138,6 +140,12 @@ struct ckptfs_session {
 
 /* Record why the calling thread's call failed; returns err (a -errno). */
 int ck_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+ * 0 if s may be used by the calling process, else -EINVAL (no session) or
+ * -ECHILD: a forked child has no threads and no arena of its parent's
+ * session (the mappings are MADV_DONTFORK).  `what` names the call.
+ */
+int ck_usable(const struct ckptfs_session *s, const char *what);
 /* The daemon ended the session (socket closed or ring marked dead)?  mu held. */
 bool ck_dead_locked(struct ckptfs_session *s);
 /* The file entry for fd, bound to the session (created on first use).  mu held. */
@@ -148,8 +156,11 @@ int ck_chunk_alloc(struct ckptfs_session *s, uint32_t *out, bool may_wait);
 void ck_chunk_post(struct ckptfs_session *s, uint32_t c, uint64_t t_ns);
 /* Close every chunk f holds (post the idle ones now).  mu held. */
 void ck_file_close_chunks(struct ckptfs_session *s, struct ck_file *f);
-/* CKPTFS_IOC_UNBIND: 0, or the daemon's verdict on the file's entries. */
-int ck_unbind(struct ckptfs_session *s, struct ck_file *f, bool drop);
+/*
+ * CKPTFS_IOC_UNBIND with `flags` (CKPTFS_UNBIND_*): 0, or the daemon's
+ * verdict on the file's entries.  With CKPTFS_UNBIND_FENCE the file stays bound.
+ */
+int ck_unbind(struct ckptfs_session *s, struct ck_file *f, unsigned flags);
 void ck_file_free(struct ckptfs_session *s, struct ck_file *f);
 uint64_t ck_now_ns(void);
 

@@ -105,6 +105,12 @@ struct ckptfs_ioc_unbind {
  * never sealed removes its names from the mount.
  */
 #define CKPTFS_UNBIND_DROP 0x1
+/*
+ * Only consume what was posted and report the file's error: the binding
+ * stays.  Bytes written after it land in the adopted chunks (patches of
+ * headers inside captured chunks must come after the captures).
+ */
+#define CKPTFS_UNBIND_FENCE 0x2
 
 #define CKPTFS_IOC_INFO   _IOR(CKPTFS_IOC_TYPE, 1, struct ckptfs_ioc_info)
 #define CKPTFS_IOC_BIND   _IOWR(CKPTFS_IOC_TYPE, 2, struct ckptfs_ioc_bind)

@@ -85,6 +85,7 @@ int main(void)
 	gt_check_backend(&m, rel1, buf1, len1, 1);
 	tm_stop(&m);
 	tm_cleanup(&m);
+	free(buf);
 
 	/* 2. two files larger than the whole cache, at once */
 	tm_start(&m, "gpu_backpressure2", "cache_size=16M,chunk_size=1M", NULL);
@@ -118,5 +119,7 @@ int main(void)
 	ASSERT_LE(gt_stat(&m, "cache_used_bytes"), 16 * MiB);
 	tm_stop(&m);
 	tm_cleanup(&m);
+	free(two[0].buf);
+	free(two[1].buf);
 	return 0;
 }

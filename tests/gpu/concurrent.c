@@ -152,5 +152,7 @@ int main(void)
 	gt_check_backend(&m, rel, buf, len, n);
 	tm_stop(&m);
 	tm_cleanup(&m);
+	for (size_t i = 0; i < n; i++)
+		free(buf[i]);
 	return 0;
 }

@@ -50,16 +50,17 @@ static int no_driver(const char *mnt)
 	ASSERT_EQ(st.host_written_bytes, 3 * MiB + 5);
 	ASSERT_EQ(ckptfs_session_close(s), 0);
 	cu_check_content(tm_path(&m, "nodrv/host"), buf, 3 * MiB + 5);
+	free(buf);
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
 	struct tmount m, off;
-	unsigned char *buf = it_pattern(1, 2 * MiB);
 
 	if (argc == 3 && !strcmp(argv[1], "--no-driver"))
 		return no_driver(argv[2]);
+	unsigned char *buf = it_pattern(1, 2 * MiB);
 	gt_init();
 
 	/* Not ckptfs, missing, and sessions=off. */
@@ -79,24 +80,35 @@ int main(int argc, char **argv)
 	tm_start(&m, "gpu_errors", "cache_size=128M,allow_other", NULL);
 	ckptfs_session *s = gt_open(&m, 16 * MiB);
 
-	/* Another user may not bind files to this session. */
+	/*
+	 * Another user may not bind files to a session: a child opens its own
+	 * session as root, then becomes another user and tries to bind a file
+	 * it created.  And a forked child cannot use its parent's session.
+	 */
 	CHECK_SYS(chmod(m.root, 0755));	/* let the other user reach the mount */
 	CHECK_SYS(mkdir(tm_path(&m, "shared"), 0777));
 	CHECK_SYS(chmod(tm_path(&m, "shared"), 01777));
 	pid_t pid = fork();
 	if (pid == 0) {
+		if (ckptfs_file_bind(s, 0, 0) != -ECHILD || !strstr(ckptfs_last_error(), "forked child"))
+			_exit(2);
+		ckptfs_session *mine = ckptfs_session_open(m.mnt);
+		if (!mine)
+			_exit(3);
 		if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
 			_exit(77);
 		int fd = open(tm_path(&m, "shared/theirs"), O_CREAT | O_WRONLY, 0644);
 		if (fd < 0)
-			_exit(3);
-		int r = ckptfs_file_bind(s, fd, 0);
-		_exit(r == -EPERM && strstr(ckptfs_last_error(), "another user") ? 0 : 4);
+			_exit(4);
+		int r = ckptfs_file_bind(mine, fd, 0);
+		_exit(r == -EPERM && strstr(ckptfs_last_error(), "another user") ? 0 : 5);
 	}
 	int st;
 	waitpid(pid, &st, 0);
+	ASSERT_TRUE(WIFEXITED(st));
 	if (WEXITSTATUS(st) != 77)
 		ASSERT_EQ(WEXITSTATUS(st), 0);
+	ASSERT_TRUE(it_wait_stat(&m, "gpu_sessions_active", "1", 5000));	/* the child's ended */
 
 	/* A session the daemon does not know. */
 	int fd = gt_create(&m, "err/raw");
@@ -172,6 +184,8 @@ int main(int argc, char **argv)
 	GT_EXPECT_ERR(ckptfs_file_bind(s, other, 0), ENOTCONN, "ended the session");
 	close(other);
 	ASSERT_EQ(ckptfs_session_close(s), 0);
+	munmap(hole, 1 << 20);
+	free(buf);
 	tm_cleanup(&m);
 	return 0;
 }

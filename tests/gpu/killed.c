@@ -124,5 +124,7 @@ int main(void)
 	free(out);
 	tm_stop(&m);
 	tm_cleanup(&m);
+	free(old);
+	free(done);
 	return 0;
 }

@@ -138,5 +138,9 @@ int main(void)
 	gt_check_backend(&m, rel, buf, len, 3);
 	tm_stop(&m);
 	tm_cleanup(&m);
+	for (int i = 0; i < 3; i++)
+		free(fs[i]->model);
+	free(src);
+	free(hdr);
 	return 0;
 }

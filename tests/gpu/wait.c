@@ -165,5 +165,10 @@ int main(void)
 	gt_check_backend(&m, rel, buf, len, 3);
 	tm_stop(&m);
 	tm_cleanup(&m);
+	for (int i = 0; i < 3; i++)
+		free(buf[i]);
+	free(t1);
+	free(t2);
+	free(t3);
 	return 0;
 }
