@@ -972,7 +972,7 @@ static void *acceptor_main(void *arg)
 int session_start(struct ckptfs *fs)
 {
 	struct sessions *ss = xcalloc(1, sizeof(*ss));
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa;
 	int r;
 
 	ss->fs = fs;
@@ -987,12 +987,10 @@ int session_start(struct ckptfs *fs)
 		return 0;
 	snprintf(ss->addr, sizeof(ss->addr), "@ckptfs-session-%s-%d", fs->be.mount_id,
 		 (int)getpid());
-	size_t len = strlen(ss->addr);
-	memcpy(sa.sun_path + 1, ss->addr + 1, len - 1);	/* sun_path[0] = 0: abstract */
+	socklen_t len = ckptfs_sockaddr(ss->addr, &sa);	/* abstract: no file to clean up */
 	ss->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	ss->wake_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (ss->lfd < 0 || ss->wake_efd < 0 ||
-	    bind(ss->lfd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len)) < 0 ||
+	if (ss->lfd < 0 || ss->wake_efd < 0 || bind(ss->lfd, (struct sockaddr *)&sa, len) < 0 ||
 	    listen(ss->lfd, 64) < 0 || pthread_create(&ss->acceptor, NULL, acceptor_main, ss) != 0) {
 		r = -errno;
 		log_warn("GPU sessions are unavailable: cannot listen on %s: %s", ss->addr, strerror(-r));

@@ -489,27 +489,43 @@ int ckptfs_capture(ckptfs_session *s, int fd, uint64_t off, uint64_t dptr, size_
 
 /* ---- waits ---------------------------------------------------------------- */
 
-int ckptfs_wait_captured(ckptfs_session *s)
+/*
+ * Record ev_copy after every copy issued so far; with `waiter`, make that
+ * stream wait for it too.  0 or the driver's error; *recorded says whether
+ * there was anything to record (no device capture yet: nothing to wait for).
+ */
+static ckcu_result mark_copies(struct ckptfs_session *s, bool make_wait, ckcu_stream waiter,
+			       bool *recorded)
 {
 	ckcu_context saved;
 	ckcu_result r = 0;
 
-	int u = ck_usable(s, "ckptfs_wait_captured");
-
-	if (u < 0)
-		return u;
 	pthread_mutex_lock(&s->cuda_mu);
+	*recorded = s->cuda_ready;
 	if (s->cuda_ready) {
 		s->cu->CtxGetCurrent(&saved);
 		if (saved != s->ctx)
 			s->cu->CtxSetCurrent(s->ctx);
-		r = s->cu->EventRecord(s->ev_copy, s->copy);
+		if (!(r = s->cu->EventRecord(s->ev_copy, s->copy)) && make_wait)
+			r = s->cu->StreamWaitEvent(waiter, s->ev_copy, 0);
 		if (saved != s->ctx)
 			s->cu->CtxSetCurrent(saved);
 	}
 	pthread_mutex_unlock(&s->cuda_mu);
+	return r;
+}
+
+int ckptfs_wait_captured(ckptfs_session *s)
+{
+	int u = ck_usable(s, "ckptfs_wait_captured");
+	bool recorded;
+	ckcu_result r;
+
+	if (u < 0)
+		return u;
+	r = mark_copies(s, false, NULL, &recorded);
 	/* Copies and their host functions: everything queued before the record. */
-	if (s->cuda_ready && !r)
+	if (recorded && !r)
 		r = s->cu->EventSynchronize(s->ev_copy);
 	if (r)
 		return ck_fail(-EIO, "ckptfs_wait_captured: %s", ckcu_strerror(s->cu, r));
@@ -518,25 +534,13 @@ int ckptfs_wait_captured(ckptfs_session *s)
 
 int ckptfs_stream_wait(ckptfs_session *s, void *stream)
 {
-	ckcu_context saved;
-	ckcu_result r = 0;
-
 	int u = ck_usable(s, "ckptfs_stream_wait");
+	bool recorded;
+	ckcu_result r;
 
 	if (u < 0)
 		return u;
-	pthread_mutex_lock(&s->cuda_mu);
-	if (s->cuda_ready) {
-		s->cu->CtxGetCurrent(&saved);
-		if (saved != s->ctx)
-			s->cu->CtxSetCurrent(s->ctx);
-		if (!(r = s->cu->EventRecord(s->ev_copy, s->copy)))
-			r = s->cu->StreamWaitEvent((ckcu_stream)stream, s->ev_copy, 0);
-		if (saved != s->ctx)
-			s->cu->CtxSetCurrent(saved);
-	}
-	pthread_mutex_unlock(&s->cuda_mu);
-	if (r)
+	if ((r = mark_copies(s, true, (ckcu_stream)stream, &recorded)))
 		return ck_fail(-EINVAL, "ckptfs_stream_wait: stream %p: %s", stream,
 			       ckcu_strerror(s->cu, r));
 	return 0;

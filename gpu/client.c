@@ -146,19 +146,15 @@ static int endpoint(const char *path, struct ckptfs_ioc_info *info)
 
 static int connect_to(const char *addr)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	size_t len = strlen(addr);
+	struct sockaddr_un sa;
+	socklen_t len = ckptfs_sockaddr(addr, &sa);
 	int fd;
 
-	if (len == 0 || len >= sizeof(sa.sun_path))
+	if (!len)
 		return -EINVAL;
-	memcpy(sa.sun_path, addr, len);
-	if (addr[0] == '@')
-		sa.sun_path[0] = '\0';	/* abstract */
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
 		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa,
-		    (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len)) < 0) {
+	if (connect(fd, (struct sockaddr *)&sa, len) < 0) {
 		int r = -errno;
 		close(fd);
 		return r;

@@ -12,15 +12,11 @@
  * ($CKPTFS_LIBCUDA, default libcuda.so.1; the mock works for a dry run).
  * usage: gpu_bench MOUNT GIB ROUNDS   (exit 77 if the driver has no device)
  */
-#include <ckptfs.h>
+#include "bench.h"
 
+#include <ckptfs.h>
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -38,13 +34,6 @@ static struct {
 	CUresult (*StreamCreate)(CUstream *, unsigned);
 	CUresult (*StreamSynchronize)(CUstream);
 } cu;
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
 
 static int cmp(const void *a, const void *b)
 {
@@ -109,19 +98,15 @@ static void check(int r, const char *what)
 static double capture(ckptfs_session *s, const char *mnt, int round, CUdeviceptr dev, size_t n,
 		      CUstream st, double *issue)
 {
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/gpu_bench_%d.bin", mnt, round);
-	unlink(path);
-	int fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0644);
-	if (fd < 0) {
-		perror(path);
-		exit(1);
-	}
-	double t0 = now();
+	char name[64], path[4096];
+	snprintf(name, sizeof(name), "gpu_bench_%d.bin", round);
+	snprintf(path, sizeof(path), "%s/%s", mnt, name);
+	int fd = bench_create(mnt, name);
+	double t0 = bench_now();
 	check(ckptfs_capture(s, fd, 0, dev, n, st), "capture");
-	*issue = now() - t0;
+	*issue = bench_now() - t0;
 	check(ckptfs_wait_captured(s), "wait_captured");
-	double t = now() - t0;
+	double t = bench_now() - t0;
 	/* Not timed: land, close, publish, and free the arena for the next round. */
 	check(ckptfs_file_close(s, fd, NULL, 0, NULL, NULL), "file_close");
 	check(ckptfs_wait_files(s), "wait_files");
@@ -170,14 +155,14 @@ int main(int argc, char **argv)
 	if (rounds > 16)
 		rounds = 16;
 	for (int r = 0; r < rounds; r++) {
-		double t0 = now();
+		double t0 = bench_now();
 		CK(cu.MemcpyDtoHAsync(host, dev, n, st));
 		CK(cu.StreamSynchronize(st));
-		pin[r] = now() - t0;
-		t0 = now();
+		pin[r] = bench_now() - t0;
+		t0 = bench_now();
 		CK(cu.MemcpyDtoHAsync(pageable, dev, n, st));
 		CK(cu.StreamSynchronize(st));
-		pag[r] = now() - t0;
+		pag[r] = bench_now() - t0;
 		cap[r] = capture(s, mnt, r, dev, n, st, &iss[r]);
 		fprintf(stderr, "round %d: pinned %.2f GB/s, pageable %.2f GB/s, capture %.2f GB/s "
 			"(call returned in %.4f s)\n", r, (double)n / pin[r] / 1e9,

@@ -12,34 +12,10 @@
  * usage: ring_bench MOUNT [MiB]   (driver: $CKPTFS_LIBCUDA, e.g. the mock)
  * Prints "key: value" lines.
  */
+#include "bench.h"
+
 #include <ckptfs.h>
-
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static int create(const char *mnt, const char *name)
-{
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/%s", mnt, name);
-	unlink(path);
-	int fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0644);
-	if (fd < 0) {
-		perror(path);
-		exit(1);
-	}
-	return fd;
-}
 
 static void check(int r, const char *what)
 {
@@ -68,13 +44,13 @@ int main(int argc, char **argv)
 	size_t cs = a.chunk_size;
 
 	/* whole chunks: copy rate and completion -> adoption latency */
-	int fd = create(argv[1], "ring_full.bin");
-	double t0 = now();
+	int fd = bench_create(argv[1], "ring_full.bin");
+	double t0 = bench_now();
 	for (size_t off = 0; off < n; off += cs)
 		check(ckptfs_capture(s, fd, off, (uint64_t)(uintptr_t)(src + off), cs, NULL), "capture");
 	check(ckptfs_file_close(s, fd, NULL, 0, NULL, NULL), "close");
 	check(ckptfs_wait_files(s), "wait_files");
-	double t_full = now() - t0;
+	double t_full = bench_now() - t0;
 	ckptfs_session_stats(s, &b);
 	printf("driver: %s\nchunk_bytes: %zu\narena_bytes: %llu\n", b.driver, cs,
 	       (unsigned long long)b.arena_bytes);
@@ -85,15 +61,15 @@ int main(int argc, char **argv)
 
 	/* 4 KiB every 8 KiB: one ring entry per capture */
 	a = b;
-	fd = create(argv[1], "ring_gaps.bin");
-	t0 = now();
+	fd = bench_create(argv[1], "ring_gaps.bin");
+	t0 = bench_now();
 	size_t caps = 0;
 	for (size_t off = 0; off < n / 4; off += 8192, caps++)
 		check(ckptfs_capture(s, fd, off, (uint64_t)(uintptr_t)(src + off), 4096, NULL), "capture");
-	double t_issue = now() - t0;
+	double t_issue = bench_now() - t0;
 	check(ckptfs_file_close(s, fd, NULL, 0, NULL, NULL), "close");
 	check(ckptfs_wait_files(s), "wait_files");
-	double t_gaps = now() - t0;
+	double t_gaps = bench_now() - t0;
 	ckptfs_session_stats(s, &b);
 	uint64_t entries = b.entries - a.entries;
 	printf("gapped_captures: %zu\ngapped_entries: %llu\n", caps, (unsigned long long)entries);

@@ -60,8 +60,12 @@
 #ifndef CKPTFS_RING_H
 #define CKPTFS_RING_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include <stdatomic.h>
 #define CKPTFS_ATOMIC(t) _Atomic t
@@ -117,6 +121,24 @@ struct ckptfs_ioc_unbind {
 #define CKPTFS_IOC_UNBIND _IOWR(CKPTFS_IOC_TYPE, 3, struct ckptfs_ioc_unbind)
 
 /* ---- the socket handshake -------------------------------------------- */
+
+/*
+ * The sockaddr of an endpoint address as CKPTFS_IOC_INFO gives it ("@name":
+ * abstract; else a path): its length, or 0 if the address does not fit.
+ */
+static inline socklen_t ckptfs_sockaddr(const char *addr, struct sockaddr_un *sa)
+{
+	size_t len = strlen(addr);
+
+	memset(sa, 0, sizeof(*sa));
+	sa->sun_family = AF_UNIX;
+	if (len == 0 || len >= sizeof(sa->sun_path))
+		return 0;
+	memcpy(sa->sun_path, addr, len);
+	if (addr[0] == '@')
+		sa->sun_path[0] = '\0';
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len);
+}
 
 struct ckptfs_hello {
 	uint64_t magic;		/* CKPTFS_HELLO_MAGIC */

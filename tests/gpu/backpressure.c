@@ -14,8 +14,6 @@
 #include "tests/gpu/gpu_util.h"
 
 #include <pthread.h>
-#include <signal.h>
-#include <unistd.h>
 
 struct big {
 	ckptfs_session *s;
@@ -37,22 +35,11 @@ static void *big_main(void *arg)
 	return NULL;
 }
 
-static void on_alarm(int sig)
-{
-	(void)sig;
-	static const char msg[] = "backpressure: no progress within the alarm: deadlock\n";
-	if (write(2, msg, sizeof(msg) - 1) < 0) {
-		/* nothing else to do */
-	}
-	_exit(1);
-}
-
 int main(void)
 {
 	struct tmount m;
 
 	gt_init();
-	signal(SIGALRM, on_alarm);
 
 	/* 1. one capture, 24 times the arena */
 	tm_start(&m, "gpu_backpressure", "cache_size=128M,chunk_size=1M", NULL);
@@ -62,14 +49,14 @@ int main(void)
 	ASSERT_EQ(st.arena_bytes, 2 * MiB);
 	size_t len = 48 * MiB;
 	unsigned char *buf = it_pattern(1, len);
-	alarm(60);
+	gt_watchdog(60, "backpressure: no progress: deadlock");
 	struct big b = { s, gt_create(&m, "bp/one"), buf, len, 0, "" };
 	big_main(&b);
 	if (b.r < 0)
 		FAILF("big capture: %s", b.err);
 	if (ckptfs_wait_files(s) < 0)
 		FAILF("wait_files: %s", ckptfs_last_error());
-	alarm(0);
+	gt_watchdog(0, "");
 	ckptfs_session_stats(s, &st);
 	printf("arena 2 MiB, 48 MiB captured: %llu arena waits (%.3f s), %llu chunks moved out\n",
 	       (unsigned long long)st.arena_waits, (double)st.arena_wait_ns / 1e9,
@@ -96,7 +83,7 @@ int main(void)
 	struct big two[2] = { { s, gt_create(&m, "bp/a"), it_pattern(2, len), len, 0, "" },
 			      { s, gt_create(&m, "bp/b"), it_pattern(3, len), len, 0, "" } };
 	pthread_t th[2];
-	alarm(90);
+	gt_watchdog(90, "backpressure: no progress: deadlock");
 	for (int i = 0; i < 2; i++)
 		CHECK_SYS(-pthread_create(&th[i], NULL, big_main, &two[i]));
 	for (int i = 0; i < 2; i++) {
@@ -106,7 +93,7 @@ int main(void)
 	}
 	if (ckptfs_wait_files(s) < 0)
 		FAILF("wait_files: %s", ckptfs_last_error());
-	alarm(0);
+	gt_watchdog(0, "");
 	printf("cache 16 MiB, 2 x 40 MiB: spilled %lld bytes, %lld backpressure waits\n",
 	       gt_stat(&m, "spilled_bytes"), gt_stat(&m, "backpressure_waits"));
 	ASSERT_TRUE(gt_stat(&m, "spilled_bytes") > 0);

@@ -3,7 +3,9 @@
  */
 #include "tests/gpu/gpu_util.h"
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 const char *gt_mock_path(void)
 {
@@ -77,6 +79,24 @@ void gt_check_backend(struct tmount *m, const char *const *rel, void *const *buf
 		if (strcmp(it_verdict(out, rel[i]), "OK") != 0)
 			FAILF("verify %s: \"%s\" (exit %d)\n%s", rel[i], it_verdict(out, rel[i]), r, out);
 	free(out);
+}
+
+static const char *watchdog_what = "";
+
+static void watchdog_fire(int sig)
+{
+	(void)sig;
+	if (write(2, watchdog_what, strlen(watchdog_what)) < 0 || write(2, "\n", 1) < 0) {
+		/* nothing else to do */
+	}
+	_exit(1);
+}
+
+void gt_watchdog(unsigned seconds, const char *what)
+{
+	watchdog_what = what;
+	signal(SIGALRM, watchdog_fire);
+	alarm(seconds);
 }
 
 long long gt_stat(struct tmount *m, const char *key)

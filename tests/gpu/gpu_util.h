@@ -28,6 +28,8 @@ void gt_expect_err(long r, int err, const char *needle, const char *what, int li
 /* Everything durable, then: each rel holds exactly buf[i] on the backend and verify says OK. */
 void gt_check_backend(struct tmount *m, const char *const *rel, void *const *buf,
 		      const size_t *len, size_t n);
+/* Exit 1 with "what" if the process is still running `seconds` from now (0: cancel). */
+void gt_watchdog(unsigned seconds, const char *what);
 /* A stats number of the mount. */
 long long gt_stat(struct tmount *m, const char *key);
 

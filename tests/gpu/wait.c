@@ -17,7 +17,6 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
@@ -79,15 +78,6 @@ static void *wait_main(void *arg)
 	return NULL;
 }
 
-static void on_alarm(int sig)
-{
-	(void)sig;
-	static const char msg[] = "wait: stuck (stream_wait blocked the CPU?)\n";
-	if (write(2, msg, sizeof(msg) - 1) < 0) {
-	}
-	_exit(1);
-}
-
 int main(void)
 {
 	struct tmount m;
@@ -107,8 +97,7 @@ int main(void)
 	ASSERT_EQ(stream_create(&producer, 1), 0);
 	ASSERT_EQ(stream_create(&gated, 1), 0);
 	ASSERT_EQ(stream_create(&compute, 1), 0);
-	signal(SIGALRM, on_alarm);
-	alarm(60);
+	gt_watchdog(60, "wait: stuck (stream_wait blocked the CPU?)");
 
 	/* 1. ordered after the producer's queued work */
 	unsigned char *t1 = it_pattern(10, LEN);
@@ -152,7 +141,7 @@ int main(void)
 	gate_open(&g3);
 	ASSERT_EQ(stream_sync(compute), 0);
 	ASSERT_TRUE(atomic_load(&k3.ran));
-	alarm(0);
+	gt_watchdog(0, "");
 
 	for (int fd = fd1; fd <= fd3; fd++)
 		ASSERT_EQ(ckptfs_file_close(s, fd, NULL, 0, NULL, NULL), 0);
