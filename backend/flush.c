@@ -14,7 +14,8 @@
  *
  * A version whose target directory is not on the backend yet (its mkdir is
  * still queued) waits in the queue; the publisher wakes the flushers after
- * each mkdir.
+ * each mkdir, and blocks the version if nothing before it will create that
+ * directory (order.c).
  *
  * Temporary files are named ".ckptfs.<kind>.<mount id>.<n>" (P5).  Their
  * cfd carries a btemp tag; when the last reference goes and the file was
@@ -56,8 +57,13 @@ static void temp_release(void *tag)
 	free(t);
 }
 
-static int temp_create(struct backend *be, struct bnode *dir, char kind, mode_t mode,
-		       struct cfd **out)
+/*
+ * A new temporary file in dir, born private: mode 0600, owned by the daemon,
+ * whatever the version will be.  Its owner and mode are set by fd only once
+ * its data is written (flush_finish_attrs), so no other user can open it
+ * meanwhile and it never holds a user's data with root's set-user-ID bit.
+ */
+static int temp_create(struct backend *be, struct bnode *dir, char kind, struct cfd **out)
 {
 	struct btemp *t = xcalloc(1, sizeof(*t));
 	int d = bnode_dirfd(be, dir), fd;
@@ -72,7 +78,7 @@ static int temp_create(struct backend *be, struct bnode *dir, char kind, mode_t 
 	pthread_mutex_unlock(&be->lock);
 	snprintf(t->name, sizeof(t->name), CKPTFS_RESERVED_PREFIX "%c.%s.%llu", kind,
 		 be->mount_id, (unsigned long long)n);
-	fd = bsys.openat(d, t->name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW, mode);
+	fd = bsys.openat(d, t->name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW, 0600);
 	if (fd < 0) {
 		free(t);
 		return fd;
@@ -207,34 +213,32 @@ static int flush_zero_seg(struct flusher *fl, struct fjob *j, const struct cseg 
 	return 0;
 }
 
-/* Size, owner, mode and times of the sealed version, set on the temp file. */
+/*
+ * Size, owner, mode and times of the sealed version, set on the temp file
+ * through the fd the data went through (never by name: the directory is a
+ * user's).  Owner before mode: a chown clears the set-ID bits, so they are
+ * set last, once the file holds its final owner and contents.
+ */
 static int flush_finish_attrs(struct backend *be, struct fjob *j, const char **step)
 {
-	struct bnode *tdir;
-	const char *tname = flush_temp_name(j->out, &tdir);
-	int d = bnode_dirfd(be, tdir), r;
 	struct op *op = j->op;
+	int fd = j->out->fd, r;
 
-	*step = "opening its directory";
-	if (d < 0)
-		return d;
 	/* A new file already ends where its data ends, unless in a hole. */
 	bool hole_at_end = j->v->nseg && j->v->segs[j->v->nseg - 1].kind == CSEG_ZERO;
 	*step = "ftruncate";
-	if ((!j->fresh || hole_at_end) &&
-	    (r = bsys.ftruncate(j->out->fd, (off_t)j->v->size)) < 0)
+	if ((!j->fresh || hole_at_end) && (r = bsys.ftruncate(fd, (off_t)j->v->size)) < 0)
 		return r;
+	/* Always, even for root's files: a set-group-ID directory gave it its group. */
 	*step = "chown";
-	if (be->opt.chown && (op->uid != geteuid() || op->gid != getegid()) &&
-	    (r = bsys.fchownat(d, tname, op->uid, op->gid)) < 0)
+	if (be->opt.chown && (r = bsys.fchown(fd, op->uid, op->gid)) < 0)
 		return r;
-	/* New files were created with their mode (the daemon's umask is 0). */
 	*step = "chmod";
-	if (!j->fresh && (r = bsys.fchmodat(d, tname, op->mode & 07777)) < 0)
+	if ((r = bsys.fchmod(fd, op->mode & 07777)) < 0)
 		return r;
 	struct timespec ts[2] = { op->atime, op->mtime };
 	*step = "utimensat";
-	return bsys.utimensat(d, tname, ts);
+	return bsys.futimens(fd, ts);
 }
 
 #define DIRECT_ALIGN 4096u
@@ -365,7 +369,7 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 		if (j->v->out) {
 			j->out = cfd_get(j->v->out);
 		} else {
-			fjob_fail(j, temp_create(be, j->op->dir, 't', j->op->mode & 07777, &j->out),
+			fjob_fail(j, temp_create(be, j->op->dir, 't', &j->out),
 				  "creating the temporary file");
 			j->fresh = true;
 		}
@@ -435,13 +439,8 @@ static unsigned flush_pick(struct backend *be, struct fjob *jobs)
 			memset(&jobs[n], 0, sizeof(jobs[n]));
 			jobs[n++].op = op;
 			bytes += op->ver->size;
-		} else if (atomic_load(&be->durable_seq) + 1 >= op->seq) {
-			/* Everything before it is published and its directory is not there. */
-			list_del(&op->qlink);
-			op->state = OPS_FAILED;
-			op->err = -ENOENT;
-			pthread_cond_signal(&be->pub_cond);
 		}
+		/* Else its directory is not on the backend yet: the publisher decides (order.c). */
 		e = next;
 	}
 	return n;
@@ -525,7 +524,7 @@ static void spill_one(struct backend *be, struct cfile *cf, struct chunk *ch)
 		struct cfd *f = NULL;
 		if (!dir)
 			return;
-		if (atomic_load(&dir->present) && temp_create(be, dir, 's', 0600, &f) == 0)
+		if (atomic_load(&dir->present) && temp_create(be, dir, 's', &f) == 0)
 			cfile_set_stage(cf, f);
 		bnode_put(dir);
 		r = cfile_spill_begin(cf, ch, &job);
