@@ -143,6 +143,7 @@ struct op {
 	bool xattr_blob;	/* value holds the version's xattrs (fs/xattr.c format) */
 	bool recorded;		/* its manifest record is written */
 	bool renamed;		/* versions: the temporary file has its final name */
+	unsigned records;	/* write-ahead records written (each attempt's "try") */
 	char *path_hint;	/* versions: the mount path at seal, for the intent record */
 	XXH128_hash_t digest;
 	uint64_t enqueued_ns;
@@ -363,6 +364,10 @@ void backend_retry(struct backend *be);
 long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report);
 
 const char *op_kind_name(enum op_kind k);
+/* The manifest's name for it ("file" for a version). */
+const char *op_record_type(enum op_kind k);
+/* Append `"path": P` and, if `to` is set, `, "to": T` (JSON strings). */
+void sb_json_paths(struct strbuf *b, const char *path, const char *to);
 
 /* Called by the cache when writers wait for space. */
 void backend_want_spill(void *be);

@@ -220,7 +220,7 @@ int main(int argc, char **argv)
 	r = opts_parse(argc, argv, &fs->opt);
 	if (!r)
 		r = opts_validate(&fs->opt);
-	if (!r && bsys_faults_from_env() < 0)
+	if (!r && (bsys_powerloss_from_env(fs->opt.backend_real) < 0 || bsys_faults_from_env() < 0))
 		r = CKPTFS_USAGE_ERROR;
 	if (r) {
 		opts_free(&fs->opt);
@@ -261,8 +261,19 @@ int main(int argc, char **argv)
 		.no_manifest = !fs->opt.manifest,
 	};
 	struct backend_hooks hooks = { .stage_dir = fs_stage_dir, .arg = fs };
-	if ((r = backend_start(&fs->be, fs->root_fd, &fs->cache, &bo, &hooks)) < 0 ||
-	    (r = fs_init_namespace(fs)) < 0) {
+	if ((r = backend_start(&fs->be, fs->root_fd, &fs->cache, &bo, &hooks)) < 0) {
+		/* Metadata on the backend that is not ours: the line is printed already. */
+		rc = r == -MANIFEST_EREFUSED ? CKPTFS_USAGE_ERROR : 1;
+		if (rc == 1)
+			fprintf(stderr, "ckptfs: cannot start: %s\n", strerror(-r));
+		daemon_report(&status_fd, (unsigned char)rc);
+		cache_destroy(&fs->cache);
+		free(fs->zeros);
+		opts_free(&fs->opt);
+		free(fs);
+		return rc;
+	}
+	if ((r = fs_init_namespace(fs)) < 0) {
 		fprintf(stderr, "ckptfs: cannot start: %s\n", strerror(-r));
 		daemon_report(&status_fd, 1);
 		return 1;

@@ -191,7 +191,8 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 	if (!strcmp(opt, "attr_timeout") || !strcmp(opt, "drain_timeout")) {
 		char *end;
 		double t = val ? strtod(val, &end) : -1;
-		if (!val || *end || t < 0 || t > 86400 * 7)
+		/* !(in range) also refuses NaN; an empty value is no number (tests/fuzz). */
+		if (!val || !*val || *end || !(t >= 0 && t <= 86400 * 7))
 			return usage_error("option '%s' needs seconds from 0 to 604800, not '%s'", opt,
 					   val ? val : "");
 		if (opt[0] == 'a')

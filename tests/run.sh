@@ -3,8 +3,9 @@
 # build ckptfs, and run the whole suite with ctest — then once more under
 # AddressSanitizer + UndefinedBehaviorSanitizer.
 #
-#   tests/run.sh            everything (as root: installs packages, mounts)
-#   tests/run.sh --quick    the plain build only, no sanitizer pass
+#   tests/run.sh            everything (as root: installs packages, mounts),
+#                           then the libFuzzer targets for 15 s each (tests/fuzz)
+#   tests/run.sh --quick    the plain build only, no sanitizer or fuzz pass
 #   CTEST_ARGS="-R core" tests/run.sh --quick    a subset
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,4 +32,14 @@ if [ $quick -eq 0 ]; then
   # also checks for leaks.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     CTEST_ARGS="${CTEST_ARGS:-} -LE nosan" run_suite build-asan -DCKPTFS_ASAN=ON
+fi
+if [ $quick -eq 0 ]; then
+  # Fuzzing: each libFuzzer target for a bounded time (clang; 77 = not available).
+  fuzz_rc=0
+  bash tests/fuzz/run.sh || fuzz_rc=$?
+  case $fuzz_rc in
+    0) ;;
+    77) echo "tests/run.sh: fuzz targets skipped (clang or libFuzzer unavailable)" >&2 ;;
+    *) exit "$fuzz_rc" ;;
+  esac
 fi

@@ -1,10 +1,11 @@
 /*
- * crash_gpu.c — the crash loop (tests/integrity/crash.c, compiled again
- * with this file) with captured files among the checkpoint stream: every
- * other checkpoint file (by its pattern's seed) is written by capture
- * through libckptfs and the mock driver — its first 4 KiB by pwrite, the
- * rest in two captures, last part first — then closed by
- * ckptfs_file_close.  The daemon is SIGKILLed at random moments as in the
+ * crash_gpu.c — the crash loop (tests/integrity/crash.c, linked again with
+ * this file, whose hooks the stream in ckstream.c calls) with captured
+ * files among the checkpoint stream: about every other new checkpoint file
+ * (by a hash of its name) is written by capture through libckptfs and the
+ * mock driver — its first 4 KiB by pwrite, the rest in two captures, last
+ * part first — then closed by ckptfs_file_close.  Files that exist already
+ * (rewritten in place) are left to the plain writer.  The daemon is SIGKILLed at random moments as in the
  * plain loop, so crashes land while captures are in flight, adopted,
  * sealed, flushed and published; the same judge checks prefix consistency,
  * whole files and verify.  A session is opened by the stream process on
@@ -33,13 +34,10 @@ int crash_capture_open(int root, const char *rel, const char *buf, size_t len)
 		if (!(sess = ckptfs_session_open(self)))
 			return -2;
 	}
-	if ((fd = openat(root, rel, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644)) < 0)
-		return -2;
+	/* Only new files can be bound; one that exists is rewritten by the plain path. */
+	if ((fd = openat(root, rel, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644)) < 0)
+		return errno == EEXIST ? -1 : -2;
 	int r = ckptfs_file_bind(sess, fd, len);
-	if (r == -EEXIST) {	/* published before: not capturable, write it plainly */
-		close(fd);
-		return -1;
-	}
 	if (r < 0 || pwrite(fd, buf, head, 0) != (ssize_t)head ||
 	    ckptfs_capture(sess, fd, mid, (uint64_t)(uintptr_t)(buf + mid), len - mid, NULL) < 0 ||
 	    ckptfs_capture(sess, fd, head, (uint64_t)(uintptr_t)(buf + head), mid - head, NULL) < 0) {
