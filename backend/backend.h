@@ -321,10 +321,31 @@ static inline uint64_t backend_durable_seq(struct backend *be)
 }
 
 /*
+ * A number that changes whenever the backend moves forward: operations
+ * applied, and bytes written while it is healthy (a failing backend that
+ * rewrites a version on every retry is not moving).  For "no progress for
+ * drain_timeout" decisions; lock-free.
+ */
+static inline uint64_t backend_progress(struct backend *be)
+{
+	uint64_t p = atomic_load(&be->st.ops_applied);
+	if (!atomic_load(&be->st.degraded))
+		p += atomic_load(&be->st.written_bytes);
+	return p;
+}
+/* The errno the backend last failed with (positive), 0 while healthy. */
+static inline int backend_last_error(struct backend *be)
+{
+	return atomic_load(&be->st.last_error);
+}
+
+/*
  * Call w->done once everything up to w->seq is durable (err 0), or when an
  * operation at or below... before it fails (err < 0).  May call at once.
  */
 void backend_wait_async(struct backend *be, struct pub_waiter *w);
+/* Answer every waiter not answered yet with err (< 0), now (cancel.c). */
+void backend_cancel_waiters(struct backend *be, int err);
 /*
  * Block until everyone's operations up to seq are durable; timeout_ns 0 =
  * forever.  0, -ETIMEDOUT or the blocker's -errno.

@@ -444,7 +444,7 @@ static int state_write(struct manifest *m, bool clean, uint64_t seq)
 		  clean ? "true" : "false", (unsigned long long)seq, (unsigned long long)wall_ns());
 	/* A stale temp file (or anything planted there) goes; ours is born new. */
 	bsys.unlinkat(m->dirfd, MANIFEST_STATE_TMP, 0);
-	fd = bsys.openat(m->dirfd, MANIFEST_STATE_TMP, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+	fd = bsys.openat(m->dirfd, MANIFEST_STATE_TMP, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
 	if (fd < 0) {
 		sb_free(&b);
 		return fd;

@@ -8,14 +8,20 @@
  * that mount left no "unmount" record:
  *  1. (manifest.c has cut a torn tail off the log);
  *  2. decide which of its operations after its last "durable" record were
- *     really applied.  They were applied in sequence order (P1), so they
- *     form a prefix, and the prefix ends at the last operation whose effect
- *     is visible on the backend: scanning backwards, the first one with
- *     positive evidence (a file version whose size and XXH3 match, a mkdir
- *     whose directory exists, a rename or unlink whose source is gone).  An
- *     earlier operation's effect may have been overwritten by a later one,
- *     so absence of evidence alone proves nothing.  A "recovered" record
- *     then voids the rest for readers;
+ *     really applied.  Records are appended in the order operations are
+ *     applied (P7; with per-user order that is not always sequence order),
+ *     each group's records are fsync'd before any of them is applied, and a
+ *     "durable" record settles everything recorded before it.  So the
+ *     recorded operations after the last "durable" record were applied as
+ *     a prefix *of the log*, and the prefix ends at the last one whose
+ *     effect is visible on the backend: scanning backwards, the first one
+ *     with positive evidence (a file version whose size and digest match —
+ *     unless that path held the same contents before it, as a file
+ *     rewritten unchanged does; a mkdir whose directory exists; a rename or
+ *     unlink whose source is gone).  An earlier operation's effect may have
+ *     been overwritten by a later one, so absence of evidence alone proves
+ *     nothing.  Each one after the prefix gets a "void" record (its seq and
+ *     attempt), so readers skip exactly those;
  *  3. report versions that were queued ("intent") but never published: the
  *     files that were in flight and were never acknowledged durable;
  *  4. remove that mount's temporary files (".ckptfs.<k>.<mount id>.<n>").
@@ -32,6 +38,7 @@
 #include "backend/bsys.h"
 #include "cache/json.h"
 #include "cache/log.h"
+#include "cache/strmap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -104,6 +111,14 @@ struct rrec {
 	char *path, *to, *xxh3;
 	uint64_t size;
 	bool exchange;
+	bool same_as_before;	/* a version whose path held these very contents already */
+};
+
+/* The newest digest the log gives each path (file records, and renames). */
+struct hnode {
+	struct strmap_node n;
+	char *path;
+	char xxh3[33];
 };
 
 struct rscan {
@@ -116,6 +131,7 @@ struct rscan {
 	size_t nintents, capintents;
 	uint64_t unreadable;	/* valid frames whose payload is not a usable object */
 	uint64_t compacted_records, compacted_bytes;
+	struct strmap hashes;	/* path -> struct hnode */
 };
 
 struct rscan *rscan_new(void)
@@ -139,8 +155,56 @@ static void rscan_reset_ops(struct rscan *s)
 	s->nops = s->nintents = 0;
 }
 
+static struct hnode *hash_of(struct rscan *s, const char *path, bool create)
+{
+	struct strmap_node *e = strmap_get(&s->hashes, path);
+
+	if (e || !create)
+		return e ? CKPT_CONTAINER_OF(e, struct hnode, n) : NULL;
+	struct hnode *h = xcalloc(1, sizeof(*h));
+	h->path = xstrdup(path);
+	h->n.key = h->path;
+	strmap_insert(&s->hashes, &h->n);
+	return h;
+}
+
+/*
+ * Follow what each path held, across every mount of this node: a version
+ * is evidence of its own record only if its contents differ from what its
+ * path held before.  Returns whether `xxh3` is what `path` held already.
+ */
+static bool hashes_note(struct rscan *s, const char *t, const char *path, const char *to,
+			const char *xxh3)
+{
+	bool same = false;
+
+	if (!path)
+		return false;
+	if (!strcmp(t, "file") && xxh3 && strlen(xxh3) < 33) {
+		struct hnode *h = hash_of(s, path, true);
+		same = !strcmp(h->xxh3, xxh3);
+		snprintf(h->xxh3, sizeof(h->xxh3), "%s", xxh3);
+	} else if (!strcmp(t, "rename") && to) {
+		struct hnode *from = hash_of(s, path, false);
+		if (from) {
+			char moved[33];
+			snprintf(moved, sizeof(moved), "%s", from->xxh3);
+			snprintf(hash_of(s, to, true)->xxh3, 33, "%s", moved);
+		}
+	}
+	return same;
+}
+
 void rscan_free(struct rscan *s)
 {
+	for (size_t i = 0; i < s->hashes.nb; i++)
+		for (struct strmap_node *e = s->hashes.b[i], *next; e; e = next) {
+			struct hnode *h = CKPT_CONTAINER_OF(e, struct hnode, n);
+			next = e->next;
+			free(h->path);
+			free(h);
+		}
+	strmap_destroy(&s->hashes);
 	rscan_reset_ops(s);
 	free(s->ops);
 	free(s->intents);
@@ -162,15 +226,12 @@ void rscan_compacted(const struct rscan *s, uint64_t *records, uint64_t *bytes)
 	*bytes = s->compacted_bytes;
 }
 
-/*
- * Keep the records of v[0, *n) above seq (above), or all but attempt `try`
- * of seq (!above); free the others.
- */
-static void rrecs_filter(struct rrec *v, size_t *n, uint64_t seq, uint64_t try, bool above)
+/* Drop the records of v[0, *n) for seq: attempt `try` only, or every one (any_try). */
+static void rrecs_drop(struct rrec *v, size_t *n, uint64_t seq, uint64_t try, bool any_try)
 {
 	size_t k = 0;
 	for (size_t i = 0; i < *n; i++) {
-		if (above ? v[i].seq > seq : (v[i].seq != seq || v[i].try != try))
+		if (v[i].seq != seq || (!any_try && v[i].try != try))
 			v[k++] = v[i];
 		else
 			rrec_free(&v[i]);
@@ -214,6 +275,7 @@ int rscan_cb(void *arg, const char *p, size_t len, uint64_t off)
 		json_u64(&o, "bytes", &s->compacted_bytes);
 		goto out;
 	}
+	bool same = hashes_note(s, t, json_str(&o, "path"), json_str(&o, "to"), json_str(&o, "xxh3"));
 	if (!strcmp(t, "mount")) {
 		rscan_reset_ops(s);
 		snprintf(s->prev, sizeof(s->prev), "%s", mid);
@@ -228,19 +290,22 @@ int rscan_cb(void *arg, const char *p, size_t len, uint64_t off)
 	if (!strcmp(t, "unmount")) {
 		s->prev_clean = true;
 	} else if (!strcmp(t, "void")) {	/* an operation that was skipped, never applied */
-		rrecs_filter(s->ops, &s->nops, r.seq, r.try, false);
+		rrecs_drop(s->ops, &s->nops, r.seq, r.try, false);
 	} else if (!strcmp(t, "durable")) {
-		/* Everything up to it is settled. */
+		/* Everything recorded before it is settled (and their intents). */
 		if (r.seq > s->prev_durable)
 			s->prev_durable = r.seq;
-		rrecs_filter(s->ops, &s->nops, r.seq, 0, true);
-		rrecs_filter(s->intents, &s->nintents, r.seq, 0, true);
-	} else if (!strcmp(t, "intent") && r.seq > s->prev_durable) {
+		for (size_t i = 0; i < s->nops; i++) {
+			rrecs_drop(s->intents, &s->nintents, s->ops[i].seq, 0, true);
+			rrec_free(&s->ops[i]);
+		}
+		s->nops = 0;
+	} else if (!strcmp(t, "intent")) {
 		snprintf(r.t, sizeof(r.t), "%s", t);
 		r.path = dup_or_null(json_str(&o, "path"));
 		rrecs_push(&s->intents, &s->nintents, &s->capintents, &r);
 	} else if (strcmp(t, "intent") && strcmp(t, "recovered") && strcmp(t, "rescued") &&
-		   r.seq > s->prev_durable) {
+		   strcmp(t, "skip")) {
 		bool exch = false;
 		snprintf(r.t, sizeof(r.t), "%s", t);
 		r.path = dup_or_null(json_str(&o, "path"));
@@ -248,6 +313,7 @@ int rscan_cb(void *arg, const char *p, size_t len, uint64_t off)
 		r.xxh3 = dup_or_null(json_str(&o, "xxh3"));
 		json_u64(&o, "size", &r.size);
 		r.exchange = json_bool(&o, "exchange", &exch) && exch;
+		r.same_as_before = same;
 		rrecs_push(&s->ops, &s->nops, &s->capops, &r);
 	}
 out:
@@ -268,6 +334,8 @@ static bool rec_applied(int root_fd, const struct rrec *r)
 	if (!r->path)
 		return false;
 	if (!strcmp(r->t, "file")) {
+		if (r->same_as_before)
+			return false;	/* those contents were there before it: no evidence */
 		int fd = open_beneath(root_fd, r->path, O_RDONLY);
 		XXH128_hash_t h;
 		uint64_t size;
@@ -349,18 +417,36 @@ int manifest_recover(struct manifest *m, int root_fd, struct rscan *s, struct re
 	rep->unclean = true;
 	snprintf(rep->prev_mount_id, sizeof(rep->prev_mount_id), "%s", s->prev);
 	rep->prev_seq_applied = s->prev_durable;
-	/* Applied operations form a prefix (P1): it ends at the last with evidence. */
+	/* Applied operations form a prefix of the log (P7): it ends at the last with evidence. */
 	for (k = s->nops; k > 0 && !rec_applied(root_fd, &s->ops[k - 1]); k--)
 		;
-	if (k && s->ops[k - 1].seq > rep->prev_seq_applied)
-		rep->prev_seq_applied = s->ops[k - 1].seq;
-	sb_printf(&b, "{\"t\": \"recovered\", \"m\": ");
-	sb_json_str(&b, s->prev);
-	sb_printf(&b, ", \"seq\": %llu, \"by\": ", (unsigned long long)rep->prev_seq_applied);
-	sb_json_str(&b, m->mount_id);
-	sb_printf(&b, "}");
-	/* Without it, readers would take the operations after it as applied. */
-	int r = manifest_append(m, b.s, b.len);
+	for (size_t i = 0; i < k; i++) {
+		if (s->ops[i].seq > rep->prev_seq_applied)
+			rep->prev_seq_applied = s->ops[i].seq;
+		rrecs_drop(s->intents, &s->nintents, s->ops[i].seq, 0, true);	/* it landed */
+	}
+	/*
+	 * Void exactly the attempts that did not happen, then say so: readers
+	 * (verify, compaction) take every other record at its word.
+	 */
+	int r = 0;
+	for (size_t i = k; i < s->nops && r == 0; i++) {
+		sb_printf(&b, "{\"t\": \"void\", \"m\": ");
+		sb_json_str(&b, s->prev);
+		sb_printf(&b, ", \"seq\": %llu, \"try\": %llu, \"why\": \"not applied when the mount "
+			  "stopped\"}", (unsigned long long)s->ops[i].seq, (unsigned long long)s->ops[i].try);
+		r = manifest_append(m, b.s, b.len);
+		b.len = 0;
+	}
+	if (r == 0) {
+		sb_printf(&b, "{\"t\": \"recovered\", \"m\": ");
+		sb_json_str(&b, s->prev);
+		sb_printf(&b, ", \"seq\": %llu, \"explicit\": true, \"applied\": %zu, \"voided\": %zu"
+			  ", \"by\": ", (unsigned long long)rep->prev_seq_applied, k, s->nops - k);
+		sb_json_str(&b, m->mount_id);
+		sb_printf(&b, "}");
+		r = manifest_append(m, b.s, b.len);
+	}
 	sb_free(&b);
 	if (r < 0) {
 		fprintf(stderr, "ckptfs: cannot record the recovery of mount %s in %s/manifest.log: %s\n",
@@ -371,8 +457,7 @@ int manifest_recover(struct manifest *m, int root_fd, struct rscan *s, struct re
 	if (s->nintents)
 		qsort(s->intents, s->nintents, sizeof(*s->intents), rrec_seq_cmp);
 	for (size_t i = 0; i < s->nintents; i++) {
-		if (s->intents[i].seq <= rep->prev_seq_applied ||
-		    (i && s->intents[i].seq == s->intents[i - 1].seq))
+		if (i && s->intents[i].seq == s->intents[i - 1].seq)
 			continue;
 		rep->inflight_files++;
 		ckpt_log(LOG_WARNING, "in flight when the previous mount stopped, never persisted: %s "
@@ -382,8 +467,8 @@ int manifest_recover(struct manifest *m, int root_fd, struct rscan *s, struct re
 	char needle[40];
 	snprintf(needle, sizeof(needle), ".%s.", s->prev);
 	rep->orphans_removed = remove_orphans(root_fd, needle, 0);
-	ckpt_log(LOG_WARNING, "recovered from an unclean stop of mount %s: %llu operations applied, "
-		 "%zu after them voided, %llu files in flight lost, %llu temporary files removed",
+	ckpt_log(LOG_WARNING, "recovered from an unclean stop of mount %s: up to operation %llu "
+		 "applied, %zu after them voided, %llu files in flight lost, %llu temporary files removed",
 		 s->prev, (unsigned long long)rep->prev_seq_applied, s->nops - k,
 		 (unsigned long long)rep->inflight_files, (unsigned long long)rep->orphans_removed);
 	return 0;

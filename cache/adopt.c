@@ -22,8 +22,8 @@ int cpool_reserve(struct cache *c, uint32_t want, uint32_t min, struct chunk ***
 	uint32_t n = 0;
 
 	while (n < want) {
-		struct chunk *ch = cache_chunk_alloc(c, NULL, false, false);
-		if (!ch)
+		struct chunk *ch;
+		if (cache_chunk_alloc(c, NULL, false, false, &ch) < 0)
 			break;
 		/* Reserved: owned by no file, neither dirty nor clean, still used. */
 		cache_chunk_set_state(c, ch, CH_FREE);

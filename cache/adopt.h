@@ -108,11 +108,9 @@ int cfile_adopt(struct cfile *cf, uint64_t index, struct chunk *nc, const struct
 /*
  * Move adopted pool chunk ch of cf into a new chunk of the cache arena, if
  * it is still in cf's map, dirty, and held by no version, spill or reply.
- * May wait for cache space.  0, or -EBUSY if it could not be moved now.
+ * May wait for cache space (a bounded wait: its -errno if it gives up).
+ * 0, or -EBUSY if it could not be moved now.
  */
 int cfile_unpool_chunk(struct cfile *cf, struct chunk *ch);
-
-/* A reference to cf unless its last one is already gone (then NULL). */
-struct cfile *cfile_tryget(struct cfile *cf);
 
 #endif

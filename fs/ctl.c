@@ -347,12 +347,6 @@ struct drain_wait {
 	uint64_t progress;	/* the backend's progress when the deadline was set */
 };
 
-/* Anything the backend did: a drain without a timeout fails only without it. */
-static uint64_t backend_progress(struct backend *be)
-{
-	return atomic_load(&be->st.ops_applied) + atomic_load(&be->st.written_bytes);
-}
-
 static bool drain_cancelled(struct pub_waiter *w)
 {
 	return fuse_req_interrupted(CKPT_CONTAINER_OF(w, struct drain_wait, w)->req);

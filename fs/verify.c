@@ -195,7 +195,9 @@ static void voids_collect(const struct recs *r, struct voids *v)
 		const char *t = json_str(&r->v[i].o, "t"), *m = json_str(&r->v[i].o, "m");
 		if (!t || !m)
 			continue;
-		if (!strcmp(t, "recovered")) {
+		bool exp = false;
+		/* A recovery since per-user order voids each attempt explicitly: no cut. */
+		if (!strcmp(t, "recovered") && !(json_bool(&r->v[i].o, "explicit", &exp) && exp)) {
 			v->cut = xrealloc(v->cut, (v->ncut + 1) * sizeof(*v->cut));
 			v->cut[v->ncut].mount = m;
 			v->cut[v->ncut++].seq = json_num_or0(&r->v[i].o, "seq");
