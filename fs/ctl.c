@@ -30,6 +30,7 @@
 #include "fs/fs.h"
 #include "fs/ctl_parse.h"
 #include "cache/log.h"
+#include "fs/session.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -218,6 +219,7 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 		  fs->opt.manifest ? "true" : "false", rr->unclean ? "true" : "false",
 		  (unsigned long long)rr->inflight_files, (unsigned long long)rr->orphans_removed,
 		  (unsigned long long)rr->torn_bytes, (unsigned long long)rr->corrupt_records);
+	session_stats_json(fs, b);
 	sb_printf(b, "}\n");
 }
 

@@ -142,6 +142,7 @@ struct ckptfs {
 		uint64_t progress;	/* backend_progress() as a waiter last saw it */
 		uint64_t progress_ns;	/* when it last changed (0: never sampled) */
 	} waits;
+	struct sessions *sessions;	/* GPU capture sessions (session.c) */
 
 	char *zeros;		/* ZERO segments of read replies */
 	size_t zeros_len;

@@ -10,6 +10,7 @@
  * 2 a usage error, with one line on stderr naming the problem.
  */
 #include "fs/fs.h"
+#include "fs/session.h"
 #include "backend/bsys.h"
 #include "cache/log.h"
 
@@ -333,6 +334,7 @@ int main(int argc, char **argv)
 		 format_size(fs->cache.size, sz, sizeof(sz)), fs->cache.chunk_size >> 10,
 		 fs->opt.flush_threads, bio_kind_name(fs->be.io_in_use),
 		 fs->opt.fsync_lazy ? "lazy" : "durable");
+	session_start(fs);
 	daemon_report(&status_fd, 0);
 	pthread_t ra;
 	bool ra_started = fs->opt.readahead && pthread_create(&ra, NULL, readahead_setter, fs) == 0;
@@ -341,6 +343,7 @@ int main(int argc, char **argv)
 	if (ra_started)
 		pthread_join(ra, NULL);	/* bounded: it gives up after 2 s, and stat()s an unmounted path */
 
+	session_stop(fs);
 	log_info("unmounted %s; draining %llu pending operations to %s", fs->opt.mountpoint_real,
 		 (unsigned long long)(backend_last_seq(&fs->be) - backend_durable_seq(&fs->be)),
 		 fs->opt.backend_real);
@@ -371,6 +374,7 @@ out_session:
 	}
 	fs_free_namespace(fs);
 	pthread_mutex_unlock(&fs->ns);
+	session_free(fs);
 	fs_waits_destroy(fs);
 	cache_destroy(&fs->cache);
 	fuse_opt_free_args(&args);

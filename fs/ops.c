@@ -10,6 +10,7 @@
  * sealed).
  */
 #include "fs/fs.h"
+#include "fs/session.h"
 #include "cache/log.h"
 
 #include <errno.h>
@@ -1168,6 +1169,22 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	fuse_reply_err(req, 0);
 }
 
+/* GPU capture sessions (session.c): a small fixed-size request, no pointers. */
+static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		     struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+		     size_t in_bufsz, size_t out_bufsz)
+{
+	struct fshandle *h = flags & FUSE_IOCTL_DIR ? NULL : (struct fshandle *)(uintptr_t)fi->fh;
+	char out[256];
+	int r = out_bufsz > sizeof(out) ? -EINVAL
+		: session_ioctl(FS(req), req, h, cmd, in_buf, in_bufsz, out, out_bufsz);
+
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_ioctl(req, 0, out_bufsz ? out : NULL, out_bufsz);
+}
+
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	struct ckptfs *fs = FS(req);
@@ -1234,6 +1251,7 @@ const struct fuse_lowlevel_ops ckptfs_ops = {
 	.releasedir = op_releasedir,
 	.fsyncdir = op_fsyncdir,
 	.statfs = op_statfs,
+	.ioctl = op_ioctl,
 	.setxattr = fs_setxattr,
 	.getxattr = fs_getxattr,
 	.listxattr = fs_listxattr,

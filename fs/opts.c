@@ -58,6 +58,8 @@ void opts_usage(FILE *f)
 "                       supported (default on)\n"
 "  manifest=on|off      keep the manifest of checksums that recovery and\n"
 "                       ckptfs-ctl verify need (default on)\n"
+"  sessions=on|off      offer GPU capture sessions to trainers (libckptfs,\n"
+"                       ckptfs.torch.save) (default on)\n"
 "  attr_timeout=SEC     kernel attribute and entry cache time (default 1)\n"
 "  readahead=SIZE       kernel readahead on the mount, for restores (default 4M;\n"
 "                       needs root, 0 keeps the kernel's)\n"
@@ -175,8 +177,10 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 					   val ? val : "");
 		return 0;
 	}
-	if (!strcmp(opt, "splice") || !strcmp(opt, "direct") || !strcmp(opt, "manifest")) {
-		bool *flag = opt[0] == 's' ? &o->splice : opt[0] == 'd' ? &o->direct : &o->manifest;
+	if (!strcmp(opt, "splice") || !strcmp(opt, "direct") || !strcmp(opt, "manifest") ||
+	    !strcmp(opt, "sessions")) {
+		bool *flag = !strcmp(opt, "sessions") ? &o->sessions : opt[0] == 's' ? &o->splice
+			     : opt[0] == 'd' ? &o->direct : &o->manifest;
 		if (val && !strcmp(val, "on"))
 			*flag = true;
 		else if (val && !strcmp(val, "off"))
@@ -253,6 +257,7 @@ int opts_parse(int argc, char **argv, struct ckptfs_opts *o)
 	o->splice = true;
 	o->direct = true;
 	o->manifest = true;
+	o->sessions = true;
 	o->attr_timeout = 1.0;
 	o->readahead = 4u << 20;
 	o->drain_timeout = 60;

@@ -30,6 +30,7 @@ struct ckptfs_opts {
 	bool splice;		/* read write requests with splice(2) */
 	bool direct;		/* flush with O_DIRECT where aligned */
 	bool manifest;		/* keep the manifest log (checksums, recovery, verify) */
+	bool sessions;		/* offer GPU capture sessions (fs/session.c) */
 	double attr_timeout;
 	uint64_t readahead;	/* the mount's kernel readahead, bytes */
 	char *rescue_dir;	/* where unpersistable data goes at exit */

@@ -216,6 +216,32 @@ static void s_write(struct stream *s, const char *rel, const char *buf, size_t l
 		s_end(s, "close", rel);
 }
 
+/*
+ * The GPU copy of the crash loop (tests/gpu/crash_gpu.c) captures some files
+ * through libckptfs instead: crash_capture_open() returns the new file open
+ * and bound, its contents captured (-1: write it here; -2: the mount is
+ * gone), crash_capture_close() closes it, sealing the version, and with
+ * do_fsync waits for durability.  Absent (weak, NULL) everywhere else.
+ */
+int crash_capture_open(int root, const char *rel, const char *buf, size_t len) __attribute__((weak));
+int crash_capture_close(int root, int fd, bool do_fsync) __attribute__((weak));
+
+static bool s_capture(struct stream *s, const struct cs_spec *sp, const char *buf)
+{
+	int fd = crash_capture_open ? crash_capture_open(s->root, sp->rel, buf, sp->size) : -1;
+
+	if (fd == -2)
+		s_end(s, "capture", sp->rel);
+	if (fd < 0)
+		return false;
+	s_log(s, "V %s %zu %016llx", sp->rel, sp->size, (unsigned long long)it_hash64(buf, sp->size));
+	if (crash_capture_close(s->root, fd, sp->fsync) < 0)
+		s_end(s, "capture close", sp->rel);
+	if (sp->fsync)
+		s_log(s, "A");
+	return true;
+}
+
 static void s_write_spec(struct stream *s, const struct cs_spec *sp)
 {
 	char *buf;
@@ -223,7 +249,8 @@ static void s_write_spec(struct stream *s, const struct cs_spec *sp)
 	if (posix_memalign((void **)&buf, 4096, sp->size ? sp->size : 1))
 		_exit(4);
 	fill_pattern(buf, sp->size, sp->seed, 0);
-	s_write(s, sp->rel, buf, sp->size, sp->direct, sp->fsync);
+	if (sp->direct || !s_capture(s, sp, buf))
+		s_write(s, sp->rel, buf, sp->size, sp->direct, sp->fsync);
 	free(buf);
 }
 
