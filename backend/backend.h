@@ -251,6 +251,7 @@ struct backend {
 	struct order_state *order;	/* the last scheduling pass (order.c) */
 	uint64_t wake_ns;		/* publisher: next timed look at the queue */
 	int sync_err;			/* the group sync is failing (-errno), else 0 */
+	uint64_t compact_after_ns;	/* publisher: no manifest compaction before */
 	uint64_t sync_first_seq;	/* ... for the batch starting at this seq */
 	bool retry_now;			/* backend_retry() asked */
 	bool stopping;

@@ -641,6 +641,18 @@ static void *publisher_main(void *arg)
 			blocked_log(be);
 		if (be->hooks.published)
 			be->hooks.published(be->hooks.arg, durable, wall);
+		/*
+		 * Between groups nothing is half-recorded: the log may be rewritten
+		 * to what is live (it keeps whatever is not settled by `durable`).
+		 */
+		if (manifest_wants_compaction(&be->man) && now_ns() >= be->compact_after_ns) {
+			int c = manifest_compact(&be->man, durable);
+			if (c < 0) {
+				be->compact_after_ns = now_ns() + 60ull * 1000000000;
+				log_warn("manifest compaction failed: %s; the log keeps growing; "
+					 "tried again in a minute", strerror(-c));
+			}
+		}
 	}
 	free(t);
 	free(batch);
