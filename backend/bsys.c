@@ -11,7 +11,7 @@
 const char *const bsys_op_names[BOP_COUNT] = {
 	"openat", "close", "pread", "pwrite", "fsync", "fdatasync", "ftruncate",
 	"rename", "unlink", "mkdir", "symlink", "link", "chmod", "chown",
-	"utimens", "setxattr", "removexattr", "stat",
+	"utimens", "setxattr", "removexattr", "stat", "fallocate", "copy_file_range",
 };
 
 #define RET(expr) do { long r_ = (long)(expr); return r_ < 0 ? -errno : r_; } while (0)
@@ -73,6 +73,12 @@ static int d_fstatat(int d, const char *n, struct stat *st)
 {
 	RET(fstatat(d, n, st, AT_SYMLINK_NOFOLLOW | (n[0] ? 0 : AT_EMPTY_PATH)));
 }
+static int d_fallocate(int fd, int mode, off_t o, off_t l) { RET(fallocate(fd, mode, o, l)); }
+static ssize_t d_copy_file_range(int in, off_t io, int out, off_t oo, size_t n)
+{
+	loff_t i = io, o = oo;
+	RET(copy_file_range(in, &i, out, &o, n, 0));
+}
 static int d_io_result(enum bsys_op op, int fd, size_t len, int res) { return res; }
 
 struct bsys bsys = {
@@ -81,5 +87,6 @@ struct bsys bsys = {
 	.renameat2 = d_renameat2, .unlinkat = d_unlinkat, .mkdirat = d_mkdirat,
 	.symlinkat = d_symlinkat, .linkat = d_linkat, .fchmodat = d_fchmodat,
 	.fchownat = d_fchownat, .utimensat = d_utimensat, .setxattr = d_setxattr,
-	.removexattr = d_removexattr, .fstatat = d_fstatat, .io_result = d_io_result,
+	.removexattr = d_removexattr, .fstatat = d_fstatat, .fallocate = d_fallocate,
+	.copy_file_range = d_copy_file_range, .io_result = d_io_result,
 };

@@ -20,7 +20,7 @@ enum bsys_op {
 	BOP_OPENAT, BOP_CLOSE, BOP_PREAD, BOP_PWRITE, BOP_FSYNC, BOP_FDATASYNC,
 	BOP_FTRUNCATE, BOP_RENAMEAT2, BOP_UNLINKAT, BOP_MKDIRAT, BOP_SYMLINKAT,
 	BOP_LINKAT, BOP_FCHMODAT, BOP_FCHOWNAT, BOP_UTIMENSAT, BOP_SETXATTR,
-	BOP_REMOVEXATTR, BOP_FSTATAT, BOP_COUNT
+	BOP_REMOVEXATTR, BOP_FSTATAT, BOP_FALLOCATE, BOP_COPY_FILE_RANGE, BOP_COUNT
 };
 
 extern const char *const bsys_op_names[BOP_COUNT];
@@ -47,6 +47,9 @@ struct bsys {
 			size_t len, int flags);
 	int (*removexattr)(int dirfd, const char *name, const char *key);
 	int (*fstatat)(int dirfd, const char *name, struct stat *st);
+	int (*fallocate)(int fd, int mode, off_t off, off_t len);
+	/* copy_file_range(2) with explicit offsets: bytes copied, 0 at EOF, or -errno */
+	ssize_t (*copy_file_range)(int in, off_t in_off, int out, off_t out_off, size_t len);
 	/* io_uring completion results: (op, fd, requested length, result) -> result */
 	int (*io_result)(enum bsys_op op, int fd, size_t len, int res);
 	/* Non-zero when a wrapper is installed: io_uring completions must consult it. */

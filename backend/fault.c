@@ -3,7 +3,8 @@
  *
  * CKPTFS_FAULT holds rules separated by ';', each a list of key=value:
  *   op=NAME[|NAME...]  calls to affect: bsys_op_names, or "data" (pwrite,
- *                      fdatasync, fsync, openat), "meta" (rename, unlink,
+ *                      fdatasync, fsync, openat, fallocate,
+ *                      copy_file_range), "meta" (rename, unlink,
  *                      mkdir, symlink, link, chmod, chown, utimens), "any"
  *   err=ERRNO|short    error to return (EIO, ENOSPC, EDQUOT, ...) or, for
  *                      writes, write only half
@@ -47,6 +48,7 @@ static const struct { const char *name; int err; } errnames[] = {
 	{ "EIO", EIO }, { "ENOSPC", ENOSPC }, { "EDQUOT", EDQUOT }, { "EROFS", EROFS },
 	{ "EACCES", EACCES }, { "EPERM", EPERM }, { "ENOENT", ENOENT }, { "EAGAIN", EAGAIN },
 	{ "EINTR", EINTR }, { "ESTALE", ESTALE }, { "ETIMEDOUT", ETIMEDOUT },
+	{ "EXDEV", EXDEV }, { "EOPNOTSUPP", EOPNOTSUPP },
 };
 
 static uint32_t parse_ops(const char *s)
@@ -58,7 +60,8 @@ static uint32_t parse_ops(const char *s)
 		if (!strcmp(tok, "any")) {
 			ops |= (1u << BOP_COUNT) - 1;
 		} else if (!strcmp(tok, "data")) {
-			ops |= 1u << BOP_PWRITE | 1u << BOP_FDATASYNC | 1u << BOP_FSYNC | 1u << BOP_OPENAT;
+			ops |= 1u << BOP_PWRITE | 1u << BOP_FDATASYNC | 1u << BOP_FSYNC | 1u << BOP_OPENAT |
+			       1u << BOP_FALLOCATE | 1u << BOP_COPY_FILE_RANGE;
 		} else if (!strcmp(tok, "meta")) {
 			ops |= 1u << BOP_RENAMEAT2 | 1u << BOP_UNLINKAT | 1u << BOP_MKDIRAT |
 			       1u << BOP_SYMLINKAT | 1u << BOP_LINKAT | 1u << BOP_FCHMODAT |
@@ -183,6 +186,14 @@ static int f_setxattr(int d, const char *n, const char *k, const void *v, size_t
 }
 static int f_removexattr(int d, const char *n, const char *k) { CHECK(BOP_REMOVEXATTR, n); return real.removexattr(d, n, k); }
 static int f_fstatat(int d, const char *n, struct stat *st) { CHECK(BOP_FSTATAT, n); return real.fstatat(d, n, st); }
+static int f_fallocate(int fd, int m, off_t o, off_t l) { CHECK(BOP_FALLOCATE, NULL); return real.fallocate(fd, m, o, l); }
+static ssize_t f_copy_file_range(int in, off_t io, int out, off_t oo, size_t n)
+{
+	CHECK(BOP_COPY_FILE_RANGE, NULL);
+	if (f_ == FAULT_SHORT && n > 1)
+		n /= 2;
+	return real.copy_file_range(in, io, out, oo, n);
+}
 static int f_io_result(enum bsys_op op, int fd, size_t len, int res)
 {
 	int f = fault_check(op, NULL);
@@ -221,7 +232,8 @@ int bsys_faults_from_env(void)
 		.renameat2 = f_renameat2, .unlinkat = f_unlinkat, .mkdirat = f_mkdirat,
 		.symlinkat = f_symlinkat, .linkat = f_linkat, .fchmodat = f_fchmodat,
 		.fchownat = f_fchownat, .utimensat = f_utimensat, .setxattr = f_setxattr,
-		.removexattr = f_removexattr, .fstatat = f_fstatat, .io_result = f_io_result,
+		.removexattr = f_removexattr, .fstatat = f_fstatat, .fallocate = f_fallocate,
+		.copy_file_range = f_copy_file_range, .io_result = f_io_result,
 		.faults_active = 1,
 	};
 	return 0;

@@ -7,10 +7,21 @@
  * sequence first; at most FLUSH_BATCH versions or FLUSH_BATCH_BYTES), writes
  * each to its output — a new temporary file beside its final name, or the
  * stage file the spiller already began — through its io_uring (or pwrite)
- * engine with at most queue_depth requests in flight, hashing the contents
- * with XXH3-128 in file order as it goes, then sets size and attributes and
- * fdatasyncs (P2).  It marks each version ready (or failed) and wakes the
- * publisher.  Short writes and -EAGAIN are resubmitted.
+ * engine with at most queue_depth requests in flight, feeding the contents
+ * to the version's digest (digest.h) in file order as it goes, then sets
+ * size and attributes and fdatasyncs (P2).  It marks each version ready (or
+ * failed) and wakes the publisher.  Short writes and -EAGAIN are resubmitted.
+ *
+ * Work is proportional to data, not to size.  A hole (CSEG_ZERO) is never
+ * written and never hashed byte by byte: the digest takes it as a run of
+ * zeros in O(1); a fresh temporary file keeps it as a hole, a stage file
+ * gets it punched (FALLOC_FL_PUNCH_HOLE; where punching is unsupported,
+ * zeros are written over the stage's own data extents only).  A range that
+ * comes from a published file (CSEG_FD) is copied extent by extent: only
+ * the source's data extents (SEEK_DATA/SEEK_HOLE) are read, hashed and
+ * copied — with copy_file_range where it works (a reflink on XFS/btrfs, a
+ * server-side copy on NFS 4.2), else pread/pwrite — and its holes stay
+ * holes.  Rescue (flush_copy_version) copies the same way.
  *
  * A version whose target directory is not on the backend yet (its mkdir is
  * still queued) waits in the queue; the publisher wakes the flushers after
@@ -22,6 +33,7 @@
  */
 #include "backend/backend.h"
 #include "backend/bsys.h"
+#include "backend/digest.h"
 #include "cache/log.h"
 
 #include <errno.h>
@@ -107,7 +119,7 @@ struct fjob {
 	struct cfd *out;
 	int dfd;		/* out opened O_DIRECT for aligned writes, or -1 */
 	bool fresh;		/* out was created by this flush */
-	XXH3_state_t *hs;
+	struct digest dg;	/* of the version, fed in file order */
 	uint32_t seg;		/* next segment to submit */
 	uint32_t inflight;
 	int err;
@@ -138,12 +150,43 @@ struct flusher {
 	struct bio *bio;
 	char *bounce;
 	const char *zeros;
+	bool no_cfr;		/* copy_file_range failed as unsupported: pread/pwrite */
 };
 
-static int pwrite_all(int fd, const char *buf, size_t len, uint64_t off)
+/*
+ * Backend files are read and written through the bsys table (fault
+ * injection, the power-loss layer); rescue writes its own files outside the
+ * backend with plain system calls (`raw`), whatever faults are injected.
+ */
+static ssize_t io_pread(bool raw, int fd, void *buf, size_t n, uint64_t off)
+{
+	if (!raw)
+		return bsys.pread(fd, buf, n, (off_t)off);
+	ssize_t k = pread(fd, buf, n, (off_t)off);
+	return k < 0 ? -errno : k;
+}
+
+static ssize_t io_pwrite(bool raw, int fd, const void *buf, size_t n, uint64_t off)
+{
+	if (!raw)
+		return bsys.pwrite(fd, buf, n, (off_t)off);
+	ssize_t k = pwrite(fd, buf, n, (off_t)off);
+	return k < 0 ? -errno : k;
+}
+
+static ssize_t io_copy(bool raw, int in, uint64_t ioff, int out, uint64_t ooff, size_t n)
+{
+	if (!raw)
+		return bsys.copy_file_range(in, (off_t)ioff, out, (off_t)ooff, n);
+	loff_t i = (loff_t)ioff, o = (loff_t)ooff;
+	ssize_t k = copy_file_range(in, &i, out, &o, n, 0);
+	return k < 0 ? -errno : k;
+}
+
+static int pwrite_all_io(bool raw, int fd, const char *buf, size_t len, uint64_t off)
 {
 	while (len) {
-		ssize_t n = bsys.pwrite(fd, buf, len, (off_t)off);
+		ssize_t n = io_pwrite(raw, fd, buf, len, off);
 		if (n == -EINTR || n == -EAGAIN)
 			continue;
 		if (n < 0)
@@ -157,54 +200,174 @@ static int pwrite_all(int fd, const char *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-/* Copy (or, for the output itself, only hash) a segment held in a backend file. */
-static int flush_fd_seg(struct flusher *fl, struct fjob *j, const struct cseg *s)
+static int pwrite_all(int fd, const char *buf, size_t len, uint64_t off)
 {
-	bool own = s->f == j->out;
+	return pwrite_all_io(false, fd, buf, len, off);
+}
 
-	for (uint64_t done = 0; done < s->len;) {
-		size_t want = (size_t)CKPT_MIN(s->len - done, BOUNCE_SIZE);
-		ssize_t n = bsys.pread(s->f->fd, fl->bounce, want, (off_t)(s->foff + done));
+/* copy_file_range errors that mean "not here", not "failed": fall back for good. */
+static bool cfr_unsupported(ssize_t r)
+{
+	return r == -EXDEV || r == -EINVAL || r == -EOPNOTSUPP || r == -ENOSYS || r == -EBADF;
+}
+
+/*
+ * One range of a backend file, extent by extent, into the digest and (when
+ * dst >= 0) into dst at the same offset plus `shift`.
+ */
+struct xcopy {
+	struct digest *dg;
+	int src, dst;		/* dst -1: only hash (the bytes are in place already) */
+	uint64_t shift;		/* dst offset = src offset + shift (mod 2^64) */
+	uint64_t pos;		/* source offset: everything before it is fed */
+	char *buf;		/* BOUNCE_SIZE */
+	bool raw;		/* plain system calls (rescue) */
+	bool *no_cfr;
+	uint64_t written;	/* bytes that reached dst */
+};
+
+/* n bytes at x->pos, just read into x->buf, to dst: copy_file_range, else pwrite. */
+static int xcopy_out(struct xcopy *x, size_t n)
+{
+	size_t done = 0;
+
+	while (done < n && !*x->no_cfr) {
+		ssize_t k = io_copy(x->raw, x->src, x->pos + done, x->dst, x->pos + done + x->shift,
+				    n - done);
+		if (k == -EINTR || k == -EAGAIN)
+			continue;
+		if (k < 0 && cfr_unsupported(k))
+			*x->no_cfr = true;
+		else if (k < 0)
+			return (int)k;
+		else if (k == 0)
+			break;	/* the source ended meanwhile: write what was read */
+		else
+			done += (size_t)k;
+	}
+	if (done < n) {
+		int r = pwrite_all_io(x->raw, x->dst, x->buf + done, n - done, x->pos + done + x->shift);
+		if (r < 0)
+			return r;
+	}
+	x->written += n;
+	return 0;
+}
+
+static int xcopy_extent(void *arg, uint64_t start, uint64_t len)
+{
+	struct xcopy *x = arg;
+
+	if (start > x->pos)
+		digest_zeros(x->dg, start - x->pos);	/* a hole: stays one in dst */
+	x->pos = start;
+	while (len) {
+		size_t want = (size_t)CKPT_MIN(len, BOUNCE_SIZE);
+		ssize_t n = io_pread(x->raw, x->src, x->buf, want, x->pos);
 		if (n == -EINTR)
 			continue;
 		if (n < 0)
 			return (int)n;
-		if (n == 0) {	/* the file is shorter than recorded: zeros */
-			memset(fl->bounce, 0, want);
-			n = (ssize_t)want;
-		}
-		XXH3_128bits_update(j->hs, fl->bounce, (size_t)n);
-		if (!own) {
-			int r = pwrite_all(j->out->fd, fl->bounce, (size_t)n, s->off + done);
+		if (n == 0)
+			return 0;	/* shorter than its extents said: the rest reads as zeros */
+		/*
+		 * The digest is of the bytes read here, from the source — never of
+		 * bytes assumed: copy_file_range moves data we do not see, so we
+		 * read what we hash, and a copy that went wrong then shows up as a
+		 * MISMATCH in verify instead of being recorded as correct.
+		 */
+		digest_update(x->dg, x->buf, (size_t)n);
+		if (x->dst >= 0) {
+			int r = xcopy_out(x, (size_t)n);
 			if (r < 0)
 				return r;
-			atomic_fetch_add(&fl->be->st.written_bytes, (uint64_t)n);
 		}
-		done += (uint64_t)n;
+		x->pos += (uint64_t)n;
+		len -= (uint64_t)n;
+	}
+	return 0;
+}
+
+/*
+ * [soff, soff + len) of src into the digest, copying its data extents to
+ * dst at doff (dst -1: hash only).  Holes and bytes past the source's end
+ * are zeros to the digest and are not written.  *data_end gets the end of
+ * the last byte written (doff if none).  0 or -errno.
+ */
+static int xcopy_range(struct xcopy *x, uint64_t soff, uint64_t doff, uint64_t len,
+		       uint64_t *data_end)
+{
+	int r;
+
+	x->pos = soff;
+	x->shift = doff - soff;
+	*data_end = doff;
+	r = digest_data_extents(x->src, soff, len, xcopy_extent, x);
+	if (r < 0)
+		return r;
+	if (x->pos > soff)
+		*data_end = x->pos + x->shift;
+	if (soff + len > x->pos)
+		digest_zeros(x->dg, soff + len - x->pos);
+	return 0;
+}
+
+/*
+ * A segment held in a backend file: copied extent by extent, or only hashed
+ * when it is the output itself (a stage file's spilled ranges).
+ */
+static int flush_fd_seg(struct flusher *fl, struct fjob *j, const struct cseg *s)
+{
+	bool own = s->f == j->out;
+	struct xcopy x = { .dg = &j->dg, .src = s->f->fd, .dst = own ? -1 : j->out->fd,
+			   .buf = fl->bounce, .no_cfr = &fl->no_cfr };
+	uint64_t end;
+	int r = xcopy_range(&x, s->foff, s->off, s->len, &end);
+
+	atomic_fetch_add(&fl->be->st.written_bytes, x.written);
+	/*
+	 * A fresh file ends where its last write ends; one whose last range is
+	 * a hole from the source must still get its size, which
+	 * flush_finish_attrs only sets for a hole of its own (CSEG_ZERO).
+	 */
+	if (r == 0 && !own && j->fresh && s->off + s->len == j->v->size && end < j->v->size)
+		r = bsys.ftruncate(j->out->fd, (off_t)j->v->size);
+	return r;
+}
+
+/* Zeros over the data extents of a stage file (where it cannot punch). */
+struct zfill {
+	int fd;
+	const char *zeros;
+};
+
+static int zfill_extent(void *arg, uint64_t start, uint64_t len)
+{
+	struct zfill *z = arg;
+
+	for (uint64_t done = 0; done < len;) {
+		size_t n = (size_t)CKPT_MIN(len - done, BOUNCE_SIZE);
+		int r = pwrite_all(z->fd, z->zeros, n, start + done);
+		if (r < 0)
+			return r;
+		done += n;
 	}
 	return 0;
 }
 
 static int flush_zero_seg(struct flusher *fl, struct fjob *j, const struct cseg *s)
 {
-	for (uint64_t done = 0; done < s->len;) {
-		size_t n = (size_t)CKPT_MIN(s->len - done, BOUNCE_SIZE);
-		XXH3_128bits_update(j->hs, fl->zeros, n);
-		done += n;
-	}
-	/* A stage file may hold stale bytes here; a fresh file is already a hole. */
-	if (!j->fresh &&
-	    fallocate(j->out->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-		      (off_t)s->off, (off_t)s->len) < 0) {
-		for (uint64_t done = 0; done < s->len;) {
-			size_t n = (size_t)CKPT_MIN(s->len - done, BOUNCE_SIZE);
-			int r = pwrite_all(j->out->fd, fl->zeros, n, s->off + done);
-			if (r < 0)
-				return r;
-			done += n;
-		}
-	}
-	return 0;
+	digest_zeros(&j->dg, s->len);	/* O(1) per whole block: never byte by byte */
+	if (j->fresh)
+		return 0;	/* a fresh file is a hole there already */
+	/* A stage file may hold stale spilled bytes here: punch them out. */
+	int r = bsys.fallocate(j->out->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			       (off_t)s->off, (off_t)s->len);
+	if (r != -EOPNOTSUPP && r != -ENOSYS)
+		return r;
+	/* Cannot punch: zero what the stage holds there (its holes read as zeros). */
+	struct zfill z = { .fd = j->out->fd, .zeros = fl->zeros };
+	return digest_data_extents(j->out->fd, s->off, s->len, zfill_extent, &z);
 }
 
 /* Size, owner, mode and times of the sealed version, set on the temp file. */
@@ -282,7 +445,7 @@ static void fjob_submit(struct flusher *fl, struct fjob *j)
 
 		if (s->kind == CSEG_MEM) {
 			size_t direct = 0;
-			XXH3_128bits_update(j->hs, s->mem, s->len);
+			digest_update(&j->dg, s->mem, s->len);
 			if (j->dfd >= 0 && direct_aligned(s->mem, 0, s->off))
 				direct = s->len & ~(size_t)(DIRECT_ALIGN - 1);
 			if (direct)
@@ -359,8 +522,7 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 	for (unsigned i = 0; i < n; i++) {
 		struct fjob *j = &jobs[i];
 		j->v = j->op->ver;
-		j->hs = XXH3_createState();
-		XXH3_128bits_reset(j->hs);
+		digest_init(&j->dg);
 		j->dfd = -1;
 		if (j->v->out) {
 			j->out = cfd_get(j->v->out);
@@ -393,8 +555,8 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 		if (j->dfd >= 0)
 			bsys.close(j->dfd);
 		if (!j->err)
-			j->op->digest = XXH3_128bits_digest(j->hs);
-		XXH3_freeState(j->hs);
+			j->op->digest = digest_final(&j->dg);
+		digest_free(&j->dg);
 		if (j->err && j->out && j->fresh) {
 			cfd_put(j->out);	/* unlinks the temp file */
 			j->out = NULL;
@@ -478,40 +640,37 @@ static void *flusher_main(void *arg)
 
 /* ---- the spiller ---------------------------------------------------------- */
 
-/* A version's whole contents into fd, hashed (rescue.c uses this too). */
+/*
+ * A version's whole contents into fd (a new, empty file outside the
+ * backend), with its digest (rescue.c).  Holes stay holes; ranges from
+ * backend files are copied extent by extent as the flushers do.
+ */
 int flush_copy_version(struct cver *v, int fd, XXH128_hash_t *digest)
 {
-	char *buf = xmalloc(BOUNCE_SIZE);
-	XXH3_state_t *hs = XXH3_createState();
+	struct digest dg;
+	bool no_cfr = false;
+	struct xcopy x = { .dg = &dg, .dst = fd, .buf = xmalloc(BOUNCE_SIZE), .raw = true,
+			   .no_cfr = &no_cfr };
+	uint64_t end;
 	int r = 0;
 
-	XXH3_128bits_reset(hs);
+	digest_init(&dg);
 	for (uint32_t i = 0; i < v->nseg && r == 0; i++) {
 		const struct cseg *s = &v->segs[i];
-		for (uint64_t done = 0; done < s->len && r == 0;) {
-			size_t n = (size_t)CKPT_MIN(s->len - done, BOUNCE_SIZE);
-			const char *src = buf;
-			if (s->kind == CSEG_MEM) {
-				src = s->mem + done;
-			} else if (s->kind == CSEG_ZERO) {
-				memset(buf, 0, n);
-			} else {
-				ssize_t k = pread(s->f->fd, buf, n, (off_t)(s->foff + done));
-				if (k < 0) {
-					r = -errno;
-					break;
-				}
-				if ((size_t)k < n)
-					memset(buf + k, 0, n - (size_t)k);
-			}
-			XXH3_128bits_update(hs, src, n);
-			r = write_full(fd, src, n);
-			done += n;
+		if (s->kind == CSEG_MEM) {
+			digest_update(&dg, s->mem, s->len);
+			r = pwrite_all_io(true, fd, s->mem, s->len, s->off);
+		} else if (s->kind == CSEG_ZERO) {
+			digest_zeros(&dg, s->len);
+		} else {
+			x.src = s->f->fd;
+			r = xcopy_range(&x, s->foff, s->off, s->len, &end);
 		}
 	}
-	*digest = XXH3_128bits_digest(hs);
-	XXH3_freeState(hs);
-	free(buf);
+	if (r == 0 && ftruncate(fd, (off_t)v->size) < 0)
+		r = -errno;
+	*digest = digest_final(&dg);
+	free(x.buf);
 	return r;
 }
 

@@ -28,7 +28,7 @@
 #include <stdint.h>
 #include <xxhash.h>
 
-#define MANIFEST_FORMAT 1
+#define MANIFEST_FORMAT 2	/* 2: digests are block runs (digest.h); 1: whole-file XXH3-128 */
 #define MANIFEST_NODES_DIR ".ckptfs/nodes"
 
 struct manifest {
@@ -76,7 +76,7 @@ void manifest_close(struct manifest *m, uint64_t seq_durable, bool clean);
 typedef int (*manifest_cb)(void *arg, const char *payload, size_t len, uint64_t off);
 int manifest_scan_fd(int fd, manifest_cb cb, void *arg, uint64_t *good_end, uint64_t *corrupt);
 
-/* XXH3-128 of a whole file read from fd (large sequential reads). */
+/* The digest of a whole file read from fd (digest_fd: holes are not read). */
 int hash_fd(int fd, XXH128_hash_t *out, uint64_t *size);
 void hash_hex(XXH128_hash_t h, char out[33]);
 

@@ -1,5 +1,5 @@
 /*
- * verify.c — `ckptfs-ctl verify PATH...`: recompute the XXH3-128 of backend
+ * verify.c — `ckptfs-ctl verify PATH...`: recompute the digest of backend
  * files and compare each with the newest manifest record for its path.
  *
  * PATH is a directory (or file) on the backend — no daemon needed — or in a
@@ -8,7 +8,10 @@
  * are replayed in time order into a map path -> (size, digest): versions
  * set entries, unlink/rmdir remove them, rename moves them (directories with
  * everything below), records voided by a recovery are skipped.  Then each
- * file under PATH is hashed (files in parallel, 4 MiB sequential reads):
+ * file under PATH is hashed (files in parallel, 4 MiB sequential reads of
+ * its data; holes are not read — backend/digest.h) with the digest its
+ * record holds: the block-run digest, or for records of a mount whose
+ * "mount" record says format 1, the XXH3-128 of the whole file.
  *
  *   OK        digest and size match the newest record
  *   MISMATCH  they do not: the file is not what was published
@@ -20,6 +23,7 @@
 #include "fs/cli.h"
 #include "fs/mounts.h"
 #include "backend/manifest.h"
+#include "backend/digest.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -42,6 +46,7 @@ struct entry {
 	char *path;
 	uint64_t size;
 	char xxh3[33];
+	enum digest_kind kind;	/* how xxh3 was computed (by its mount's format) */
 	bool seen;		/* found on the backend walk */
 };
 
@@ -245,9 +250,50 @@ static bool voided(const struct voids *v, const struct jobj *o)
 	return false;
 }
 
+/* The manifest format of each mount, from its "mount" record, sorted by id. */
+struct mformat {
+	const char *mount;
+	int format;
+};
+
+static int mformat_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct mformat *)a)->mount, ((const struct mformat *)b)->mount);
+}
+
+static struct mformat *mformats_collect(const struct recs *r, size_t *n)
+{
+	struct mformat *v = NULL;
+
+	*n = 0;
+	for (size_t i = 0; i < r->n; i++) {
+		const char *t = jobj_get(&r->v[i].o, "t"), *m = jobj_get(&r->v[i].o, "m");
+		if (!t || !m || strcmp(t, "mount"))
+			continue;
+		v = xrealloc(v, (*n + 1) * sizeof(*v));
+		v[*n].mount = m;
+		v[(*n)++].format = jobj_get(&r->v[i].o, "format") ? (int)jobj_num(&r->v[i].o, "format") : 1;
+	}
+	if (*n)
+		qsort(v, *n, sizeof(*v), mformat_cmp);
+	return v;
+}
+
+/* The digest a record of mount `mid` holds: format 1 hashed whole files. */
+static enum digest_kind record_kind(const struct mformat *v, size_t n, const char *mid)
+{
+	struct mformat key = { .mount = mid };
+	const struct mformat *f = mid && n ? bsearch(&key, v, n, sizeof(*v), mformat_cmp) : NULL;
+
+	/* A mount without its record (not kept in the log): the current format. */
+	return f && f->format <= 1 ? DIGEST_FLAT : DIGEST_RUNS;
+}
+
 static void replay(struct pmap *m, const struct recs *r)
 {
 	struct voids v;
+	size_t nfmt;
+	struct mformat *fmt = mformats_collect(r, &nfmt);
 
 	voids_collect(r, &v);
 	for (size_t i = 0; i < r->n; i++) {
@@ -264,6 +310,7 @@ static void replay(struct pmap *m, const struct recs *r)
 			}
 			e->size = (uint64_t)jobj_num(o, "size");
 			snprintf(e->xxh3, sizeof(e->xxh3), "%s", jobj_get(o, "xxh3") ? jobj_get(o, "xxh3") : "");
+			e->kind = record_kind(fmt, nfmt, jobj_get(o, "m"));
 		} else if (!strcmp(t, "unlink") || !strcmp(t, "rmdir")) {
 			pm_remove(m, path);
 		} else if (!strcmp(t, "rename") && to) {
@@ -288,6 +335,7 @@ static void replay(struct pmap *m, const struct recs *r)
 	}
 	free(v.cut);
 	free(v.one);
+	free(fmt);
 }
 
 static int load_manifests(const char *root, struct pmap *m)
@@ -392,7 +440,7 @@ static void *hasher(void *arg)
 		}
 		snprintf(path, sizeof(path), "%s/%s", w->root, it->rel);
 		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		if (fd < 0 || hash_fd(fd, &h, &it->bytes) < 0) {
+		if (fd < 0 || digest_fd_kind(fd, it->e->kind, &h, &it->bytes) < 0) {
 			it->status = 1;
 			snprintf(it->got, sizeof(it->got), "unreadable");
 		} else {
