@@ -130,7 +130,7 @@ struct fjob {
 /* Record the first failure of a job and where it happened. */
 static void fjob_fail(struct fjob *j, int err, const char *step)
 {
-	if (!j->err) {
+	if (err && !j->err) {
 		j->err = err;
 		j->step = step;
 	}
@@ -463,8 +463,11 @@ static void fjob_submit(struct flusher *fl, struct fjob *j)
 	}
 	if (j->phase == FJ_WRITING && j->inflight == 0 &&
 	    (j->err || j->seg == j->v->nseg) && bio_space(fl->bio)) {
-		if (!j->err)
-			fjob_fail(j, flush_finish_attrs(fl->be, j, &j->step), j->step);
+		if (!j->err) {
+			const char *step = NULL;	/* set by the call: not an argument beside it */
+			int r = flush_finish_attrs(fl->be, j, &step);
+			fjob_fail(j, r, step);
+		}
 		if (j->err) {
 			j->phase = FJ_DONE;
 		} else {

@@ -24,11 +24,13 @@ void td_digest_fill(uint64_t size, td_fill_fn fill, void *arg, char hex[33])
 	unsigned char *buf = malloc(TD_BLOCK), *zeros = calloc(1, TD_BLOCK), *enc;
 	struct { XXH128_hash_t leaf; uint64_t n; } *runs = NULL;
 	size_t nruns = 0, cap = 0, len = 0;
+	const XXH128_hash_t zleaf = XXH3_128bits(zeros, TD_BLOCK);	/* of a whole zero block */
 
 	/* One leaf per block, merged into the last run when equal. */
 	for (uint64_t off = 0; off < size; off += TD_BLOCK) {
 		size_t n = size - off < TD_BLOCK ? (size_t)(size - off) : TD_BLOCK;
-		XXH128_hash_t leaf = XXH3_128bits(fill(arg, off, n, buf) ? buf : zeros, n);
+		XXH128_hash_t leaf = fill(arg, off, n, buf) ? XXH3_128bits(buf, n) :
+				     n == TD_BLOCK ? zleaf : XXH3_128bits(zeros, n);
 		if (nruns && XXH128_isEqual(runs[nruns - 1].leaf, leaf)) {
 			runs[nruns - 1].n++;
 			continue;
