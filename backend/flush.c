@@ -121,6 +121,9 @@ struct fjob {
 	bool fresh;		/* out was created by this flush */
 	struct digest dg;	/* of the version, fed in file order */
 	uint32_t seg;		/* next segment to submit */
+	size_t seg_pos;		/* how much of it is submitted (memory segments) */
+	bool seg_hashed;	/* ... and whether it is in the digest yet */
+	uint64_t end;		/* end of the last byte written to a fresh out */
 	uint32_t inflight;
 	int err;
 	const char *step;	/* what failed, for the log */
@@ -205,6 +208,49 @@ static int pwrite_all(int fd, const char *buf, size_t len, uint64_t off)
 	return pwrite_all_io(false, fd, buf, len, off);
 }
 
+/*
+ * Pages of zeros.  A fresh output (a new temporary file, a rescued file)
+ * reads zeros wherever nothing was written, so the 4 KiB pages (aligned in
+ * the file) of a buffer that hold only zeros are left out: they stay holes,
+ * as they would on ext4, whether they came from a hole the writer skipped
+ * around inside a cache chunk or from zeros a published file stored as
+ * data.  A page with any data is written whole.  Checking costs a look at
+ * the first byte of a page of data, and a scan of a page of zeros.
+ */
+#define ZPAGE 4096u
+
+static bool all_zero(const char *p, size_t n)
+{
+	return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
+}
+
+/* Where the page holding file offset off + i ends, as an index into the buffer (<= len). */
+static size_t zpage_end(uint64_t off, size_t i, size_t len)
+{
+	uint64_t next = ((off + i) / ZPAGE + 1) * ZPAGE - off;
+	return next < len ? (size_t)next : len;
+}
+
+/*
+ * The next run of pages with data in buf[pos, len) (buf holds file offsets
+ * [off, off + len)): [*a, *b).  False if only zeros are left.
+ */
+static bool next_data_run(const char *buf, uint64_t off, size_t len, size_t pos, size_t *a,
+			  size_t *b)
+{
+	size_t i = pos, e;
+
+	while (i < len && all_zero(buf + i, (e = zpage_end(off, i, len)) - i))
+		i = e;
+	if (i >= len)
+		return false;
+	*a = i;
+	while (i < len && !all_zero(buf + i, (e = zpage_end(off, i, len)) - i))
+		i = e;
+	*b = i;
+	return true;
+}
+
 /* copy_file_range errors that mean "not here", not "failed": fall back for good. */
 static bool cfr_unsupported(ssize_t r)
 {
@@ -222,17 +268,21 @@ struct xcopy {
 	uint64_t pos;		/* source offset: everything before it is fed */
 	char *buf;		/* BOUNCE_SIZE */
 	bool raw;		/* plain system calls (rescue) */
+	bool skip_zeros;	/* dst is fresh: pages of zeros are not written */
 	bool *no_cfr;
 	uint64_t written;	/* bytes that reached dst */
+	uint64_t end;		/* dst offset after the last byte written (0: none) */
 };
 
-/* n bytes at x->pos, just read into x->buf, to dst: copy_file_range, else pwrite. */
-static int xcopy_out(struct xcopy *x, size_t n)
+/* x->buf[a, b), read from source offset x->pos, to dst: copy_file_range, else pwrite. */
+static int xcopy_out(struct xcopy *x, size_t a, size_t b)
 {
+	const uint64_t src = x->pos + a;
+	const size_t n = b - a;
 	size_t done = 0;
 
 	while (done < n && !*x->no_cfr) {
-		ssize_t k = io_copy(x->raw, x->src, x->pos + done, x->dst, x->pos + done + x->shift,
+		ssize_t k = io_copy(x->raw, x->src, src + done, x->dst, src + done + x->shift,
 				    n - done);
 		if (k == -EINTR || k == -EAGAIN)
 			continue;
@@ -246,11 +296,13 @@ static int xcopy_out(struct xcopy *x, size_t n)
 			done += (size_t)k;
 	}
 	if (done < n) {
-		int r = pwrite_all_io(x->raw, x->dst, x->buf + done, n - done, x->pos + done + x->shift);
+		int r = pwrite_all_io(x->raw, x->dst, x->buf + a + done, n - done,
+				      src + done + x->shift);
 		if (r < 0)
 			return r;
 	}
 	x->written += n;
+	x->end = src + n + x->shift;
 	return 0;
 }
 
@@ -277,10 +329,15 @@ static int xcopy_extent(void *arg, uint64_t start, uint64_t len)
 		 * MISMATCH in verify instead of being recorded as correct.
 		 */
 		digest_update(x->dg, x->buf, (size_t)n);
-		if (x->dst >= 0) {
-			int r = xcopy_out(x, (size_t)n);
+		size_t a = 0, b = (size_t)n;
+		while (x->dst >= 0 &&
+		       (x->skip_zeros ? next_data_run(x->buf, x->pos + x->shift, (size_t)n, a, &a, &b)
+				      : a < b)) {
+			int r = xcopy_out(x, a, b);
 			if (r < 0)
 				return r;
+			a = b;
+			b = (size_t)n;
 		}
 		x->pos += (uint64_t)n;
 		len -= (uint64_t)n;
@@ -291,22 +348,17 @@ static int xcopy_extent(void *arg, uint64_t start, uint64_t len)
 /*
  * [soff, soff + len) of src into the digest, copying its data extents to
  * dst at doff (dst -1: hash only).  Holes and bytes past the source's end
- * are zeros to the digest and are not written.  *data_end gets the end of
- * the last byte written (doff if none).  0 or -errno.
+ * are zeros to the digest and are not written.  0 or -errno.
  */
-static int xcopy_range(struct xcopy *x, uint64_t soff, uint64_t doff, uint64_t len,
-		       uint64_t *data_end)
+static int xcopy_range(struct xcopy *x, uint64_t soff, uint64_t doff, uint64_t len)
 {
 	int r;
 
 	x->pos = soff;
 	x->shift = doff - soff;
-	*data_end = doff;
 	r = digest_data_extents(x->src, soff, len, xcopy_extent, x);
 	if (r < 0)
 		return r;
-	if (x->pos > soff)
-		*data_end = x->pos + x->shift;
 	if (soff + len > x->pos)
 		digest_zeros(x->dg, soff + len - x->pos);
 	return 0;
@@ -320,18 +372,11 @@ static int flush_fd_seg(struct flusher *fl, struct fjob *j, const struct cseg *s
 {
 	bool own = s->f == j->out;
 	struct xcopy x = { .dg = &j->dg, .src = s->f->fd, .dst = own ? -1 : j->out->fd,
-			   .buf = fl->bounce, .no_cfr = &fl->no_cfr };
-	uint64_t end;
-	int r = xcopy_range(&x, s->foff, s->off, s->len, &end);
+			   .buf = fl->bounce, .skip_zeros = j->fresh, .no_cfr = &fl->no_cfr };
+	int r = xcopy_range(&x, s->foff, s->off, s->len);
 
 	atomic_fetch_add(&fl->be->st.written_bytes, x.written);
-	/*
-	 * A fresh file ends where its last write ends; one whose last range is
-	 * a hole from the source must still get its size, which
-	 * flush_finish_attrs only sets for a hole of its own (CSEG_ZERO).
-	 */
-	if (r == 0 && !own && j->fresh && s->off + s->len == j->v->size && end < j->v->size)
-		r = bsys.ftruncate(j->out->fd, (off_t)j->v->size);
+	j->end = CKPT_MAX(j->end, x.end);
 	return r;
 }
 
@@ -413,6 +458,7 @@ static void submit_write(struct flusher *fl, struct fjob *j, int fd, const char 
 	struct wreq *w = xmalloc(sizeof(*w));
 	*w = (struct wreq){ .j = j, .fd = fd, .buf = buf, .len = len, .off = off };
 	j->inflight++;
+	j->end = CKPT_MAX(j->end, off + len);
 	bio_prep_write(fl->bio, fd, buf, len, off, w);
 }
 
@@ -437,22 +483,49 @@ static int open_direct(struct backend *be, struct cfd *out)
 	return fd < 0 ? -1 : fd;
 }
 
+/*
+ * Submit what is left of a memory segment: hashed whole at once, written in
+ * runs (a fresh output leaves out pages of zeros).  False if the queue
+ * filled up first; called again, it goes on where it stopped.
+ */
+static bool submit_mem_seg(struct flusher *fl, struct fjob *j, const struct cseg *s)
+{
+	size_t a, b;
+
+	if (!j->seg_hashed)
+		digest_update(&j->dg, s->mem, s->len);
+	j->seg_hashed = true;
+	while (j->seg_pos < s->len) {
+		if (bio_space(fl->bio) < 2)
+			return false;
+		a = j->seg_pos;
+		b = s->len;
+		if (j->fresh && !next_data_run(s->mem, s->off, s->len, a, &a, &b))
+			break;
+		size_t n = b - a, direct = 0;
+		if (j->dfd >= 0 && direct_aligned(s->mem + a, 0, s->off + a))
+			direct = n & ~(size_t)(DIRECT_ALIGN - 1);
+		if (direct)
+			submit_write(fl, j, j->dfd, s->mem + a, direct, s->off + a);
+		if (n > direct)	/* the unaligned tail goes through the page cache */
+			submit_write(fl, j, j->out->fd, s->mem + a + direct, n - direct,
+				     s->off + a + direct);
+		j->seg_pos = b;
+	}
+	j->seg_pos = 0;
+	j->seg_hashed = false;
+	return true;
+}
+
 static void fjob_submit(struct flusher *fl, struct fjob *j)
 {
 	while (j->phase == FJ_WRITING && !j->err && j->seg < j->v->nseg && bio_space(fl->bio) >= 2) {
-		const struct cseg *s = &j->v->segs[j->seg++];
+		const struct cseg *s = &j->v->segs[j->seg];
 		int r = 0;
 
 		if (s->kind == CSEG_MEM) {
-			size_t direct = 0;
-			digest_update(&j->dg, s->mem, s->len);
-			if (j->dfd >= 0 && direct_aligned(s->mem, 0, s->off))
-				direct = s->len & ~(size_t)(DIRECT_ALIGN - 1);
-			if (direct)
-				submit_write(fl, j, j->dfd, s->mem, direct, s->off);
-			if (s->len > direct)	/* the unaligned tail goes through the page cache */
-				submit_write(fl, j, j->out->fd, s->mem + direct, s->len - direct,
-					     s->off + direct);
+			if (!submit_mem_seg(fl, j, s))
+				break;
 		} else if (s->kind == CSEG_FD) {
 			r = flush_fd_seg(fl, j, s);
 		} else {
@@ -460,9 +533,19 @@ static void fjob_submit(struct flusher *fl, struct fjob *j)
 		}
 		if (r < 0)
 			fjob_fail(j, r, s->kind == CSEG_FD ? "copying from a backend file" : "zeroing a hole");
+		j->seg++;
 	}
 	if (j->phase == FJ_WRITING && j->inflight == 0 &&
 	    (j->err || j->seg == j->v->nseg) && bio_space(fl->bio)) {
+		/*
+		 * A fresh file ends where its last write ends.  When that is short
+		 * of the version's size (zeros left out, a hole copied as a hole),
+		 * extend it here; flush_finish_attrs sets the size itself only
+		 * after a hole of the version's own (CSEG_ZERO) at the end.
+		 */
+		bool zero_end = j->v->nseg && j->v->segs[j->v->nseg - 1].kind == CSEG_ZERO;
+		if (!j->err && j->fresh && !zero_end && j->end < j->v->size)
+			fjob_fail(j, bsys.ftruncate(j->out->fd, (off_t)j->v->size), "ftruncate");
 		if (!j->err) {
 			const char *step = NULL;	/* set by the call: not an argument beside it */
 			int r = flush_finish_attrs(fl->be, j, &step);
@@ -653,21 +736,24 @@ int flush_copy_version(struct cver *v, int fd, XXH128_hash_t *digest)
 	struct digest dg;
 	bool no_cfr = false;
 	struct xcopy x = { .dg = &dg, .dst = fd, .buf = xmalloc(BOUNCE_SIZE), .raw = true,
-			   .no_cfr = &no_cfr };
-	uint64_t end;
+			   .skip_zeros = true, .no_cfr = &no_cfr };
 	int r = 0;
 
 	digest_init(&dg);
 	for (uint32_t i = 0; i < v->nseg && r == 0; i++) {
 		const struct cseg *s = &v->segs[i];
+		size_t a = 0, b;
 		if (s->kind == CSEG_MEM) {
 			digest_update(&dg, s->mem, s->len);
-			r = pwrite_all_io(true, fd, s->mem, s->len, s->off);
+			while (r == 0 && next_data_run(s->mem, s->off, s->len, a, &a, &b)) {
+				r = pwrite_all_io(true, fd, s->mem + a, b - a, s->off + a);
+				a = b;
+			}
 		} else if (s->kind == CSEG_ZERO) {
 			digest_zeros(&dg, s->len);
 		} else {
 			x.src = s->f->fd;
-			r = xcopy_range(&x, s->foff, s->off, s->len, &end);
+			r = xcopy_range(&x, s->foff, s->off, s->len);
 		}
 	}
 	if (r == 0 && ftruncate(fd, (off_t)v->size) < 0)
