@@ -24,7 +24,12 @@
  *     truncated down and up again, its cut range must read as zeros though
  *     the stage held data there: punched (and, where punching fails with
  *     EOPNOTSUPP, zeroed) — and with punching, not allocated;
- *  4. petabyte: over a tmpfs backend (ext4 stops at 16 TiB), `truncate -s
+ *  4. gaps: two 4 KiB writes 3 MiB apart in one cache chunk (the chunk
+ *     holds zeros between them) take blocks for 8 KiB on the backend, not
+ *     3 MiB; a dense file of zeros put on the backend directly, reopened
+ *     through the mount and changed a little, comes out holes but for the
+ *     pages with data (zeros are not copied as data);
+ *  5. petabyte: over a tmpfs backend (ext4 stops at 16 TiB), `truncate -s
  *     1P` and a 1 PiB file with 4 KiB at its end publish in seconds
  *     between ordinary files and a marker: the hole is not hashed (its
  *     digest is the definition's, built here by hand) and not written
@@ -359,7 +364,48 @@ static void case_stage(const char *fault)
 	tm_cleanup(&m);
 }
 
-/* ---- 4: a petabyte on tmpfs ------------------------------------------------ */
+/* ---- 4: zeros inside chunks and inside published files -------------------- */
+
+static void case_gaps(void)
+{
+	struct tmount m;
+	struct model md = { .size = 3 * MiB + 4 * KiB };
+	struct model dz = { .size = 8 * MiB };
+	bool holes;
+	int fd;
+
+	tm_init(&m, "sparse-gaps");
+	holes = keeps_holes(m.backend);
+	/* A dense file of zeros, as an older ckptfs or another tool left it. */
+	char *zeros = calloc(1, dz.size);
+	write_file(tm_bpath(&m, "dense"), zeros, dz.size);
+	free(zeros);
+	tm_mount(&m, NULL, NULL);
+	model_add(&md, 0, 4 * KiB, 7);
+	model_add(&md, 3 * MiB, 4 * KiB, 8);
+	fd = cu_open(tm_path(&m, "gap"), O_CREAT | O_WRONLY | O_TRUNC);
+	model_write(&md, fd, 0);
+	cu_close(fd);
+	fd = cu_open(tm_path(&m, "dense"), O_WRONLY);
+	model_add(&dz, 5 * MiB + 10, 100, 9);
+	model_write(&dz, fd, 0);
+	cu_close(fd);
+	tm_sync(&m);
+
+	check_window(tm_bpath(&m, "gap"), &md, 0, md.size);
+	check_window(tm_bpath(&m, "dense"), &dz, 0, dz.size);
+	check_digest(&m, "gap", &md);
+	check_digest(&m, "dense", &dz);
+	if (holes) {
+		ASSERT_LE(allocated(tm_bpath(&m, "gap")), 64 * KiB);
+		ASSERT_LE(allocated(tm_bpath(&m, "dense")), 64 * KiB);
+	}
+	expect_verify(m.backend, "gap", "OK", 0);
+	tm_stop(&m);
+	tm_cleanup(&m);
+}
+
+/* ---- 5: a petabyte on tmpfs ------------------------------------------------ */
 
 static char tmpfs_dir[PATH_MAX];
 
@@ -454,6 +500,7 @@ int main(void)
 	case_terabyte();
 	case_stage(NULL);
 	case_stage("op=fallocate,err=EOPNOTSUPP");
+	case_gaps();
 	case_petabyte();
 	return 0;
 }
