@@ -29,7 +29,11 @@
  *     3 MiB; a dense file of zeros put on the backend directly, reopened
  *     through the mount and changed a little, comes out holes but for the
  *     pages with data (zeros are not copied as data);
- *  5. petabyte: over a tmpfs backend (ext4 stops at 16 TiB), `truncate -s
+ *  5. rescue: over a backend whose writes fail, a new sparse file and a
+ *     rewrite of a published sparse one are rescued at exit with their
+ *     holes (blocks about their data), right contents, and the digest of
+ *     their model in the rescue manifest;
+ *  6. petabyte: over a tmpfs backend (ext4 stops at 16 TiB), `truncate -s
  *     1P` and a 1 PiB file with 4 KiB at its end publish in seconds
  *     between ordinary files and a marker: the hole is not hashed (its
  *     digest is the definition's, built here by hand) and not written
@@ -405,7 +409,80 @@ static void case_gaps(void)
 	tm_cleanup(&m);
 }
 
-/* ---- 5: a petabyte on tmpfs ------------------------------------------------ */
+/* ---- 5: rescue keeps holes ------------------------------------------------- */
+
+static void case_rescue(void)
+{
+	struct tmount m;
+	struct model base = { .size = 256 * MiB }, fresh = { .size = GiB };
+	const char *env[] = { cu_fault_env("op=pwrite,err=EIO"), NULL };
+	char opts[PATH_MAX + 64], rescue[PATH_MAX], where[PATH_MAX * 2], host[256] = "", mid[32];
+	bool holes;
+	int fd;
+
+	tm_start(&m, "sparse-rescue", NULL, NULL);
+	holes = keeps_holes(m.backend);
+	model_add(&base, 3 * MiB + 5, 70 * KiB, 20);
+	model_add(&base, 200 * MiB, 30 * KiB, 21);
+	fd = cu_open(tm_path(&m, "base"), O_CREAT | O_WRONLY | O_TRUNC);
+	CHECK_SYS(ftruncate(fd, (off_t)base.size));
+	model_write(&base, fd, 0);
+	cu_close(fd);
+	tm_stop(&m);
+
+	snprintf(rescue, sizeof(rescue), "%s/rescue", m.root);
+	snprintf(opts, sizeof(opts), "drain_timeout=2,rescue_dir=%s", rescue);
+	tm_mount(&m, opts, env);
+	ASSERT_TRUE(it_json_get(it_stats(&m), "mount_id", mid, sizeof(mid)));
+	fd = cu_open(tm_path(&m, "base"), O_WRONLY);
+	model_add(&base, 100 * MiB, 10 * KiB, 22);
+	model_write(&base, fd, base.n - 1);
+	close(fd);	/* may see its own failure */
+	fd = cu_open(tm_path(&m, "fresh"), O_CREAT | O_WRONLY | O_TRUNC);
+	CHECK_SYS(ftruncate(fd, (off_t)fresh.size));
+	model_add(&fresh, 0, 5000, 23);
+	model_add(&fresh, 700 * MiB + 3, 50 * KiB, 24);
+	model_write(&fresh, fd, 0);
+	close(fd);
+	if (cu_stop_any(&m) == 0)
+		FAILF("the daemon exited 0 although it could not persist its data");
+
+	gethostname(host, sizeof(host) - 1);
+	snprintf(where, sizeof(where), "%s/%s-%s/manifest.jsonl", rescue, host, mid);
+	size_t len;
+	char *text = read_file(where, &len), line[PATH_MAX * 3], v[64], want[33];
+	if (!text)
+		FAILF("no rescue manifest %s: %s", where, strerror(errno));
+	text = realloc(text, len + 1);
+	text[len] = '\0';
+	const struct { const char *rel; struct model *md; } saved[] = { { "base", &base },
+									 { "fresh", &fresh } };
+	for (size_t i = 0; i < CU_LEN(saved); i++) {
+		char *p = text, *found = NULL;
+		snprintf(line, sizeof(line), "\"path\": \"%s\"", saved[i].rel);
+		for (char *q; (q = strstr(p, line)); p = q + 1)
+			found = q;	/* the newest version of the path */
+		if (!found)
+			FAILF("%s is not in %s:\n%s", saved[i].rel, where, text);
+		while (found > text && found[-1] != '\n')
+			found--;
+		snprintf(line, sizeof(line), "%.*s", (int)(strchr(found, '\n') - found), found);
+		ASSERT_TRUE(it_json_get(line, "xxh3", v, sizeof(v)));
+		td_digest_fill(saved[i].md->size, model_fill, saved[i].md, want);
+		ASSERT_STR_EQ(v, want);
+		ASSERT_TRUE(it_json_get(line, "saved", v, sizeof(v)));
+		ASSERT_STR_EQ(v, "true");
+		snprintf(line, sizeof(line), "%s/%s-%s/files/%s", rescue, host, mid, saved[i].rel);
+		check_contents(line, saved[i].md);
+		if (holes && allocated(line) > model_data(saved[i].md) + 256 * KiB)
+			FAILF("rescued %s holds %" PRIu64 " bytes of blocks for %" PRIu64 " of data",
+			      line, allocated(line), model_data(saved[i].md));
+	}
+	free(text);
+	tm_cleanup(&m);
+}
+
+/* ---- 6: a petabyte on tmpfs ------------------------------------------------ */
 
 static char tmpfs_dir[PATH_MAX];
 
@@ -501,6 +578,7 @@ int main(void)
 	case_stage(NULL);
 	case_stage("op=fallocate,err=EOPNOTSUPP");
 	case_gaps();
+	case_rescue();
 	case_petabyte();
 	return 0;
 }
