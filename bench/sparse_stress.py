@@ -20,7 +20,8 @@ Reported, per target: wall time of the workload (the slowest process; for
 ckptfs also the drain after it), apparent size and allocated bytes
 (st_blocks) of the files, for ckptfs of the backend files (and, apart, of
 its manifest under .ckptfs/), and the ratio of allocated bytes ckptfs/plain.
-The files must end equal: their digests (`ckptfs-ctl hash`, which does not
+A workload that outlasts --timeout is killed and reported unfinished (the
+backend is measured as the drain leaves it).  The files must end equal: their digests (`ckptfs-ctl hash`, which does not
 read holes) are compared file by file, and `ckptfs-ctl verify` must pass on
 the backend.  A run that fails either check says so and exits 1.
 
@@ -70,7 +71,7 @@ def find_binary():
 # ---- the workload: one process, one file ----------------------------------
 
 def worker(path, seed, ops, max_size):
-	"""Run the seeded sequence on path; print the wall seconds as JSON."""
+	"""Run the seeded sequence on path."""
 	rnd = random.Random(seed)
 	t0 = time.monotonic()
 	fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
@@ -88,21 +89,30 @@ def worker(path, seed, ops, max_size):
 			os.close(fd)
 			fd = os.open(path, os.O_RDWR)
 	os.close(fd)
-	print(json.dumps({"secs": time.monotonic() - t0}))
+	return 0
 
 
 def run_workload(d, args):
-	"""All processes at once in directory d; the slowest one's wall seconds."""
+	"""All processes at once in directory d: the slowest one's wall seconds,
+	and whether they all finished within --timeout (the rest are killed)."""
 	t0 = time.monotonic()
 	procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker",
 				   os.path.join(d, "f%d" % i), str(args.seed * 1000 + i), str(args.ops),
-				   str(args.max_size)], stdout=subprocess.PIPE, text=True)
+				   str(args.max_size)], stdout=subprocess.DEVNULL)
 		 for i in range(args.procs)]
+	finished = True
 	for p in procs:
-		out, _ = p.communicate(timeout=args.timeout)
-		if p.returncode != 0:
+		try:
+			p.wait(timeout=max(1, args.timeout - (time.monotonic() - t0)))
+		except subprocess.TimeoutExpired:
+			finished = False
+	for p in procs:
+		if p.poll() is None:
+			p.kill()
+			p.wait()
+		elif p.returncode != 0:
 			raise RuntimeError("a worker failed (exit %d)" % p.returncode)
-	return time.monotonic() - t0
+	return time.monotonic() - t0, finished
 
 
 def usage(d, names):
@@ -139,6 +149,7 @@ def main():
 	ap.add_argument("--cache-size", default="1G", help="ckptfs cache_size (1G)")
 	ap.add_argument("--timeout", type=int, default=900,
 			help="seconds allowed for the workload and for the drain, each (900)")
+	ap.add_argument("--keep", action="store_true", help="leave the work directory for inspection")
 	ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
 	args = ap.parse_args()
 	if args.worker:
@@ -159,19 +170,19 @@ def main():
 	       "daemon": daemon}
 
 	print("sparse_stress: plain directory (%s)..." % plain, file=sys.stderr)
-	res["plain_secs"] = run_workload(plain, args)
+	res["plain_secs"], res["plain_finished"] = run_workload(plain, args)
 	res["plain_apparent"], res["plain_allocated"] = usage(plain, names)
 
 	print("sparse_stress: ckptfs over %s..." % backend, file=sys.stderr)
 	subprocess.run([daemon, backend, mnt, "-o", "cache_size=" + args.cache_size], check=True)
 	ok = True
 	try:
-		res["ckptfs_workload_secs"] = run_workload(mnt, args)
+		res["ckptfs_workload_secs"], res["ckptfs_finished"] = run_workload(mnt, args)
 		t0 = time.monotonic()
 		d = subprocess.run([ctl, "drain", mnt, "--timeout", str(args.timeout)])
 		res["ckptfs_drain_secs"] = time.monotonic() - t0
 		res["drained"] = d.returncode == 0
-		ok = res["drained"]
+		ok = res["drained"] and res["ckptfs_finished"] and res["plain_finished"]
 	finally:
 		subprocess.run(["fusermount3", "-u", mnt])
 		for _ in range(600):	# the daemon drains and exits
@@ -185,23 +196,27 @@ def main():
 	res["ckptfs_metadata_allocated"] = tree_allocated(os.path.join(backend, ".ckptfs"))
 	res["allocated_ratio"] = res["ckptfs_allocated"] / max(1, res["plain_allocated"])
 
-	same = digests(ctl, plain, names) == digests(ctl, backend, names)
+	same = res["ckptfs_finished"] and digests(ctl, plain, names) == digests(ctl, backend, names)
 	v = subprocess.run([ctl, "verify", "--quiet", backend], stdout=subprocess.PIPE, text=True)
 	res["same_contents"], res["verify_ok"] = same, v.returncode == 0
 	ok = ok and same and res["verify_ok"]
 
 	print("| | plain | ckptfs (backend) | ratio |")
 	print("|---|---|---|---|")
-	print("| wall time | %.2f s | %.2f s (workload %.2f + drain %.2f) | %.2fx |" % (
+	print("| wall time | %.2f s | %.2f s (workload %.2f%s + drain %.2f) | %.2fx |" % (
 		res["plain_secs"], res["ckptfs_secs"], res["ckptfs_workload_secs"],
-		res["ckptfs_drain_secs"], res["ckptfs_secs"] / res["plain_secs"]))
+		"" if res["ckptfs_finished"] else ", NOT FINISHED: killed", res["ckptfs_drain_secs"],
+		res["ckptfs_secs"] / res["plain_secs"]))
 	print("| apparent size | %s | %s | |" % (fmt(res["plain_apparent"]), fmt(res["ckptfs_apparent"])))
 	print("| allocated | %s | %s (+ %s manifest) | %.2fx |" % (
 		fmt(res["plain_allocated"]), fmt(res["ckptfs_allocated"]),
 		fmt(res["ckptfs_metadata_allocated"]), res["allocated_ratio"]))
-	print("| same contents (ckptfs-ctl hash) | | %s | |" % ("yes" if same else "NO"))
+	print("| same contents (ckptfs-ctl hash) | | %s | |" % (
+		"yes" if same else "NO" if res["ckptfs_finished"] else "not compared (unfinished)"))
 	print("| verify | | %s | |" % ("OK" if res["verify_ok"] else "FAILED:\n" + v.stdout[-2000:]))
 	print(json.dumps(res))
+	if not args.keep and subprocess.run(["mountpoint", "-q", mnt]).returncode != 0:
+		shutil.rmtree(w, ignore_errors=True)
 	return 0 if ok else 1
 
 
