@@ -9,21 +9,32 @@
  * ".ckptfs.") beside their final names, in parallel and ahead of time.  One
  * publisher applies operations strictly in sequence order.
  *
- * Publish invariants (tests cite them as P1..P6):
- *  P1  operations are applied to the backend in strictly increasing sequence
- *      order; none is applied before every lower one has been;
+ * Publish invariants (tests cite them as P1..P7):
+ *  P1  each actor's operations (an actor is the uid that made the change)
+ *      are applied in strictly increasing sequence order, and an operation
+ *      is applied only after every earlier operation it conflicts with
+ *      (order.c: same object, same name, or a directory it works in),
+ *      whoever made that one.  So the backend always equals the mount's
+ *      state after a prefix of every actor's sequence closed under those
+ *      dependencies; with one actor, a prefix of the sequence;
  *  P2  a file version's data is written and fdatasync'd before the rename
  *      that gives it its final name, so a final name never shows a torn,
  *      zero-filled or partial file;
  *  P3  the directories an operation touched are fsync'd before its sequence
  *      number is declared durable;
- *  P4  a failed operation is retried with backoff and never skipped: later
- *      operations wait, waiters beyond it get the error;
+ *  P4  an operation the backend refuses, transiently or permanently, is
+ *      never skipped by the daemon: it blocks its actor's later operations
+ *      and its dependants, is retried (with backoff; slowly for permanent
+ *      errors; at once on backend_retry()), and waiters behind it get its
+ *      error.  Only an administrator's backend_skip() moves past it, taking
+ *      its dependants with it, and the manifest records that;
  *  P5  temporary names never collide with user names (reserved prefix) and
  *      are removed when their version will never be published;
  *  P6  a backend node's recorded location is changed only by the publisher,
  *      right after the system call that moves it and before the next one;
- *      both happen under mv_lock, so a reader that met the gap can wait.
+ *      both happen under mv_lock, so a reader that met the gap can wait;
+ *  P7  manifest records are appended in the order operations are applied;
+ *      an operation whose record could not be appended is not applied.
  *
  * Lock order: (fs namespace lock) -> cfile->lock -> be->lock -> be->mv_lock
  * -> be->bt_lock.
@@ -60,6 +71,7 @@ struct bnode {
 	atomic_uint refs;
 	bool is_dir;
 	bool is_link;		/* a symlink: no chmod, no open */
+	bool is_special;	/* a FIFO, socket or device: never opened */
 	bool is_root;		/* dfd is the backend root, owned by the backend */
 	atomic_bool present;
 	atomic_int sticky_err;	/* last flush/publish error of this object, 0 if none */
@@ -81,9 +93,16 @@ enum op_kind {
 	OP_VERSION,	/* a file's contents and attributes as of a close/fsync */
 	OP_MKDIR, OP_RMDIR, OP_UNLINK, OP_RENAME, OP_SYMLINK, OP_LINK,
 	OP_SETATTR, OP_SETXATTR, OP_RMXATTR,
+	OP_MKNOD,	/* a FIFO, socket or device node (mode has the type, rdev) */
 };
 
-enum op_state { OPS_QUEUED, OPS_FLUSHING, OPS_READY, OPS_FAILED };
+/*
+ * QUEUED: a version waiting for a flusher; FLUSHING: being written;
+ * READY: may be applied once order allows; FAILED: its flush failed (the
+ * publisher turns it into BLOCKED); BLOCKED: the backend refused it (err),
+ * tried again at retry_ns.
+ */
+enum op_state { OPS_QUEUED, OPS_FLUSHING, OPS_READY, OPS_FAILED, OPS_BLOCKED };
 
 /* setattr fields (op->valid) */
 #define OPA_MODE  0x1
@@ -95,6 +114,7 @@ enum op_state { OPS_QUEUED, OPS_FLUSHING, OPS_READY, OPS_FAILED };
 struct op {
 	struct list link;	/* be->ops, in sequence order */
 	struct list qlink;	/* be->flushq (versions) */
+	struct list ilink;	/* be->intents (versions whose intent is not logged yet) */
 	uint64_t seq;
 	enum op_kind kind;
 	enum op_state state;
@@ -107,6 +127,7 @@ struct op {
 	struct bnode *victim;	/* rename: object replaced or exchanged (reference) */
 	unsigned flags;		/* rename flags */
 	char *target;		/* symlink target; xattr key */
+	dev_t rdev;		/* mknod: the device number */
 	void *value;		/* xattr value */
 	size_t value_len;
 	/* attributes: setattr, mkdir/symlink owner, and a version's snapshot */
@@ -121,17 +142,40 @@ struct op {
 	bool copy_xattrs;	/* carry the replaced file's xattrs over */
 	bool xattr_blob;	/* value holds the version's xattrs (fs/xattr.c format) */
 	bool recorded;		/* its manifest record is written */
+	bool renamed;		/* versions: the temporary file has its final name */
+	unsigned records;	/* write-ahead records written (each attempt's "try") */
 	char *path_hint;	/* versions: the mount path at seal, for the intent record */
 	XXH128_hash_t digest;
 	uint64_t enqueued_ns;
+	uint64_t sealed_wall_ns;	/* wall clock when it was sequenced */
+	uid_t actor;		/* who made the change: its order domain (P1) */
+	/* publisher state (be->lock) */
+	bool reflush;		/* BLOCKED in its flush: flush again on retry */
+	bool skipped;		/* an administrator skipped it: drop, never apply */
+	bool in_batch;		/* the publisher is applying it now */
+	uint64_t retry_ns;	/* BLOCKED: when to try again */
+	uint64_t blocked_ns;	/* BLOCKED: since when */
+	unsigned attempts;	/* BLOCKED: failed attempts so far */
+	struct op *blocker;	/* the BLOCKED operation holding it back, or NULL (order.c) */
 };
 
 /* ---- durability waiters -------------------------------------------- */
 
+/*
+ * Done (err 0) once every operation up to seq of `actor` (or, with
+ * any_actor, of everyone) is durable; with the blocker's error as soon as
+ * one of them is blocked; with -ETIMEDOUT at deadline_ns (0: no deadline).
+ */
 struct pub_waiter {
 	struct list link;
-	uint64_t seq;		/* done when durable >= seq, or with an error */
+	uint64_t seq;
+	bool any_actor;
+	uid_t actor;
+	uint64_t deadline_ns;	/* monotonic */
 	void (*done)(struct pub_waiter *w, int err);
+	/* Optional: true once the caller gave up (a FUSE interrupt): -EINTR. */
+	bool (*cancelled)(struct pub_waiter *w);
+	int result;		/* internal: the answer, until done() is called */
 };
 
 /* ---- the backend ----------------------------------------------------- */
@@ -153,6 +197,19 @@ struct backend_stats {
 struct backend_hooks {
 	/* The directory where `owner`'s stage file should go (a reference), or NULL. */
 	struct bnode *(*stage_dir)(void *arg, struct cfile *cf);
+	/*
+	 * May this ready operation be applied now?  0: yes; otherwise it is held
+	 * (like an operation still flushing: its actor's later operations and its
+	 * dependants wait) and asked again within the returned nanoseconds.
+	 * Called by the publisher with be->lock held: it must not block.
+	 */
+	uint64_t (*hold)(void *arg, const struct op *op);
+	/*
+	 * After each publish group: every operation sequenced before wall time
+	 * durable_wall_ns (sealed_wall_ns) is durable; seq_durable as in stats.
+	 * Called by the publisher without locks.
+	 */
+	void (*published)(void *arg, uint64_t seq_durable, uint64_t durable_wall_ns);
 	void *arg;
 };
 
@@ -181,16 +238,21 @@ struct backend {
 
 	pthread_mutex_t lock;		/* everything below */
 	pthread_cond_t pub_cond;	/* publisher: head may be ready */
+	pthread_cond_t waiter_cond;	/* waiter thread: a deadline to watch */
+	bool waiter_stop;
 	pthread_cond_t flush_cond;	/* flushers: work queued, or a dir appeared */
-	pthread_cond_t durable_cond;	/* durable_seq advanced or error */
 	pthread_cond_t spill_cond;
 	struct list ops;		/* unpublished operations, sequence order */
 	struct list flushq;		/* versions waiting for a flusher */
 	struct list waiters;		/* sequence order */
 	uint64_t last_seq;		/* last assigned */
 	atomic_uint_least64_t durable_seq;
-	uint64_t blocked_seq;		/* seq of a failing op, 0 if none */
-	int blocked_err;
+	struct list intents;		/* versions whose intent record is not written yet */
+	struct order_state *order;	/* the last scheduling pass (order.c) */
+	uint64_t wake_ns;		/* publisher: next timed look at the queue */
+	int sync_err;			/* the group sync is failing (-errno), else 0 */
+	uint64_t sync_first_seq;	/* ... for the batch starting at this seq */
+	bool retry_now;			/* backend_retry() asked */
 	bool stopping;
 	bool aborting;			/* stop now, leave the queue (rescue) */
 	bool joined;			/* threads have exited */
@@ -201,6 +263,7 @@ struct backend {
 	struct recovery_report recovery;
 
 	pthread_t publisher;
+	pthread_t waiter;		/* answers waiters' deadlines and interrupts */
 	pthread_t *flushers;
 	pthread_t spiller;
 	unsigned nflushers;
@@ -219,12 +282,25 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 void backend_stop(struct backend *be);
 /* Stop the threads at once, leaving unpublished operations queued. */
 void backend_abort(struct backend *be);
+/* A file still open for writing at exit: what was written, never closed. */
+struct rescue_item {
+	char *path;		/* in the mount */
+	struct cver *ver;	/* its contents, sealed for the rescue only */
+};
 /*
- * After backend_abort: write every queued file version to
- * <dir>/<host>-<mount id>/ with a manifest.jsonl of all queued operations.
- * Returns the number of operations saved, or -errno; *where gets the path.
+ * At exit (after backend_abort, or after a drain with nothing left queued):
+ * write every queued file version to <dir>/<host>-<mount id>/files/, the
+ * partial contents of files still open for writing to .../partial/, and a
+ * manifest.jsonl of all of them and every queued operation.  Returns the
+ * number of items saved, or -errno; *where gets the path.
  */
-long backend_rescue(struct backend *be, const char *dir, char *where, size_t wlen);
+long backend_rescue(struct backend *be, const char *dir, const struct rescue_item *partial,
+		    unsigned npartial, char *where, size_t wlen);
+/*
+ * Check the rescue directory as the rescue will (rescue.c R1), creating it
+ * 0700 if missing: 0, or -errno with one line naming the problem in why.
+ */
+int backend_rescue_dir_check(const char *dir, char *why, size_t wlen);
 
 /* A new operation (zeroed, kind set).  Fill it, then backend_submit it. */
 struct op *op_new(enum op_kind kind);
@@ -236,7 +312,8 @@ void op_free(struct op *op);
  * backend_next_seq() under the same lock.  Returns the seq.
  */
 uint64_t backend_next_seq(struct backend *be);
-void backend_submit(struct backend *be, struct op *op);
+/* Returns the -errno of a blocked operation that will hold op back, or 0. */
+int backend_submit(struct backend *be, struct op *op);
 uint64_t backend_last_seq(struct backend *be);
 static inline uint64_t backend_durable_seq(struct backend *be)
 {
@@ -248,8 +325,45 @@ static inline uint64_t backend_durable_seq(struct backend *be)
  * operation at or below... before it fails (err < 0).  May call at once.
  */
 void backend_wait_async(struct backend *be, struct pub_waiter *w);
-/* Block until seq is durable; timeout_ns 0 = forever.  0, -ETIMEDOUT or -errno. */
+/*
+ * Block until everyone's operations up to seq are durable; timeout_ns 0 =
+ * forever.  0, -ETIMEDOUT or the blocker's -errno.
+ */
 int backend_wait(struct backend *be, uint64_t seq, uint64_t timeout_ns);
+
+/*
+ * The error of the blocked operation that holds back `actor`'s operations
+ * up to seq (-errno), or 0 if none is blocked.
+ */
+int backend_actor_error(struct backend *be, uid_t actor, uint64_t seq);
+
+/* A blocked operation, for stats and the control file. */
+struct backend_blocked {
+	uint64_t seq;
+	enum op_kind kind;
+	int err;		/* -errno */
+	uid_t actor;
+	uint64_t since_ns;	/* monotonic */
+	unsigned attempts;
+	unsigned behind;	/* operations it holds back */
+	char path[512];		/* backend path of its subject */
+};
+/* Up to max blocked operations, lowest sequence first; returns how many exist. */
+unsigned backend_blocked(struct backend *be, struct backend_blocked *out, unsigned max);
+/* "seq 8: mkdir step2: Permission denied" */
+void backend_blocked_describe(const struct backend_blocked *b, char *buf, size_t len);
+/* Try every blocked operation again now. */
+void backend_retry(struct backend *be);
+/*
+ * Administrator's act: drop the blocked operation `seq` and its dependants
+ * (every later operation that depends on it, transitively, and every later
+ * marker of the same actor), recording them as skipped in the manifest.
+ * Returns how many were dropped, -ENOENT if no pending operation has that
+ * seq, -EBUSY if it is not blocked.  `report` gets one line per dropped op.
+ */
+long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report);
+
+const char *op_kind_name(enum op_kind k);
 
 /* Called by the cache when writers wait for space. */
 void backend_want_spill(void *be);
@@ -267,8 +381,16 @@ void bnode_set_loaded(struct backend *be, struct bnode *b, struct bnode *dir, co
 /* Wait for a name move in progress (after ENOENT on a location just read). */
 void backend_move_wait(struct backend *be);
 /*
- * Open the object b at its backend location (flags as for openat; O_NOFOLLOW
- * is added), retrying once if a move raced the lookup.  fd or -errno.
+ * Call fn(arg, dirfd, name) on the object b at its backend location (the
+ * root: its own fd and "."), retrying once if a move raced the lookup.
+ * fn's result, or -errno (-ENOENT: not on the backend).
+ */
+int bnode_at(struct backend *be, struct bnode *b, int (*fn)(void *arg, int dfd, const char *name),
+	     void *arg);
+/*
+ * Open the object b at its backend location (flags as for bsys.openat:
+ * never follows a symlink, opens only a regular file unless O_DIRECTORY or
+ * O_PATH), retrying once if a move raced the lookup.  fd or -errno.
  */
 int bnode_open(struct backend *be, struct bnode *b, int flags);
 

@@ -1,35 +1,222 @@
 /*
- * bsys.c — the default backend system call table: thin -errno wrappers.
+ * bsys.c — the default backend system call table: libc, confined to what
+ * bsys.h promises (C1..C4).
+ *
+ * How each call reaches an object without following a symlink:
+ *  - names only (rename, unlink, mkdir, symlink, link, mknod, readlink,
+ *    lstat): these system calls never follow a final symlink; they act on
+ *    the name itself;
+ *  - chmod: fchmodat2(AT_SYMLINK_NOFOLLOW) (Linux 6.6+; the kernel refuses
+ *    to change a symlink's mode with EOPNOTSUPP, which we report as -ELOOP);
+ *    where that system call is missing, through a pinned handle (below);
+ *  - chown, utimens, xattrs: through a pinned handle — an O_PATH|O_NOFOLLOW
+ *    fd of the object itself, checked with fstat not to be a symlink, then
+ *    acted on with AT_EMPTY_PATH or through its /proc/self/fd magic link,
+ *    which resolves to that inode and not to a path: the object checked is
+ *    the object changed, whatever is renamed meanwhile;
+ *  - open of an existing non-directory: the same pinned handle, checked to
+ *    be a regular file, reopened through /proc/self/fd.  Not O_NONBLOCK +
+ *    fstat: opening a device runs its driver's open (a tape rewinds, a
+ *    watchdog arms) and opening a FIFO for reading releases a writer blocked
+ *    on it, O_NONBLOCK or not.  O_PATH runs neither, and costs two system
+ *    calls more per open of a published file (once per file read back);
+ *  - directories: O_DIRECTORY|O_NOFOLLOW (never a FIFO or a device).
+ * Every refusal is logged, naming the call and the name, so a planted
+ * symlink shows in the daemon's log whoever met it; at most REFUSE_BURST
+ * lines a minute, so a user planting thousands cannot flood syslog.
  */
 #include "backend/bsys.h"
+#include "cache/log.h"
+#include "cache/util.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
+
+#ifndef SYS_fchmodat2
+#define SYS_fchmodat2 452	/* Linux 6.6, every architecture */
+#endif
 
 const char *const bsys_op_names[BOP_COUNT] = {
 	"openat", "close", "pread", "pwrite", "fsync", "fdatasync", "ftruncate",
 	"rename", "unlink", "mkdir", "symlink", "link", "chmod", "chown",
-	"utimens", "setxattr", "removexattr", "stat", "fallocate", "copy_file_range",
+	"utimens", "setxattr", "removexattr", "stat", "getxattr", "listxattr",
+	"readlink", "mknod", "readdir", "fchmod", "fchown", "futimens", "fallocate",
+	"copy_file_range",
 };
 
 #define RET(expr) do { long r_ = (long)(expr); return r_ < 0 ? -errno : r_; } while (0)
 
-static int d_openat(int dirfd, const char *name, int flags, mode_t mode)
+#define WANT_FILE_OR_DIR "a file or directory"
+
+/* ---- refusals ------------------------------------------------------------ */
+
+#define REFUSE_BURST 64
+#define REFUSE_WINDOW_NS (60ull * 1000000000)
+
+static pthread_mutex_t refuse_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t refuse_window_ns, refuse_count, refuse_dropped;
+
+static const char *kind_of(mode_t m)
+{
+	switch (m & S_IFMT) {
+	case S_IFLNK: return "a symlink";
+	case S_IFDIR: return "a directory";
+	case S_IFIFO: return "a FIFO";
+	case S_IFSOCK: return "a socket";
+	case S_IFCHR: return "a character device";
+	case S_IFBLK: return "a block device";
+	case S_IFREG: return "a regular file";
+	default: return "an unknown kind of file";
+	}
+}
+
+/* Log that `call` met `found` at `name` where `wanted` was expected; return err. */
+static int refuse(int err, const char *call, const char *name, mode_t found, const char *wanted)
+{
+	uint64_t now = now_ns(), dropped = 0;
+	char safe[256];
+	size_t k = 0;
+	bool say;
+
+	pthread_mutex_lock(&refuse_lock);
+	if (!refuse_window_ns || now - refuse_window_ns > REFUSE_WINDOW_NS) {
+		dropped = refuse_dropped;
+		refuse_window_ns = now;
+		refuse_count = refuse_dropped = 0;
+	}
+	say = refuse_count++ < REFUSE_BURST;
+	if (!say)
+		refuse_dropped++;
+	pthread_mutex_unlock(&refuse_lock);
+	if (dropped)
+		log_warn("backend: %llu more refusals were not logged", (unsigned long long)dropped);
+	if (!say)
+		return err;
+	/* The name is a user's: no control characters into the log. */
+	for (const char *s = name; *s && k + 1 < sizeof(safe); s++)
+		safe[k++] = (unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s;
+	safe[k] = '\0';
+	log_warn("backend: refused to %s '%s': %s where %s was expected (not followed)", call,
+		 safe, kind_of(found), wanted);
+	return err;
+}
+
+/* ---- pinned handles ------------------------------------------------------- */
+
+/*
+ * An O_PATH fd of the object at (d, n) itself, its type in *st; refused
+ * (-ELOOP, logged) if it is a symlink.  fd or -errno.
+ */
+static int pin(int d, const char *n, const char *call, const char *wanted, struct stat *st)
+{
+	int fd = openat(d, n, O_PATH | O_NOFOLLOW | O_CLOEXEC), e;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, st) < 0) {
+		e = -errno;
+		close(fd);
+		return e;
+	}
+	if (S_ISLNK(st->st_mode)) {
+		close(fd);
+		return refuse(-ELOOP, call, n, st->st_mode, wanted);
+	}
+	return fd;
+}
+
+/* The magic link that reaches a pinned fd's inode. */
+static void fd_path(int fd, char buf[32])
+{
+	snprintf(buf, 32, "/proc/self/fd/%d", fd);
+}
+
+/* Is (d, n) a symlink now?  For turning a vaguer error into a refusal. */
+static bool is_symlink(int d, const char *n)
+{
+	struct stat st;
+	return fstatat(d, n, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+}
+
+/* ---- opening --------------------------------------------------------------- */
+
+/* C3: an existing regular file, opened only after it was checked to be one. */
+static int open_regular(int d, const char *n, int flags)
+{
+	struct stat st;
+	char p[32];
+	int h = pin(d, n, "open", "a regular file", &st), fd;
+
+	if (h < 0)
+		return h;
+	if (!S_ISREG(st.st_mode)) {
+		close(h);
+		return refuse(S_ISDIR(st.st_mode) ? -EISDIR : -ENXIO, "open", n, st.st_mode,
+			      "a regular file");
+	}
+	fd_path(h, p);
+	do {
+		fd = open(p, (flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL)) | O_CLOEXEC);
+	} while (fd < 0 && errno == EINTR);
+	fd = fd < 0 ? -errno : fd;
+	close(h);
+	return fd;
+}
+
+static int open_plain(int d, const char *n, int flags, mode_t mode)
 {
 	int fd;
+
 	do {
-		fd = openat(dirfd, name, flags | O_CLOEXEC, mode);
+		fd = openat(d, n, flags, mode);
 	} while (fd < 0 && errno == EINTR);
 	return fd < 0 ? -errno : fd;
 }
+
+static int d_openat(int d, const char *n, int flags, mode_t mode)
+{
+	int fd;
+
+	flags |= O_NOFOLLOW | O_CLOEXEC;
+	if (flags & (O_DIRECTORY | O_PATH)) {
+		fd = open_plain(d, n, flags, mode);
+		/* O_DIRECTORY|O_NOFOLLOW on a symlink says ENOTDIR: say what it was. */
+		if ((fd == -ENOTDIR || fd == -ELOOP) && (flags & O_DIRECTORY) && is_symlink(d, n))
+			return refuse(-ELOOP, "open", n, S_IFLNK, "a directory");
+		return fd;
+	}
+	if ((flags & (O_CREAT | O_EXCL)) == (O_CREAT | O_EXCL))
+		return open_plain(d, n, flags, mode);	/* never follows, never opens what exists */
+	for (int tries = 0; tries < 4; tries++) {
+		if (flags & O_CREAT) {
+			fd = open_plain(d, n, flags | O_EXCL, mode);
+			if (fd != -EEXIST)
+				return fd;
+		}
+		fd = open_regular(d, n, flags);
+		if (fd != -ENOENT || !(flags & O_CREAT))
+			return fd;
+		/* removed between the two: create it after all */
+	}
+	return -ENOENT;
+}
+
 static int d_close(int fd) { RET(close(fd)); }
 static ssize_t d_pread(int fd, void *b, size_t n, off_t o) { RET(pread(fd, b, n, o)); }
 static ssize_t d_pwrite(int fd, const void *b, size_t n, off_t o) { RET(pwrite(fd, b, n, o)); }
 static int d_fsync(int fd) { RET(fsync(fd)); }
 static int d_fdatasync(int fd) { RET(fdatasync(fd)); }
 static int d_ftruncate(int fd, off_t len) { RET(ftruncate(fd, len)); }
+
+/* ---- names ------------------------------------------------------------------ */
+
 static int d_renameat2(int od, const char *on, int nd, const char *nn, unsigned fl)
 {
 	RET(renameat2(od, on, nd, nn, fl));
@@ -38,55 +225,226 @@ static int d_unlinkat(int d, const char *n, int fl) { RET(unlinkat(d, n, fl)); }
 static int d_mkdirat(int d, const char *n, mode_t m) { RET(mkdirat(d, n, m)); }
 static int d_symlinkat(const char *t, int d, const char *n) { RET(symlinkat(t, d, n)); }
 static int d_linkat(int od, const char *on, int nd, const char *nn) { RET(linkat(od, on, nd, nn, 0)); }
-/* Callers never pass a symlink (Linux has no symlink modes), so follow is moot. */
-static int d_fchmodat(int d, const char *n, mode_t m) { RET(fchmodat(d, n, m, 0)); }
-static int d_fchownat(int d, const char *n, uid_t u, gid_t g)
-{
-	RET(fchownat(d, n, u, g, AT_SYMLINK_NOFOLLOW));
-}
-static int d_utimensat(int d, const char *n, const struct timespec ts[2])
-{
-	RET(utimensat(d, n, ts, AT_SYMLINK_NOFOLLOW));
-}
-static int proc_path(int d, const char *n, char *buf, size_t len)
-{
-	int r = snprintf(buf, len, "/proc/self/fd/%d/%s", d, n);
-	return r < 0 || (size_t)r >= len ? -ENAMETOOLONG : 0;
-}
-static int d_setxattr(int d, const char *n, const char *k, const void *v, size_t l, int fl)
-{
-	char p[512];
-	int r = proc_path(d, n, p, sizeof(p));
-	if (r)
-		return r;
-	RET(lsetxattr(p, k, v, l, fl));
-}
-static int d_removexattr(int d, const char *n, const char *k)
-{
-	char p[512];
-	int r = proc_path(d, n, p, sizeof(p));
-	if (r)
-		return r;
-	RET(lremovexattr(p, k));
-}
+static int d_mknodat(int d, const char *n, mode_t m, dev_t dev) { RET(mknodat(d, n, m, dev)); }
+static ssize_t d_readlinkat(int d, const char *n, char *b, size_t l) { RET(readlinkat(d, n, b, l)); }
 static int d_fstatat(int d, const char *n, struct stat *st)
 {
 	RET(fstatat(d, n, st, AT_SYMLINK_NOFOLLOW | (n[0] ? 0 : AT_EMPTY_PATH)));
 }
+
+static int d_readdir(int d, int (*fn)(void *arg, const char *name), void *arg)
+{
+	int fd = open_plain(d, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0), r;
+	struct dirent *de;
+	DIR *dir;
+
+	if (fd < 0)
+		return fd;
+	if (!(dir = fdopendir(fd))) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	for (;;) {
+		errno = 0;
+		if (!(de = readdir(dir))) {
+			r = errno ? -errno : 0;
+			break;
+		}
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if ((r = fn(arg, de->d_name)) != 0)
+			break;
+	}
+	closedir(dir);
+	return r;
+}
+
+/* ---- attributes -------------------------------------------------------------- */
+
+static atomic_bool no_fchmodat2;
+
+static int d_fchmodat(int d, const char *n, mode_t m)
+{
+	struct stat st;
+	char p[32];
+	int h, r;
+
+	if (!atomic_load(&no_fchmodat2)) {
+		if (syscall(SYS_fchmodat2, d, n, m, AT_SYMLINK_NOFOLLOW) == 0)
+			return 0;
+		r = -errno;
+		if (r == -EOPNOTSUPP && is_symlink(d, n))
+			return refuse(-ELOOP, "chmod", n, S_IFLNK, WANT_FILE_OR_DIR);
+		if (r != -ENOSYS)
+			return r;
+		atomic_store(&no_fchmodat2, true);	/* before Linux 6.6 */
+	}
+	if ((h = pin(d, n, "chmod", WANT_FILE_OR_DIR, &st)) < 0)
+		return h;
+	fd_path(h, p);
+	r = chmod(p, m) < 0 ? -errno : 0;
+	close(h);
+	return r;
+}
+
+static int d_fchownat(int d, const char *n, uid_t u, gid_t g, int at)
+{
+	struct stat st;
+	int h, r;
+
+	if (at & BSYS_LINK)
+		RET(fchownat(d, n, u, g, AT_SYMLINK_NOFOLLOW));
+	if ((h = pin(d, n, "chown", WANT_FILE_OR_DIR, &st)) < 0)
+		return h;
+	r = fchownat(h, "", u, g, AT_EMPTY_PATH) < 0 ? -errno : 0;
+	close(h);
+	return r;
+}
+
+static int d_utimensat(int d, const char *n, const struct timespec ts[2], int at)
+{
+	struct stat st;
+	char p[32];
+	int h, r;
+
+	if (at & BSYS_LINK)
+		RET(utimensat(d, n, ts, AT_SYMLINK_NOFOLLOW));
+	if ((h = pin(d, n, "utimens", WANT_FILE_OR_DIR, &st)) < 0)
+		return h;
+	fd_path(h, p);
+	r = utimensat(AT_FDCWD, p, ts, 0) < 0 ? -errno : 0;
+	close(h);
+	return r;
+}
+
+static int d_fchmod(int fd, mode_t m) { RET(fchmod(fd, m)); }
+static int d_fchown(int fd, uid_t u, gid_t g) { RET(fchown(fd, u, g)); }
+static int d_futimens(int fd, const struct timespec ts[2]) { RET(futimens(fd, ts)); }
 static int d_fallocate(int fd, int mode, off_t o, off_t l) { RET(fallocate(fd, mode, o, l)); }
 static ssize_t d_copy_file_range(int in, off_t io, int out, off_t oo, size_t n)
 {
 	loff_t i = io, o = oo;
 	RET(copy_file_range(in, &i, out, &o, n, 0));
 }
+
+/* ---- xattrs ----------------------------------------------------------------- */
+
+/*
+ * The path an xattr call takes to (d, n): the magic link of a pinned handle
+ * (*h, to close after), or for a symlink itself (BSYS_LINK) the name below
+ * the directory's magic link, used with the l- calls, which do not follow it.
+ */
+struct xpath {
+	char p[300];
+	int h;
+	bool link;
+};
+
+static int xpath_get(struct xpath *x, int d, const char *n, int at, const char *call)
+{
+	struct stat st;
+
+	x->h = -1;
+	x->link = at & BSYS_LINK;
+	if (x->link) {
+		int r = snprintf(x->p, sizeof(x->p), "/proc/self/fd/%d/%s", d, n);
+		return r < 0 || (size_t)r >= sizeof(x->p) ? -ENAMETOOLONG : 0;
+	}
+	if ((x->h = pin(d, n, call, WANT_FILE_OR_DIR, &st)) < 0)
+		return x->h;
+	fd_path(x->h, x->p);
+	return 0;
+}
+
+static void xpath_put(struct xpath *x)
+{
+	if (x->h >= 0)
+		close(x->h);
+}
+
+static int d_setxattr(int d, const char *n, const char *k, const void *v, size_t l, int fl, int at)
+{
+	struct xpath x;
+	int r = xpath_get(&x, d, n, at, "setxattr");
+
+	if (r == 0)
+		r = (x.link ? lsetxattr(x.p, k, v, l, fl) : setxattr(x.p, k, v, l, fl)) < 0 ? -errno : 0;
+	xpath_put(&x);
+	return r;
+}
+
+static int d_removexattr(int d, const char *n, const char *k, int at)
+{
+	struct xpath x;
+	int r = xpath_get(&x, d, n, at, "removexattr");
+
+	if (r == 0)
+		r = (x.link ? lremovexattr(x.p, k) : removexattr(x.p, k)) < 0 ? -errno : 0;
+	xpath_put(&x);
+	return r;
+}
+
+static ssize_t d_getxattr(int d, const char *n, const char *k, void *b, size_t l, int at)
+{
+	struct xpath x;
+	ssize_t r = xpath_get(&x, d, n, at, "getxattr");
+
+	if (r == 0) {
+		r = x.link ? lgetxattr(x.p, k, b, l) : getxattr(x.p, k, b, l);
+		r = r < 0 ? -errno : r;
+	}
+	xpath_put(&x);
+	return r;
+}
+
+static ssize_t d_listxattr(int d, const char *n, char *b, size_t l, int at)
+{
+	struct xpath x;
+	ssize_t r = xpath_get(&x, d, n, at, "listxattr");
+
+	if (r == 0) {
+		r = x.link ? llistxattr(x.p, b, l) : listxattr(x.p, b, l);
+		r = r < 0 ? -errno : r;
+	}
+	xpath_put(&x);
+	return r;
+}
+
 static int d_io_result(enum bsys_op op, int fd, size_t len, int res) { return res; }
 
-struct bsys bsys = {
-	.openat = d_openat, .close = d_close, .pread = d_pread, .pwrite = d_pwrite,
-	.fsync = d_fsync, .fdatasync = d_fdatasync, .ftruncate = d_ftruncate,
-	.renameat2 = d_renameat2, .unlinkat = d_unlinkat, .mkdirat = d_mkdirat,
-	.symlinkat = d_symlinkat, .linkat = d_linkat, .fchmodat = d_fchmodat,
-	.fchownat = d_fchownat, .utimensat = d_utimensat, .setxattr = d_setxattr,
-	.removexattr = d_removexattr, .fstatat = d_fstatat, .fallocate = d_fallocate,
-	.copy_file_range = d_copy_file_range, .io_result = d_io_result,
-};
+int bsys_open_dir_path(const char *path)
+{
+	char *dup = strdup(path), *save = NULL, *comp;
+	int fd = path[0] == '/' ? open_plain(AT_FDCWD, "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)
+				: -EINVAL;
+
+	if (!dup) {
+		if (fd >= 0)
+			close(fd);
+		return -ENOMEM;
+	}
+	for (comp = strtok_r(dup, "/", &save); fd >= 0 && comp; comp = strtok_r(NULL, "/", &save)) {
+		int sub = d_openat(fd, comp, O_RDONLY | O_DIRECTORY, 0);
+		close(fd);
+		fd = sub;
+	}
+	free(dup);
+	return fd;
+}
+
+#define BSYS_LIBC {                                                                      \
+	.openat = d_openat, .close = d_close, .pread = d_pread, .pwrite = d_pwrite,        \
+	.fsync = d_fsync, .fdatasync = d_fdatasync, .ftruncate = d_ftruncate,              \
+	.renameat2 = d_renameat2, .unlinkat = d_unlinkat, .mkdirat = d_mkdirat,            \
+	.symlinkat = d_symlinkat, .linkat = d_linkat, .fchmodat = d_fchmodat,              \
+	.fchownat = d_fchownat, .utimensat = d_utimensat, .setxattr = d_setxattr,          \
+	.removexattr = d_removexattr, .getxattr = d_getxattr, .listxattr = d_listxattr,    \
+	.fstatat = d_fstatat, .readlinkat = d_readlinkat, .mknodat = d_mknodat,            \
+	.readdir = d_readdir, .fchmod = d_fchmod, .fchown = d_fchown,                      \
+	.futimens = d_futimens, .fallocate = d_fallocate,                                  \
+	.copy_file_range = d_copy_file_range, .io_result = d_io_result,                    \
+}
+
+struct bsys bsys = BSYS_LIBC;
+const struct bsys bsys_direct = BSYS_LIBC;

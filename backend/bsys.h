@@ -1,10 +1,33 @@
 /*
- * bsys.h — every system call ckptfs makes on the backend, through one table.
+ * bsys.h — every system call ckptfs makes on the backend, through one table,
+ * and the only door to the backend: no other object file of the daemon calls
+ * a path-resolving system call (tests/security/bsys_door.py checks that).
  *
- * Each entry returns >= 0 on success or -errno: callers never read errno.
+ * The daemon runs as root over directories its users own, so anything on the
+ * backend may have been planted.  The table's contract (bsys.c implements it):
+ *
+ *  C1  Every name is one component (no '/'), relative to a directory fd that
+ *      btree.c reached one component at a time with O_NOFOLLOW|O_DIRECTORY
+ *      from the backend root.  "." names the directory itself.
+ *  C2  No entry follows a symlink in its final component.  Where the daemon
+ *      expects a file or a directory and finds a symlink, the call fails with
+ *      -ELOOP and the refusal is logged; callers that act on a symlink itself
+ *      (a symlink the mount made) pass BSYS_LINK.
+ *  C3  openat() of an existing file that is not a directory opens it only if
+ *      it is a regular file: it takes an O_PATH|O_NOFOLLOW handle (which runs
+ *      no driver open and wakes no FIFO writer), checks it with fstat, and
+ *      reopens exactly that inode through /proc/self/fd.  A FIFO, socket or
+ *      device there is refused (-ENXIO), a symlink too (-ELOOP), and logged.
+ *      O_CREAT|O_EXCL creates; O_CREAT alone creates or opens as above.
+ *  C4  Each entry returns >= 0 on success or -errno: callers never read errno.
+ *
  * The default entries call libc.  fault.c can wrap them (CKPTFS_FAULT in the
  * environment, see docs/testing.md) to inject errors, short writes and
- * delays; io_uring completions pass through `io_result` for the same reason.
+ * delays, and powerloss.c (CKPTFS_POWERLOSS) to record what a power cut
+ * would leave; io_uring completions pass through `io_result` for the same
+ * reason.  `bsys_direct` is the same libc table, never wrapped: for files
+ * the daemon keeps outside the backend (the rescue directory, the power-loss
+ * shadow), which faults injected into the backend must not reach.
  *
  * The table is filled before any thread starts and only read afterwards.
  */
@@ -20,33 +43,57 @@ enum bsys_op {
 	BOP_OPENAT, BOP_CLOSE, BOP_PREAD, BOP_PWRITE, BOP_FSYNC, BOP_FDATASYNC,
 	BOP_FTRUNCATE, BOP_RENAMEAT2, BOP_UNLINKAT, BOP_MKDIRAT, BOP_SYMLINKAT,
 	BOP_LINKAT, BOP_FCHMODAT, BOP_FCHOWNAT, BOP_UTIMENSAT, BOP_SETXATTR,
-	BOP_REMOVEXATTR, BOP_FSTATAT, BOP_FALLOCATE, BOP_COPY_FILE_RANGE, BOP_COUNT
+	BOP_REMOVEXATTR, BOP_FSTATAT, BOP_GETXATTR, BOP_LISTXATTR, BOP_READLINKAT,
+	BOP_MKNODAT, BOP_READDIR, BOP_FCHMOD, BOP_FCHOWN, BOP_FUTIMENS, BOP_FALLOCATE,
+	BOP_COPY_FILE_RANGE, BOP_COUNT
 };
 
 extern const char *const bsys_op_names[BOP_COUNT];
 
+/* `at` argument: the object is a symlink; act on the link itself (C2). */
+#define BSYS_LINK 0x1
+
 struct bsys {
-	int (*openat)(int dirfd, const char *name, int flags, mode_t mode);
+	int (*openat)(int dirfd, const char *name, int flags, mode_t mode);	/* C3 */
 	int (*close)(int fd);
 	ssize_t (*pread)(int fd, void *buf, size_t n, off_t off);
 	ssize_t (*pwrite)(int fd, const void *buf, size_t n, off_t off);
 	int (*fsync)(int fd);
 	int (*fdatasync)(int fd);
 	int (*ftruncate)(int fd, off_t len);
+	/* Names only: these never follow a symlink, they move or remove it. */
 	int (*renameat2)(int olddir, const char *oldname, int newdir, const char *newname,
 			 unsigned flags);
 	int (*unlinkat)(int dirfd, const char *name, int flags);
 	int (*mkdirat)(int dirfd, const char *name, mode_t mode);
 	int (*symlinkat)(const char *target, int dirfd, const char *name);
 	int (*linkat)(int olddir, const char *oldname, int newdir, const char *newname);
-	int (*fchmodat)(int dirfd, const char *name, mode_t mode);	/* no symlink follow */
-	int (*fchownat)(int dirfd, const char *name, uid_t uid, gid_t gid);
-	int (*utimensat)(int dirfd, const char *name, const struct timespec ts[2]);
-	/* xattrs by (dirfd, name) without following symlinks; value NULL = remove */
+	/* A symlink there: -ELOOP (Linux has no symlink modes). */
+	int (*fchmodat)(int dirfd, const char *name, mode_t mode);
+	int (*fchownat)(int dirfd, const char *name, uid_t uid, gid_t gid, int at);
+	int (*utimensat)(int dirfd, const char *name, const struct timespec ts[2], int at);
+	/* xattrs by (dirfd, name); flags as for setxattr(2) */
 	int (*setxattr)(int dirfd, const char *name, const char *key, const void *val,
-			size_t len, int flags);
-	int (*removexattr)(int dirfd, const char *name, const char *key);
+			size_t len, int flags, int at);
+	int (*removexattr)(int dirfd, const char *name, const char *key, int at);
+	ssize_t (*getxattr)(int dirfd, const char *name, const char *key, void *buf,
+			    size_t len, int at);
+	ssize_t (*listxattr)(int dirfd, const char *name, char *buf, size_t len, int at);
+	/* lstat: name "" is dirfd itself */
 	int (*fstatat)(int dirfd, const char *name, struct stat *st);
+	/* The target's length (not NUL-terminated), or -errno. */
+	ssize_t (*readlinkat)(int dirfd, const char *name, char *buf, size_t len);
+	int (*mknodat)(int dirfd, const char *name, mode_t mode, dev_t dev);
+	/*
+	 * Call fn(arg, name) for each entry of the directory dirfd ("." and ".."
+	 * left out) until fn returns non-zero (returned).  0 or -errno.
+	 */
+	int (*readdir)(int dirfd, int (*fn)(void *arg, const char *name), void *arg);
+	/* By fd: the temporary files the daemon created and holds open. */
+	int (*fchmod)(int fd, mode_t mode);
+	int (*fchown)(int fd, uid_t uid, gid_t gid);
+	int (*futimens)(int fd, const struct timespec ts[2]);
+	/* Data by fd (the temporary and stage files the daemon writes). */
 	int (*fallocate)(int fd, int mode, off_t off, off_t len);
 	/* copy_file_range(2) with explicit offsets: bytes copied, 0 at EOF, or -errno */
 	ssize_t (*copy_file_range)(int in, off_t in_off, int out, off_t out_off, size_t len);
@@ -57,8 +104,24 @@ struct bsys {
 };
 
 extern struct bsys bsys;
+extern const struct bsys bsys_direct;
+
+/*
+ * Open the directory at an absolute path one component at a time from "/",
+ * never through a symlink: for the backend root, whose path the command
+ * line's check resolved (a symlink that appears since fails, -ELOOP or
+ * -ENOTDIR, instead of redirecting the whole mount).  fd or -errno.
+ */
+int bsys_open_dir_path(const char *path);
 
 /* Install fault wrappers from CKPTFS_FAULT; 0, or -EINVAL with a message. */
 int bsys_faults_from_env(void);
+/*
+ * Install the power-loss recorder (powerloss.c) from CKPTFS_POWERLOSS; call
+ * it before bsys_faults_from_env, so that faults wrap it.  It records the
+ * backend rooted at `backend` as it is now.  0 (also when unset), or -EINVAL
+ * with a message.
+ */
+int bsys_powerloss_from_env(const char *backend);
 
 #endif

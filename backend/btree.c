@@ -3,9 +3,11 @@
  * backend after the applied prefix, and directory fds to reach it.
  *
  * Every backend access is relative to a directory fd and a single name that
- * never contains '/' and is never "." or ".."; directory fds are opened one
- * component at a time with O_NOFOLLOW|O_DIRECTORY from the backend root.  So
- * no name and no symlink on the backend can lead outside the backend tree.
+ * never contains '/' and is never ".." ("." only for the root itself);
+ * directory fds are opened one component at a time with O_NOFOLLOW|
+ * O_DIRECTORY from the backend root, through the bsys table (bsys.h C1-C3).
+ * So no name and no symlink on the backend can lead outside the backend
+ * tree: a symlink planted where a directory was is refused (-ELOOP, logged).
  *
  * Links are guarded by be->bt_lock (P6).  A directory's fd, once opened,
  * stays open until the bnode is freed: it follows the directory through
@@ -44,7 +46,7 @@ void bnode_put(struct bnode *b)
 		struct bnode *next = NULL;
 		int fd = atomic_load(&b->dfd);
 		if (fd >= 0 && !b->is_root)
-			close(fd);
+			bsys.close(fd);
 		for (uint32_t i = 0; i < b->nlinks; i++) {
 			/* Release parents iteratively: deep trees must not recurse. */
 			if (i == 0)
@@ -93,8 +95,11 @@ int bnode_dirfd(struct backend *be, struct bnode *dir)
 	return fd;
 }
 
-int bnode_open(struct backend *be, struct bnode *b, int flags)
+int bnode_at(struct backend *be, struct bnode *b, int (*fn)(void *arg, int dfd, const char *name),
+	     void *arg)
 {
+	if (b->is_root)		/* the root has no parent: "." in itself */
+		return fn(arg, be->root_fd, ".");
 	for (int attempt = 0;; attempt++) {
 		struct bnode *dir = NULL;
 		char name[256];
@@ -102,13 +107,23 @@ int bnode_open(struct backend *be, struct bnode *b, int flags)
 
 		if (r == 0) {
 			d = bnode_dirfd(be, dir);
-			r = d < 0 ? d : bsys.openat(d, name, flags | O_NOFOLLOW, 0);
+			r = d < 0 ? d : fn(arg, d, name);
 			bnode_put(dir);
 		}
 		if (r != -ENOENT || attempt)
 			return r;
 		backend_move_wait(be);
 	}
+}
+
+static int open_at(void *arg, int dfd, const char *name)
+{
+	return bsys.openat(dfd, name, *(int *)arg | O_NOFOLLOW, 0);
+}
+
+int bnode_open(struct backend *be, struct bnode *b, int flags)
+{
+	return bnode_at(be, b, open_at, &flags);
 }
 
 static int dirfd_open(struct backend *be, struct bnode *dir)
@@ -146,7 +161,7 @@ static int dirfd_open(struct backend *be, struct bnode *dir)
 		if (fd < 0)
 			break;
 		if (!atomic_compare_exchange_strong(&b->dfd, &expect, fd)) {
-			close(fd);
+			bsys.close(fd);
 			fd = expect;
 		}
 	}

@@ -5,7 +5,8 @@
  *   op=NAME[|NAME...]  calls to affect: bsys_op_names, or "data" (pwrite,
  *                      fdatasync, fsync, openat, fallocate,
  *                      copy_file_range), "meta" (rename, unlink,
- *                      mkdir, symlink, link, chmod, chown, utimens), "any"
+ *                      mkdir, symlink, link, mknod, chmod, chown, utimens,
+ *                      fchmod, fchown, futimens), "any"
  *   err=ERRNO|short    error to return (EIO, ENOSPC, EDQUOT, ...) or, for
  *                      writes, write only half
  *   delay_ms=N         sleep before the call (a slow backend)
@@ -48,6 +49,7 @@ static const struct { const char *name; int err; } errnames[] = {
 	{ "EIO", EIO }, { "ENOSPC", ENOSPC }, { "EDQUOT", EDQUOT }, { "EROFS", EROFS },
 	{ "EACCES", EACCES }, { "EPERM", EPERM }, { "ENOENT", ENOENT }, { "EAGAIN", EAGAIN },
 	{ "EINTR", EINTR }, { "ESTALE", ESTALE }, { "ETIMEDOUT", ETIMEDOUT },
+	{ "ENAMETOOLONG", ENAMETOOLONG }, { "ELOOP", ELOOP },
 	{ "EXDEV", EXDEV }, { "EOPNOTSUPP", EOPNOTSUPP },
 };
 
@@ -65,7 +67,8 @@ static uint32_t parse_ops(const char *s)
 		} else if (!strcmp(tok, "meta")) {
 			ops |= 1u << BOP_RENAMEAT2 | 1u << BOP_UNLINKAT | 1u << BOP_MKDIRAT |
 			       1u << BOP_SYMLINKAT | 1u << BOP_LINKAT | 1u << BOP_FCHMODAT |
-			       1u << BOP_FCHOWNAT | 1u << BOP_UTIMENSAT;
+			       1u << BOP_FCHOWNAT | 1u << BOP_UTIMENSAT | 1u << BOP_MKNODAT |
+			       1u << BOP_FCHMOD | 1u << BOP_FCHOWN | 1u << BOP_FUTIMENS;
 		} else {
 			unsigned i;
 			for (i = 0; i < BOP_COUNT; i++)
@@ -177,15 +180,47 @@ static int f_mkdirat(int d, const char *n, mode_t m) { CHECK(BOP_MKDIRAT, n); re
 static int f_symlinkat(const char *t, int d, const char *n) { CHECK(BOP_SYMLINKAT, n); return real.symlinkat(t, d, n); }
 static int f_linkat(int od, const char *on, int nd, const char *nn) { CHECK(BOP_LINKAT, nn); return real.linkat(od, on, nd, nn); }
 static int f_fchmodat(int d, const char *n, mode_t m) { CHECK(BOP_FCHMODAT, n); return real.fchmodat(d, n, m); }
-static int f_fchownat(int d, const char *n, uid_t u, gid_t g) { CHECK(BOP_FCHOWNAT, n); return real.fchownat(d, n, u, g); }
-static int f_utimensat(int d, const char *n, const struct timespec ts[2]) { CHECK(BOP_UTIMENSAT, n); return real.utimensat(d, n, ts); }
-static int f_setxattr(int d, const char *n, const char *k, const void *v, size_t l, int fl)
+static int f_fchownat(int d, const char *n, uid_t u, gid_t g, int at)
+{
+	CHECK(BOP_FCHOWNAT, n);
+	return real.fchownat(d, n, u, g, at);
+}
+static int f_utimensat(int d, const char *n, const struct timespec ts[2], int at)
+{
+	CHECK(BOP_UTIMENSAT, n);
+	return real.utimensat(d, n, ts, at);
+}
+static int f_setxattr(int d, const char *n, const char *k, const void *v, size_t l, int fl, int at)
 {
 	CHECK(BOP_SETXATTR, n);
-	return real.setxattr(d, n, k, v, l, fl);
+	return real.setxattr(d, n, k, v, l, fl, at);
 }
-static int f_removexattr(int d, const char *n, const char *k) { CHECK(BOP_REMOVEXATTR, n); return real.removexattr(d, n, k); }
+static int f_removexattr(int d, const char *n, const char *k, int at)
+{
+	CHECK(BOP_REMOVEXATTR, n);
+	return real.removexattr(d, n, k, at);
+}
+static ssize_t f_getxattr(int d, const char *n, const char *k, void *b, size_t l, int at)
+{
+	CHECK(BOP_GETXATTR, n);
+	return real.getxattr(d, n, k, b, l, at);
+}
+static ssize_t f_listxattr(int d, const char *n, char *b, size_t l, int at)
+{
+	CHECK(BOP_LISTXATTR, n);
+	return real.listxattr(d, n, b, l, at);
+}
 static int f_fstatat(int d, const char *n, struct stat *st) { CHECK(BOP_FSTATAT, n); return real.fstatat(d, n, st); }
+static ssize_t f_readlinkat(int d, const char *n, char *b, size_t l) { CHECK(BOP_READLINKAT, n); return real.readlinkat(d, n, b, l); }
+static int f_mknodat(int d, const char *n, mode_t m, dev_t dev) { CHECK(BOP_MKNODAT, n); return real.mknodat(d, n, m, dev); }
+static int f_readdir(int d, int (*fn)(void *, const char *), void *arg)
+{
+	CHECK(BOP_READDIR, NULL);
+	return real.readdir(d, fn, arg);
+}
+static int f_fchmod(int fd, mode_t m) { CHECK(BOP_FCHMOD, NULL); return real.fchmod(fd, m); }
+static int f_fchown(int fd, uid_t u, gid_t g) { CHECK(BOP_FCHOWN, NULL); return real.fchown(fd, u, g); }
+static int f_futimens(int fd, const struct timespec ts[2]) { CHECK(BOP_FUTIMENS, NULL); return real.futimens(fd, ts); }
 static int f_fallocate(int fd, int m, off_t o, off_t l) { CHECK(BOP_FALLOCATE, NULL); return real.fallocate(fd, m, o, l); }
 static ssize_t f_copy_file_range(int in, off_t io, int out, off_t oo, size_t n)
 {
@@ -201,7 +236,7 @@ static int f_io_result(enum bsys_op op, int fd, size_t len, int res)
 		return -f;
 	if (f == FAULT_SHORT && res > 1)
 		return res / 2;
-	return res;
+	return real.io_result(op, fd, len, res);	/* a layer beneath (powerloss.c) */
 }
 
 int bsys_faults_from_env(void)
@@ -232,7 +267,10 @@ int bsys_faults_from_env(void)
 		.renameat2 = f_renameat2, .unlinkat = f_unlinkat, .mkdirat = f_mkdirat,
 		.symlinkat = f_symlinkat, .linkat = f_linkat, .fchmodat = f_fchmodat,
 		.fchownat = f_fchownat, .utimensat = f_utimensat, .setxattr = f_setxattr,
-		.removexattr = f_removexattr, .fstatat = f_fstatat, .fallocate = f_fallocate,
+		.removexattr = f_removexattr, .getxattr = f_getxattr, .listxattr = f_listxattr,
+		.fstatat = f_fstatat, .readlinkat = f_readlinkat, .mknodat = f_mknodat,
+		.readdir = f_readdir, .fchmod = f_fchmod, .fchown = f_fchown,
+		.futimens = f_futimens, .fallocate = f_fallocate,
 		.copy_file_range = f_copy_file_range, .io_result = f_io_result,
 		.faults_active = 1,
 	};

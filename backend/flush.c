@@ -25,7 +25,8 @@
  *
  * A version whose target directory is not on the backend yet (its mkdir is
  * still queued) waits in the queue; the publisher wakes the flushers after
- * each mkdir.
+ * each mkdir, and blocks the version if nothing before it will create that
+ * directory (order.c).
  *
  * Temporary files are named ".ckptfs.<kind>.<mount id>.<n>" (P5).  Their
  * cfd carries a btemp tag; when the last reference goes and the file was
@@ -68,8 +69,13 @@ static void temp_release(void *tag)
 	free(t);
 }
 
-static int temp_create(struct backend *be, struct bnode *dir, char kind, mode_t mode,
-		       struct cfd **out)
+/*
+ * A new temporary file in dir, born private: mode 0600, owned by the daemon,
+ * whatever the version will be.  Its owner and mode are set by fd only once
+ * its data is written (flush_finish_attrs), so no other user can open it
+ * meanwhile and it never holds a user's data with root's set-user-ID bit.
+ */
+static int temp_create(struct backend *be, struct bnode *dir, char kind, struct cfd **out)
 {
 	struct btemp *t = xcalloc(1, sizeof(*t));
 	int d = bnode_dirfd(be, dir), fd;
@@ -84,7 +90,7 @@ static int temp_create(struct backend *be, struct bnode *dir, char kind, mode_t 
 	pthread_mutex_unlock(&be->lock);
 	snprintf(t->name, sizeof(t->name), CKPTFS_RESERVED_PREFIX "%c.%s.%llu", kind,
 		 be->mount_id, (unsigned long long)n);
-	fd = bsys.openat(d, t->name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW, mode);
+	fd = bsys.openat(d, t->name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW, 0600);
 	if (fd < 0) {
 		free(t);
 		return fd;
@@ -157,39 +163,15 @@ struct flusher {
 };
 
 /*
- * Backend files are read and written through the bsys table (fault
- * injection, the power-loss layer); rescue writes its own files outside the
- * backend with plain system calls (`raw`), whatever faults are injected.
+ * Writes go through a system call table: `bsys` for the backend (fault
+ * injection, the power-loss layer), `bsys_direct` for rescue's own files
+ * outside the backend, which faults injected into the backend must not
+ * reach.
  */
-static ssize_t io_pread(bool raw, int fd, void *buf, size_t n, uint64_t off)
-{
-	if (!raw)
-		return bsys.pread(fd, buf, n, (off_t)off);
-	ssize_t k = pread(fd, buf, n, (off_t)off);
-	return k < 0 ? -errno : k;
-}
-
-static ssize_t io_pwrite(bool raw, int fd, const void *buf, size_t n, uint64_t off)
-{
-	if (!raw)
-		return bsys.pwrite(fd, buf, n, (off_t)off);
-	ssize_t k = pwrite(fd, buf, n, (off_t)off);
-	return k < 0 ? -errno : k;
-}
-
-static ssize_t io_copy(bool raw, int in, uint64_t ioff, int out, uint64_t ooff, size_t n)
-{
-	if (!raw)
-		return bsys.copy_file_range(in, (off_t)ioff, out, (off_t)ooff, n);
-	loff_t i = (loff_t)ioff, o = (loff_t)ooff;
-	ssize_t k = copy_file_range(in, &i, out, &o, n, 0);
-	return k < 0 ? -errno : k;
-}
-
-static int pwrite_all_io(bool raw, int fd, const char *buf, size_t len, uint64_t off)
+static int pwrite_all_io(const struct bsys *sys, int fd, const char *buf, size_t len, uint64_t off)
 {
 	while (len) {
-		ssize_t n = io_pwrite(raw, fd, buf, len, off);
+		ssize_t n = sys->pwrite(fd, buf, len, (off_t)off);
 		if (n == -EINTR || n == -EAGAIN)
 			continue;
 		if (n < 0)
@@ -205,7 +187,7 @@ static int pwrite_all_io(bool raw, int fd, const char *buf, size_t len, uint64_t
 
 static int pwrite_all(int fd, const char *buf, size_t len, uint64_t off)
 {
-	return pwrite_all_io(false, fd, buf, len, off);
+	return pwrite_all_io(&bsys, fd, buf, len, off);
 }
 
 /*
@@ -267,7 +249,7 @@ struct xcopy {
 	uint64_t shift;		/* dst offset = src offset + shift (mod 2^64) */
 	uint64_t pos;		/* source offset: everything before it is fed */
 	char *buf;		/* BOUNCE_SIZE */
-	bool raw;		/* plain system calls (rescue) */
+	const struct bsys *sys;	/* &bsys, or &bsys_direct (rescue) */
 	bool skip_zeros;	/* dst is fresh: pages of zeros are not written */
 	bool *no_cfr;
 	uint64_t written;	/* bytes that reached dst */
@@ -282,8 +264,8 @@ static int xcopy_out(struct xcopy *x, size_t a, size_t b)
 	size_t done = 0;
 
 	while (done < n && !*x->no_cfr) {
-		ssize_t k = io_copy(x->raw, x->src, src + done, x->dst, src + done + x->shift,
-				    n - done);
+		ssize_t k = x->sys->copy_file_range(x->src, (off_t)(src + done), x->dst,
+						    (off_t)(src + done + x->shift), n - done);
 		if (k == -EINTR || k == -EAGAIN)
 			continue;
 		if (k < 0 && cfr_unsupported(k))
@@ -296,7 +278,7 @@ static int xcopy_out(struct xcopy *x, size_t a, size_t b)
 			done += (size_t)k;
 	}
 	if (done < n) {
-		int r = pwrite_all_io(x->raw, x->dst, x->buf + a + done, n - done,
+		int r = pwrite_all_io(x->sys, x->dst, x->buf + a + done, n - done,
 				      src + done + x->shift);
 		if (r < 0)
 			return r;
@@ -315,7 +297,7 @@ static int xcopy_extent(void *arg, uint64_t start, uint64_t len)
 	x->pos = start;
 	while (len) {
 		size_t want = (size_t)CKPT_MIN(len, BOUNCE_SIZE);
-		ssize_t n = io_pread(x->raw, x->src, x->buf, want, x->pos);
+		ssize_t n = x->sys->pread(x->src, x->buf, want, (off_t)x->pos);
 		if (n == -EINTR)
 			continue;
 		if (n < 0)
@@ -372,7 +354,8 @@ static int flush_fd_seg(struct flusher *fl, struct fjob *j, const struct cseg *s
 {
 	bool own = s->f == j->out;
 	struct xcopy x = { .dg = &j->dg, .src = s->f->fd, .dst = own ? -1 : j->out->fd,
-			   .buf = fl->bounce, .skip_zeros = j->fresh, .no_cfr = &fl->no_cfr };
+			   .buf = fl->bounce, .sys = &bsys, .skip_zeros = j->fresh,
+			   .no_cfr = &fl->no_cfr };
 	int r = xcopy_range(&x, s->foff, s->off, s->len);
 
 	atomic_fetch_add(&fl->be->st.written_bytes, x.written);
@@ -415,34 +398,32 @@ static int flush_zero_seg(struct flusher *fl, struct fjob *j, const struct cseg 
 	return digest_data_extents(j->out->fd, s->off, s->len, zfill_extent, &z);
 }
 
-/* Size, owner, mode and times of the sealed version, set on the temp file. */
+/*
+ * Size, owner, mode and times of the sealed version, set on the temp file
+ * through the fd the data went through (never by name: the directory is a
+ * user's).  Owner before mode: a chown clears the set-ID bits, so they are
+ * set last, once the file holds its final owner and contents.
+ */
 static int flush_finish_attrs(struct backend *be, struct fjob *j, const char **step)
 {
-	struct bnode *tdir;
-	const char *tname = flush_temp_name(j->out, &tdir);
-	int d = bnode_dirfd(be, tdir), r;
 	struct op *op = j->op;
+	int fd = j->out->fd, r;
 
-	*step = "opening its directory";
-	if (d < 0)
-		return d;
 	/* A new file already ends where its data ends, unless in a hole. */
 	bool hole_at_end = j->v->nseg && j->v->segs[j->v->nseg - 1].kind == CSEG_ZERO;
 	*step = "ftruncate";
-	if ((!j->fresh || hole_at_end) &&
-	    (r = bsys.ftruncate(j->out->fd, (off_t)j->v->size)) < 0)
+	if ((!j->fresh || hole_at_end) && (r = bsys.ftruncate(fd, (off_t)j->v->size)) < 0)
 		return r;
+	/* Always, even for root's files: a set-group-ID directory gave it its group. */
 	*step = "chown";
-	if (be->opt.chown && (op->uid != geteuid() || op->gid != getegid()) &&
-	    (r = bsys.fchownat(d, tname, op->uid, op->gid)) < 0)
+	if (be->opt.chown && (r = bsys.fchown(fd, op->uid, op->gid)) < 0)
 		return r;
-	/* New files were created with their mode (the daemon's umask is 0). */
 	*step = "chmod";
-	if (!j->fresh && (r = bsys.fchmodat(d, tname, op->mode & 07777)) < 0)
+	if ((r = bsys.fchmod(fd, op->mode & 07777)) < 0)
 		return r;
 	struct timespec ts[2] = { op->atime, op->mtime };
 	*step = "utimensat";
-	return bsys.utimensat(d, tname, ts);
+	return bsys.futimens(fd, ts);
 }
 
 #define DIRECT_ALIGN 4096u
@@ -613,7 +594,7 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 		if (j->v->out) {
 			j->out = cfd_get(j->v->out);
 		} else {
-			fjob_fail(j, temp_create(be, j->op->dir, 't', j->op->mode & 07777, &j->out),
+			fjob_fail(j, temp_create(be, j->op->dir, 't', &j->out),
 				  "creating the temporary file");
 			j->fresh = true;
 		}
@@ -683,13 +664,8 @@ static unsigned flush_pick(struct backend *be, struct fjob *jobs)
 			memset(&jobs[n], 0, sizeof(jobs[n]));
 			jobs[n++].op = op;
 			bytes += op->ver->size;
-		} else if (atomic_load(&be->durable_seq) + 1 >= op->seq) {
-			/* Everything before it is published and its directory is not there. */
-			list_del(&op->qlink);
-			op->state = OPS_FAILED;
-			op->err = -ENOENT;
-			pthread_cond_signal(&be->pub_cond);
 		}
+		/* Else its directory is not on the backend yet: the publisher decides (order.c). */
 		e = next;
 	}
 	return n;
@@ -735,7 +711,7 @@ int flush_copy_version(struct cver *v, int fd, XXH128_hash_t *digest)
 {
 	struct digest dg;
 	bool no_cfr = false;
-	struct xcopy x = { .dg = &dg, .dst = fd, .buf = xmalloc(BOUNCE_SIZE), .raw = true,
+	struct xcopy x = { .dg = &dg, .dst = fd, .buf = xmalloc(BOUNCE_SIZE), .sys = &bsys_direct,
 			   .skip_zeros = true, .no_cfr = &no_cfr };
 	int r = 0;
 
@@ -746,7 +722,7 @@ int flush_copy_version(struct cver *v, int fd, XXH128_hash_t *digest)
 		if (s->kind == CSEG_MEM) {
 			digest_update(&dg, s->mem, s->len);
 			while (r == 0 && next_data_run(s->mem, s->off, s->len, a, &a, &b)) {
-				r = pwrite_all_io(true, fd, s->mem + a, b - a, s->off + a);
+				r = pwrite_all_io(&bsys_direct, fd, s->mem + a, b - a, s->off + a);
 				a = b;
 			}
 		} else if (s->kind == CSEG_ZERO) {
@@ -756,8 +732,8 @@ int flush_copy_version(struct cver *v, int fd, XXH128_hash_t *digest)
 			r = xcopy_range(&x, s->foff, s->off, s->len);
 		}
 	}
-	if (r == 0 && ftruncate(fd, (off_t)v->size) < 0)
-		r = -errno;
+	if (r == 0)
+		r = bsys_direct.ftruncate(fd, (off_t)v->size);
 	*digest = digest_final(&dg);
 	free(x.buf);
 	return r;
@@ -773,7 +749,7 @@ static void spill_one(struct backend *be, struct cfile *cf, struct chunk *ch)
 		struct cfd *f = NULL;
 		if (!dir)
 			return;
-		if (atomic_load(&dir->present) && temp_create(be, dir, 's', 0600, &f) == 0)
+		if (atomic_load(&dir->present) && temp_create(be, dir, 's', &f) == 0)
 			cfile_set_stage(cf, f);
 		bnode_put(dir);
 		r = cfile_spill_begin(cf, ch, &job);

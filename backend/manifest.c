@@ -53,8 +53,9 @@ void hash_hex(XXH128_hash_t h, char out[33])
 
 /* ---- framing ------------------------------------------------------------ */
 
-void manifest_append(struct manifest *m, const char *payload, size_t len)
+int manifest_append(struct manifest *m, const char *payload, size_t len)
 {
+	int r = 0;
 	char hdr[REC_HDR_LEN + 1];
 	struct iovec iov[3];
 
@@ -64,13 +65,19 @@ void manifest_append(struct manifest *m, const char *payload, size_t len)
 	iov[1] = (struct iovec){ (void *)payload, len };
 	iov[2] = (struct iovec){ "\n", 1 };
 	if (m->fd < 0)
-		return;		/* manifest=off */
+		return 0;	/* manifest=off */
 	pthread_mutex_lock(&m->lock);
 	/* One writev on an O_APPEND fd: a record is never interleaved. */
-	if (writev(m->fd, iov, 3) < 0)
-		ckpt_log(LOG_WARNING, "manifest append failed: %s", strerror(errno));
+	ssize_t n = writev(m->fd, iov, 3);
+	if (n < 0)
+		r = -errno;
+	else if ((size_t)n != REC_HDR_LEN + len + 1)
+		r = -EIO;
+	if (r < 0)
+		ckpt_log(LOG_WARNING, "manifest append failed: %s", strerror(-r));
 	m->records++;
 	pthread_mutex_unlock(&m->lock);
+	return r;
 }
 
 int manifest_sync(struct manifest *m)

@@ -61,8 +61,8 @@ int manifest_open(struct manifest *m, int root_fd, const char *mount_id,
 		  struct recovery_report *rep);
 /* A manifest that records nothing (manifest=off): appends and syncs do nothing. */
 void manifest_disabled(struct manifest *m);
-/* Append one record (payload: a flat JSON object, no newline). */
-void manifest_append(struct manifest *m, const char *payload, size_t len);
+/* Append one record (payload: a flat JSON object, no newline): 0 or -errno. */
+int manifest_append(struct manifest *m, const char *payload, size_t len);
 int manifest_sync(struct manifest *m);
 /* Write the unmount record and the state file (clean or not). */
 void manifest_close(struct manifest *m, uint64_t seq_durable, bool clean);

@@ -1,23 +1,28 @@
 /*
- * publish.c — the operation log and the single publisher that applies it to
- * the backend in sequence order (invariants P1..P6 in backend.h).
+ * publish.c — the operation queue, the publisher thread that applies it to
+ * the backend, durability waiters, and the administrator's levers on
+ * blocked operations (invariants P1..P7 in backend.h).
  *
- * The publisher takes the longest run of ready operations at the head of
- * be->ops (a version is ready once a flusher has written and fdatasync'd its
- * temporary file), applies them one by one, fsyncs the directories they
- * touched, and only then advances durable_seq and answers waiters: group
- * commit.  A failure stops the run at the failing operation (P4): it is
- * retried with exponential backoff, waiters at or beyond it are answered
- * with the error, and the degraded flag is raised until it succeeds.
+ * The publisher loops: it writes the intent records of newly queued
+ * versions, asks order.c for a batch of operations that may be applied now
+ * (each actor's in sequence order, dependencies across actors respected),
+ * applies them one by one (apply.c), fsyncs the manifest and the
+ * directories they touched, and only then declares them durable and
+ * answers waiters: group commit.  An operation that fails stays where it is
+ * (P4): BLOCKED, with its error, retried with backoff (seconds to a minute
+ * for permanent errors such as EACCES, which need an administrator), while
+ * its actor's later operations and its dependants wait and report its
+ * error; every other actor's operations go on.  backend_retry() tries again
+ * at once; backend_skip() drops it with its dependants, recorded in the
+ * manifest as skipped.
  *
- * Threads: one publisher (this file), flushers and a spiller (flush.c).
- * Lock order: be->lock -> be->mv_lock -> be->bt_lock.  A system call that
- * moves or removes a name runs under mv_lock (for writing); the recorded
- * links are then updated under bt_lock, held only for that moment (P6).  So
- * a reader of links never waits for a slow backend; one that raced a move
- * and met ENOENT waits for it with backend_move_wait() and tries again.
+ * Threads: one publisher (this file), flushers and a spiller (flush.c);
+ * callers of backend_submit, backend_wait, backend_retry and backend_skip from
+ * the front end.  Only the publisher frees operations.
+ * Lock order: be->lock -> be->mv_lock -> be->bt_lock.  be->lock is never
+ * held across a system call; a waiter's callback runs with no lock held.
  */
-#include "backend/backend.h"
+#include "backend/pub.h"
 #include "backend/bsys.h"
 #include "cache/log.h"
 
@@ -25,29 +30,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/xattr.h>
 #include <unistd.h>
 
 void flush_threads_start(struct backend *be);
 void flush_threads_stop(struct backend *be);
-void flush_temp_mark_published(struct cfd *out);
-const char *flush_temp_name(struct cfd *out, struct bnode **dir);
-
-#define PUB_BATCH 512
-
-/* Put a version back in the flush queue at its place by sequence number. */
-static void flushq_insert_sorted(struct backend *be, struct op *op)
-{
-	struct list *pos = be->flushq.next;
-	while (pos != &be->flushq && list_entry(pos, struct op, qlink)->seq < op->seq)
-		pos = pos->next;
-	op->qlink.next = pos;
-	op->qlink.prev = pos->prev;
-	pos->prev->next = &op->qlink;
-	pos->prev = &op->qlink;
-}
-#define BACKOFF_MIN_NS (50ull * 1000000)
-#define BACKOFF_MAX_NS (5ull * 1000000000)
 
 static struct ckpt_ratelimit err_rl;
 
@@ -57,6 +43,7 @@ struct op *op_new(enum op_kind kind)
 	op->kind = kind;
 	list_init(&op->link);
 	list_init(&op->qlink);
+	list_init(&op->ilink);
 	return op;
 }
 
@@ -96,82 +83,92 @@ uint64_t backend_last_seq(struct backend *be)
 }
 
 /*
- * Note in the manifest that a version is queued, so that after a crash
- * recovery can name every closed file that never became durable.
+ * Queue op.  No I/O here: the caller holds the front end's namespace lock.
+ * Returns the error of a blocked operation that will hold it back (-errno),
+ * or 0, so that close() can report it at once.
  */
-static void record_intent(struct backend *be, struct op *op)
-{
-	struct strbuf b = { 0 };
-
-	sb_printf(&b, "{\"t\": \"intent\", \"m\": \"%s\", \"seq\": %llu, \"path\": ",
-		  be->mount_id, (unsigned long long)op->seq);
-	sb_json_str(&b, op->path_hint ? op->path_hint : op->name);
-	sb_printf(&b, ", \"size\": %llu}", (unsigned long long)op->ver->size);
-	manifest_append(&be->man, b.s, b.len);
-	sb_free(&b);
-}
-
-void backend_submit(struct backend *be, struct op *op)
+int backend_submit(struct backend *be, struct op *op)
 {
 	op->enqueued_ns = now_ns();
-	if (op->kind == OP_VERSION)
-		record_intent(be, op);
+	op->sealed_wall_ns = wall_ns();
 	pthread_mutex_lock(&be->lock);
 	if (!op->seq)
 		op->seq = ++be->last_seq;
-	bool was_empty = list_empty(&be->ops);
 	list_add_tail(&be->ops, &op->link);
 	if (op->kind == OP_VERSION) {
 		op->state = OPS_QUEUED;
 		list_add_tail(&be->flushq, &op->qlink);
+		list_add_tail(&be->intents, &op->ilink);
 		atomic_fetch_add(&be->st.pending_versions, 1);
 		pthread_cond_signal(&be->flush_cond);
 	} else {
 		op->state = OPS_READY;
-		if (was_empty)
-			pthread_cond_signal(&be->pub_cond);
 	}
+	struct op *blocker = order_note_submit(be, op);
+	int err = blocker ? blocker->err : 0;
+	pthread_cond_signal(&be->pub_cond);
 	pthread_mutex_unlock(&be->lock);
+	return err;
 }
 
 /* ---- waiters ------------------------------------------------------- */
 
-/* Move waiters that can be answered onto `out`; be->lock held. */
-static void waiters_collect(struct backend *be, struct list *out)
+/*
+ * Where w stands after the last pass: 1 done, 0 waiting, or -errno (the
+ * blocker's error, a failing group sync, or -ETIMEDOUT).  be->lock held.
+ */
+static int waiter_state(struct backend *be, const struct pub_waiter *w, uint64_t now)
 {
-	uint64_t durable = atomic_load(&be->durable_seq);
+	const struct order_state *st = be->order;
+	const struct actor_state *a = w->any_actor ? &st->all
+				      : order_actor(be->order, w->actor, false);
 
-	while (!list_empty(&be->waiters)) {
-		struct pub_waiter *w = list_entry(be->waiters.next, struct pub_waiter, link);
-		if (w->seq > durable && !(be->blocked_seq && w->seq >= be->blocked_seq))
-			break;
-		list_del(&w->link);
-		list_add_tail(out, &w->link);
-	}
-	/* Blocked: everything at or beyond the failing op fails now (P4). */
-	if (be->blocked_seq) {
-		struct list *e = be->waiters.next;
-		while (e != &be->waiters) {
-			struct list *next = e->next;
-			struct pub_waiter *w = list_entry(e, struct pub_waiter, link);
-			if (w->seq >= be->blocked_seq) {
-				list_del(&w->link);
-				list_add_tail(out, &w->link);
-			}
-			e = next;
+	if (!a || w->seq < a->min_undurable)
+		return 1;
+	if (a->first_blocked <= w->seq && a->blocker)
+		return a->blocker->err ? a->blocker->err : -EIO;
+	if (be->sync_err && w->seq >= be->sync_first_seq)
+		return be->sync_err;
+	if (w->deadline_ns && now >= w->deadline_ns)
+		return -ETIMEDOUT;
+	if (w->cancelled && w->cancelled((struct pub_waiter *)w))
+		return -EINTR;
+	return 0;
+}
+
+/*
+ * Move waiters that can be answered onto `out`, their result in w->result;
+ * *next gets the time the remaining ones must be looked at again (a
+ * deadline, or the next look for an interrupt).
+ */
+static void waiters_collect(struct backend *be, struct list *out, uint64_t now, uint64_t *wake)
+{
+	struct list *e = be->waiters.next;
+
+	while (e != &be->waiters) {
+		struct list *next = e->next;
+		struct pub_waiter *w = list_entry(e, struct pub_waiter, link);
+		int s = waiter_state(be, w, now);
+		if (s) {
+			w->result = s > 0 ? 0 : s;
+			list_del(&w->link);
+			list_add_tail(out, &w->link);
+		} else {
+			if (w->deadline_ns)
+				*wake = CKPT_MIN(*wake, w->deadline_ns);
+			if (w->cancelled)	/* look for interrupts a few times a second */
+				*wake = CKPT_MIN(*wake, now + 200ull * 1000000);
 		}
+		e = next;
 	}
 }
 
-static void waiters_answer(struct backend *be, struct list *ready)
+static void waiters_answer(struct list *ready)
 {
-	uint64_t durable = atomic_load(&be->durable_seq);
-	int err = -atomic_load(&be->st.last_error);
-
 	while (!list_empty(ready)) {
 		struct pub_waiter *w = list_entry(ready->next, struct pub_waiter, link);
 		list_del(&w->link);
-		w->done(w, w->seq <= durable ? 0 : (err ? err : -EIO));
+		w->done(w, w->result);
 	}
 }
 
@@ -181,658 +178,474 @@ void backend_wait_async(struct backend *be, struct pub_waiter *w)
 
 	list_init(&ready);
 	pthread_mutex_lock(&be->lock);
-	/* Keep the list sorted by seq: almost always an append. */
-	struct list *pos = be->waiters.prev;
-	while (pos != &be->waiters && list_entry(pos, struct pub_waiter, link)->seq > w->seq)
-		pos = pos->prev;
-	w->link.prev = pos;
-	w->link.next = pos->next;
-	pos->next->prev = &w->link;
-	pos->next = &w->link;
-	waiters_collect(be, &ready);
+	list_add_tail(&be->waiters, &w->link);
+	uint64_t next = UINT64_MAX;
+	waiters_collect(be, &ready, now_ns(), &next);
+	if (next != UINT64_MAX)
+		pthread_cond_signal(&be->waiter_cond);	/* it must see the deadline */
 	pthread_mutex_unlock(&be->lock);
-	waiters_answer(be, &ready);
+	waiters_answer(&ready);
+}
+
+/*
+ * Deadlines and interrupts are the waiter thread's, not the publisher's: a
+ * publisher stuck in a slow backend call must not delay a drain's timeout.
+ */
+static void *waiter_main(void *arg)
+{
+	struct backend *be = arg;
+
+	pthread_mutex_lock(&be->lock);
+	while (!be->waiter_stop) {
+		struct list ready;
+		uint64_t now = now_ns(), next = UINT64_MAX;
+
+		list_init(&ready);
+		waiters_collect(be, &ready, now, &next);
+		if (!list_empty(&ready)) {
+			pthread_mutex_unlock(&be->lock);
+			waiters_answer(&ready);
+			pthread_mutex_lock(&be->lock);
+			continue;
+		}
+		if (next == UINT64_MAX)
+			pthread_cond_wait(&be->waiter_cond, &be->lock);
+		else if (next > now)
+			cond_wait_ns(&be->waiter_cond, &be->lock, next - now);
+	}
+	pthread_mutex_unlock(&be->lock);
+	return NULL;
+}
+
+struct sync_wait {
+	struct pub_waiter w;
+	pthread_mutex_t m;
+	pthread_cond_t c;
+	bool done;
+};
+
+static void sync_wait_done(struct pub_waiter *w, int err)
+{
+	struct sync_wait *s = CKPT_CONTAINER_OF(w, struct sync_wait, w);
+	pthread_mutex_lock(&s->m);
+	s->done = true;
+	pthread_cond_signal(&s->c);
+	pthread_mutex_unlock(&s->m);
 }
 
 int backend_wait(struct backend *be, uint64_t seq, uint64_t timeout_ns)
 {
-	uint64_t deadline = timeout_ns ? now_ns() + timeout_ns : 0;
-	int r = 0;
+	struct sync_wait s = { .w = { .seq = seq, .any_actor = true, .done = sync_wait_done } };
+
+	if (timeout_ns)
+		s.w.deadline_ns = now_ns() + timeout_ns;
+	pthread_mutex_init(&s.m, NULL);
+	pthread_cond_init(&s.c, NULL);
+	backend_wait_async(be, &s.w);
+	pthread_mutex_lock(&s.m);
+	while (!s.done)
+		pthread_cond_wait(&s.c, &s.m);
+	pthread_mutex_unlock(&s.m);
+	pthread_mutex_destroy(&s.m);
+	pthread_cond_destroy(&s.c);
+	return s.w.result;
+}
+
+int backend_actor_error(struct backend *be, uid_t actor, uint64_t seq)
+{
+	int err = 0;
 
 	pthread_mutex_lock(&be->lock);
-	while (atomic_load(&be->durable_seq) < seq) {
-		if (be->blocked_seq && seq >= be->blocked_seq) {
-			r = be->blocked_err ? be->blocked_err : -EIO;
-			break;
-		}
-		if (deadline) {
-			uint64_t now = now_ns();
-			if (now >= deadline) {
-				r = -ETIMEDOUT;
-				break;
-			}
-			cond_wait_ns(&be->durable_cond, &be->lock,
-				     CKPT_MIN(deadline - now, 200ull * 1000000));
-		} else {
-			pthread_cond_wait(&be->durable_cond, &be->lock);
-		}
-	}
+	const struct actor_state *a = order_actor(be->order, actor, false);
+	if (a && a->blocker && a->first_blocked <= seq)
+		err = a->blocker->err ? a->blocker->err : -EIO;
 	pthread_mutex_unlock(&be->lock);
-	return r;
+	return err;
 }
 
-/* ---- applying one operation ------------------------------------------- */
+/* ---- blocked operations: what stats show, what an admin can do ------------- */
 
-static bool err_transient(int err)
+void blocked_fill(struct backend *be, const struct op *op, struct backend_blocked *b)
 {
-	switch (-err) {
-	case EIO: case ENOSPC: case EDQUOT: case EAGAIN: case EINTR: case ETIMEDOUT:
-	case ESTALE: case ENOMEM: case EROFS: case EBUSY: case ENOLCK: case ECONNRESET:
-	case ECONNREFUSED: case EHOSTDOWN: case ENETDOWN: case ENFILE: case EMFILE:
-		return true;
-	default:
-		return false;
-	}
-}
-
-static const char *op_kind_name(enum op_kind k);
-
-struct touched {
-	struct bnode *dirs[PUB_BATCH * 2];
-	unsigned n;
-	struct bnode *files[PUB_BATCH];	/* fsync the object itself (setattr) */
-	unsigned nfiles;
-};
-
-static void touch_dir(struct touched *t, struct bnode *d)
-{
-	if (!d)
-		return;
-	for (unsigned i = 0; i < t->n; i++)
-		if (t->dirs[i] == d)
-			return;
-	if (t->n < CKPT_ARRAY_LEN(t->dirs))
-		t->dirs[t->n++] = bnode_get(d);
-}
-
-static void touch_file(struct touched *t, struct bnode *b)
-{
-	for (unsigned i = 0; i < t->nfiles; i++)
-		if (t->files[i] == b)
-			return;
-	if (t->nfiles < CKPT_ARRAY_LEN(t->files))
-		t->files[t->nfiles++] = bnode_get(b);
-}
-
-/* Copy every xattr of (dir, name) onto (tdir, tname); missing source is fine. */
-static void xattrs_copy(int dirfd, const char *name, int tdirfd, const char *tname)
-{
-	char src[512], keys[4096], val[4096];
-	ssize_t n;
-
-	snprintf(src, sizeof(src), "/proc/self/fd/%d/%s", dirfd, name);
-	n = llistxattr(src, keys, sizeof(keys));
-	for (ssize_t off = 0; n > 0 && off < n; off += (ssize_t)strlen(keys + off) + 1) {
-		ssize_t vl = lgetxattr(src, keys + off, val, sizeof(val));
-		if (vl >= 0)
-			bsys.setxattr(tdirfd, tname, keys + off, val, (size_t)vl, 0);
-	}
-}
-
-/* Set the xattrs serialised as [u32 keylen][key\0][u32 vallen][value]... */
-static void xattrs_apply_blob(const char *p, size_t len, int dfd, const char *name)
-{
-	while (len >= 8) {
-		uint32_t kl, vl;
-		memcpy(&kl, p, 4);
-		if (len < 8 + (size_t)kl)
-			return;
-		memcpy(&vl, p + 4 + kl, 4);
-		if (len < 8 + (size_t)kl + vl)
-			return;
-		bsys.setxattr(dfd, name, p + 4, p + 8 + kl, vl, 0);
-		p += 8 + kl + vl;
-		len -= 8 + (size_t)kl + vl;
-	}
-}
-
-static int apply_attrs(struct backend *be, int dfd, const char *name, const struct op *op,
-		       bool is_link)
-{
-	int r = 0;
-
-	if ((op->valid & OPA_MODE) && !is_link)
-		r = bsys.fchmodat(dfd, name, op->mode & 07777);
-	if (r == 0 && (op->valid & (OPA_UID | OPA_GID)) && be->opt.chown)
-		r = bsys.fchownat(dfd, name, (op->valid & OPA_UID) ? op->uid : (uid_t)-1,
-				  (op->valid & OPA_GID) ? op->gid : (gid_t)-1);
-	if (r == 0 && (op->valid & (OPA_ATIME | OPA_MTIME))) {
-		struct timespec ts[2] = { op->atime, op->mtime };
-		if (!(op->valid & OPA_ATIME))
-			ts[0].tv_nsec = UTIME_OMIT;
-		if (!(op->valid & OPA_MTIME))
-			ts[1].tv_nsec = UTIME_OMIT;
-		r = bsys.utimensat(dfd, name, ts);
-	}
-	return r;
-}
-
-/* Give every other hard link of b the contents now at (dir, name). */
-static int relink_others(struct backend *be, struct bnode *b, int dfd, const char *name)
-{
-	for (uint32_t i = 1; i < b->nlinks; i++) {
-		char tmp[64];
-		int ld = bnode_dirfd(be, b->links[i].dir), r;
-		if (ld < 0)
-			return ld;
-		snprintf(tmp, sizeof(tmp), CKPTFS_RESERVED_PREFIX "l.%s.%u", be->mount_id, i);
-		bsys.unlinkat(ld, tmp, 0);
-		if ((r = bsys.linkat(dfd, name, ld, tmp)) < 0)
-			return r;
-		if ((r = bsys.renameat2(ld, tmp, ld, b->links[i].name, 0)) < 0)
-			return r;
-	}
-	return 0;
-}
-
-static int apply_version(struct backend *be, struct op *op, struct touched *t)
-{
-	struct bnode *tdir = NULL;
-	const char *tname = flush_temp_name(op->out, &tdir);
-	int dfd = bnode_dirfd(be, op->dir), tfd, r;
-
-	if (dfd < 0)
-		return dfd;
-	if ((tfd = bnode_dirfd(be, tdir)) < 0)
-		return tfd;
-	if (op->xattr_blob)
-		xattrs_apply_blob(op->value, op->value_len, tfd, tname);
-	else if (op->copy_xattrs)
-		xattrs_copy(dfd, op->name, tfd, tname);
-	pthread_rwlock_wrlock(&be->mv_lock);
-	r = bsys.renameat2(tfd, tname, dfd, op->name, 0);
-	if (r == 0) {
-		pthread_rwlock_wrlock(&be->bt_lock);
-		flush_temp_mark_published(op->out);
-		bnode_link_primary_locked(op->node, op->dir, op->name);
-		op->node->digest = op->digest;
-		atomic_store(&op->node->has_digest, true);
-		op->node->published_seq = op->seq;
-		pthread_rwlock_unlock(&be->bt_lock);
-	}
-	pthread_rwlock_unlock(&be->mv_lock);
-	/* Only the publisher changes links, so reading them unlocked here is safe. */
-	if (r == 0 && op->node->nlinks > 1)
-		r = relink_others(be, op->node, dfd, op->name);
-	if (r == 0) {
-		touch_dir(t, op->dir);
-		touch_dir(t, tdir);
-	}
-	return r;
-}
-
-/*
- * Append the manifest record of op, before it is applied (write-ahead): a
- * crash can leave a record whose operation did not happen, which recovery
- * detects, but never an applied operation without its record.
- */
-static void record_op(struct backend *be, struct op *op)
-{
-	struct strbuf b = { 0 };
-	char path[4096], to[4096];
-	struct bnode *at = NULL;
-	char name[256];
-
-	path[0] = to[0] = '\0';
-	switch (op->kind) {
-	case OP_VERSION:
-	case OP_MKDIR:
-	case OP_RMDIR:
-	case OP_UNLINK:
-	case OP_SYMLINK:
-	case OP_RENAME:
-		if (bnode_path(be, op->dir, op->name, path, sizeof(path)) < 0)
-			return;
-		if (op->kind == OP_RENAME && bnode_path(be, op->dir2, op->name2, to, sizeof(to)) < 0)
-			return;
-		break;
-	case OP_LINK:
-	case OP_SETATTR:
-	case OP_SETXATTR:
-	case OP_RMXATTR:
-		if (op->node->is_root)
-			break;	/* path "" */
-		if (bnode_locate(be, op->node, &at, name, sizeof(name)) < 0)
-			return;	/* not on the backend: nothing happens there */
-		int r = bnode_path(be, at, name, path, sizeof(path));
-		bnode_put(at);
-		if (r < 0 || (op->kind == OP_LINK &&
-			      bnode_path(be, op->dir2, op->name2, to, sizeof(to)) < 0))
-			return;
-		break;
-	}
-	sb_printf(&b, "{\"t\": \"%s\", \"m\": \"%s\", \"seq\": %llu, \"time\": %llu, \"path\": ",
-		  op->kind == OP_VERSION ? "file" : op_kind_name(op->kind), be->mount_id,
-		  (unsigned long long)op->seq, (unsigned long long)wall_ns());
-	sb_json_str(&b, path);
-	if (to[0]) {
-		sb_printf(&b, ", \"to\": ");
-		sb_json_str(&b, to);
-	}
-	if (op->kind == OP_VERSION) {
-		char hex[33];
-		hash_hex(op->digest, hex);
-		sb_printf(&b, ", \"size\": %llu, \"mode\": %u, \"mtime\": %lld.%09ld, \"xxh3\": \"%s\"",
-			  (unsigned long long)op->ver->size, (unsigned)op->mode,
-			  (long long)op->mtime.tv_sec, op->mtime.tv_nsec, hex);
-	} else if (op->kind == OP_RENAME) {
-		sb_printf(&b, ", \"exchange\": %s", op->flags & RENAME_EXCHANGE ? "true" : "false");
-	} else if (op->kind == OP_MKDIR || op->kind == OP_SETATTR) {
-		sb_printf(&b, ", \"mode\": %u", (unsigned)op->mode);
-	} else if (op->kind == OP_SYMLINK) {
-		sb_printf(&b, ", \"target\": ");
-		sb_json_str(&b, op->target);
-	} else if (op->kind == OP_SETXATTR || op->kind == OP_RMXATTR) {
-		sb_printf(&b, ", \"key\": ");
-		sb_json_str(&b, op->target);
-	}
-	sb_printf(&b, "}");
-	manifest_append(&be->man, b.s, b.len);
-	sb_free(&b);
-}
-
-/* A new directory or symlink exists at (op->dir, op->name): owner, location. */
-static void created(struct backend *be, struct op *op, int dfd, struct touched *t)
-{
-	if (be->opt.chown && (op->valid & (OPA_UID | OPA_GID)))
-		bsys.fchownat(dfd, op->name, op->uid, op->gid);
-	pthread_rwlock_wrlock(&be->bt_lock);
-	bnode_link_add_locked(op->node, op->dir, op->name);
-	pthread_rwlock_unlock(&be->bt_lock);
-	touch_dir(t, op->dir);
-}
-
-/* The record of an operation that will never happen: readers skip it. */
-static void record_void(struct backend *be, struct op *op)
-{
-	char rec[128];
-	int n = snprintf(rec, sizeof(rec), "{\"t\": \"void\", \"m\": \"%s\", \"seq\": %llu}",
-			 be->mount_id, (unsigned long long)op->seq);
-	if (op->recorded)
-		manifest_append(&be->man, rec, (size_t)n);
-}
-
-static int apply_op(struct backend *be, struct op *op, struct touched *t)
-{
-	if (!op->recorded) {	/* once, however often it is retried */
-		record_op(be, op);
-		op->recorded = true;
-	}
-	int dfd = -1, r = 0;
-	char name[256];
-	struct bnode *at = NULL;
-
-	if (op->kind == OP_VERSION)
-		return apply_version(be, op, t);
-	if (op->dir && (dfd = bnode_dirfd(be, op->dir)) < 0)
-		return dfd;
-
-	switch (op->kind) {
-	case OP_MKDIR:
-		r = bsys.mkdirat(dfd, op->name, op->mode & 07777);
-		if (r == -EEXIST) {
-			struct stat st;
-			if (bsys.fstatat(dfd, op->name, &st) == 0 && S_ISDIR(st.st_mode))
-				r = 0;
-		}
-		if (r == 0) {
-			created(be, op, dfd, t);
-			pthread_mutex_lock(&be->lock);		/* flushers wait for dirs */
-			pthread_cond_broadcast(&be->flush_cond);
-			pthread_mutex_unlock(&be->lock);
-		}
-		break;
-	case OP_SYMLINK:
-		if ((r = bsys.symlinkat(op->target, dfd, op->name)) == 0)
-			created(be, op, dfd, t);
-		break;
-	case OP_RMDIR:
-	case OP_UNLINK:
-		pthread_rwlock_wrlock(&be->mv_lock);
-		r = bsys.unlinkat(dfd, op->name, op->kind == OP_RMDIR ? AT_REMOVEDIR : 0);
-		if (r == -ENOENT)
-			r = 0;
-		if (r == 0) {
-			pthread_rwlock_wrlock(&be->bt_lock);
-			bnode_link_del_locked(op->node, op->dir, op->name);
-			pthread_rwlock_unlock(&be->bt_lock);
-		}
-		pthread_rwlock_unlock(&be->mv_lock);
-		if (r == 0)
-			touch_dir(t, op->dir);
-		break;
-	case OP_RENAME: {
-		int d2 = bnode_dirfd(be, op->dir2);
-		if (d2 < 0)
-			return d2;
-		pthread_rwlock_wrlock(&be->mv_lock);
-		r = bsys.renameat2(dfd, op->name, d2, op->name2, op->flags);
-		if (r == -ENOENT && !atomic_load(&op->node->present))
-			r = 0;		/* never published: nothing to move */
-		if (r == 0) {
-			pthread_rwlock_wrlock(&be->bt_lock);
-			if (op->victim && (op->flags & RENAME_EXCHANGE))
-				bnode_link_move_locked(op->victim, op->dir2, op->name2, op->dir, op->name);
-			else if (op->victim)
-				bnode_link_del_locked(op->victim, op->dir2, op->name2);
-			if (atomic_load(&op->node->present))
-				bnode_link_move_locked(op->node, op->dir, op->name, op->dir2, op->name2);
-			pthread_rwlock_unlock(&be->bt_lock);
-		}
-		pthread_rwlock_unlock(&be->mv_lock);
-		if (r == 0) {
-			touch_dir(t, op->dir);
-			touch_dir(t, op->dir2);
-		}
-		break;
-	}
-	case OP_LINK: {
-		int d2 = bnode_dirfd(be, op->dir2), sd;
-		if (d2 < 0)
-			return d2;
-		if ((r = bnode_locate(be, op->node, &at, name, sizeof(name))) < 0)
-			return r;
-		if ((sd = bnode_dirfd(be, at)) < 0) {
-			bnode_put(at);
-			return sd;
-		}
-		r = bsys.linkat(sd, name, d2, op->name2);
-		if (r == 0) {
-			pthread_rwlock_wrlock(&be->bt_lock);
-			bnode_link_add_locked(op->node, op->dir2, op->name2);
-			pthread_rwlock_unlock(&be->bt_lock);
-		}
-		if (r == 0)
-			touch_dir(t, op->dir2);
-		bnode_put(at);
-		break;
-	}
-	case OP_SETATTR:
-	case OP_SETXATTR:
-	case OP_RMXATTR: {
-		int od;
-		if (op->node->is_root) {	/* the root has no parent: "." in itself */
-			at = bnode_get(be->root);
-			snprintf(name, sizeof(name), ".");
-		} else if (bnode_locate(be, op->node, &at, name, sizeof(name)) < 0) {
-			return 0;	/* not on the backend yet: its first version carries it */
-		}
-		if ((od = bnode_dirfd(be, at)) < 0) {
-			bnode_put(at);
-			return od;
-		}
-		if (op->kind == OP_SETATTR)
-			r = apply_attrs(be, od, name, op, op->node->is_link);
-		else if (op->kind == OP_SETXATTR)
-			r = bsys.setxattr(od, name, op->target, op->value, op->value_len, 0);
-		else
-			r = bsys.removexattr(od, name, op->target);
-		if (r == -ENODATA)
-			r = 0;
-		if (r == 0) {
-			if (op->node->is_dir)
-				touch_dir(t, op->node);
-			else if (!op->node->is_link)
-				touch_file(t, op->node);
-			else
-				touch_dir(t, at);
-		}
-		bnode_put(at);
-		break;
-	}
-	default:
-		r = -EINVAL;
-	}
-	return r;
-}
-
-/*
- * fsync the manifest and every directory and file the batch touched (P3).
- * On failure the set is kept, to be synced again: the operations are
- * applied already and must not be applied twice.
- */
-static int sync_touched(struct backend *be, struct touched *t)
-{
-	int err = manifest_sync(&be->man);
-
-	for (unsigned i = 0; i < t->n; i++) {
-		int fd = bnode_dirfd(be, t->dirs[i]), r = 0;
-		if (fd >= 0 && atomic_load(&t->dirs[i]->present)) {
-			r = bsys.fsync(fd);
-			if (r == -EBADF || r == -EINVAL)	/* an O_PATH fd, or a fs without dir fsync */
-				r = 0;
-			atomic_fetch_add(&be->st.dir_fsyncs, 1);
-		}
-		if (r < 0 && !err)
-			err = r;
-	}
-	for (unsigned i = 0; i < t->nfiles; i++) {
+	memset(b, 0, sizeof(*b));
+	b->seq = op->seq;
+	b->kind = op->kind;
+	b->err = op->err;
+	b->actor = op->actor;
+	b->since_ns = op->blocked_ns;
+	b->attempts = op->attempts;
+	if (op->path_hint) {	/* versions: where the mount had it at seal */
+		snprintf(b->path, sizeof(b->path), "%s", op->path_hint);
+	} else if (!op->dir || bnode_path(be, op->dir, op->name, b->path, sizeof(b->path)) < 0) {
 		struct bnode *at = NULL;
 		char name[256];
-		if (bnode_locate(be, t->files[i], &at, name, sizeof(name)) == 0) {
-			int d = bnode_dirfd(be, at), fd = d < 0 ? d : bsys.openat(d, name, O_RDONLY | O_NOFOLLOW, 0);
-			if (fd >= 0) {
-				int r = bsys.fsync(fd);
-				if (r < 0 && !err)
-					err = r;
-				bsys.close(fd);
-			}
+		if (op->node && bnode_locate(be, op->node, &at, name, sizeof(name)) == 0) {
+			if (bnode_path(be, at, name, b->path, sizeof(b->path)) < 0)
+				snprintf(b->path, sizeof(b->path), "%s", name);
 			bnode_put(at);
+		} else if (op->name) {
+			snprintf(b->path, sizeof(b->path), "%s", op->name);
 		}
 	}
-	if (err)
-		return err;
-	for (unsigned i = 0; i < t->n; i++)
-		bnode_put(t->dirs[i]);
-	for (unsigned i = 0; i < t->nfiles; i++)
-		bnode_put(t->files[i]);
-	t->n = t->nfiles = 0;
-	return 0;
 }
 
-static const char *op_kind_name(enum op_kind k)
+unsigned backend_blocked(struct backend *be, struct backend_blocked *out, unsigned max)
 {
-	static const char *const names[] = { "version", "mkdir", "rmdir", "unlink", "rename",
-					     "symlink", "link", "setattr", "setxattr", "removexattr" };
-	return k < CKPT_ARRAY_LEN(names) ? names[k] : "?";
-}
+	unsigned n = 0;
 
-static void set_blocked(struct backend *be, struct op *op, int err)
-{
-	struct list ready;
-
-	list_init(&ready);
-	atomic_fetch_add(&be->st.errors, 1);
-	atomic_store(&be->st.last_error, -err);
-	if (op->node)
-		atomic_store(&op->node->sticky_err, -err);
-	if (!atomic_exchange(&be->st.degraded, true))
-		log_warn("backend degraded: %s of '%s' failed: %s; retrying, data stays in cache",
-			 op_kind_name(op->kind), op->name ? op->name : "", strerror(-err));
-	else
-		ckpt_log_limited(&err_rl, 10ull * 1000000000, LOG_WARNING,
-				 "still failing: %s of '%s': %s", op_kind_name(op->kind),
-				 op->name ? op->name : "", strerror(-err));
 	pthread_mutex_lock(&be->lock);
-	be->blocked_seq = op->seq;
-	be->blocked_err = err;
-	waiters_collect(be, &ready);
-	pthread_cond_broadcast(&be->durable_cond);
+	for (struct list *e = be->ops.next; e != &be->ops; e = e->next) {
+		struct op *op = list_entry(e, struct op, link);
+		if (op->attempts && !op->skipped) {	/* blocked, or being retried */
+			if (n < max)
+				blocked_fill(be, op, &out[n]);
+			n++;
+		} else if (op->blocker && !op->skipped) {
+			for (unsigned i = 0; i < CKPT_MIN(n, max); i++)
+				if (out[i].seq == op->blocker->seq)
+					out[i].behind++;
+		}
+	}
 	pthread_mutex_unlock(&be->lock);
-	waiters_answer(be, &ready);
+	return n;
 }
 
-static void clear_blocked(struct backend *be)
+void backend_blocked_describe(const struct backend_blocked *b, char *buf, size_t len)
 {
-	if (atomic_exchange(&be->st.degraded, false))
-		log_info("backend recovered: publishing resumed");
-	atomic_store(&be->st.last_error, 0);
+	snprintf(buf, len, "seq %llu: %s %s: %s", (unsigned long long)b->seq,
+		 op_kind_name(b->kind), b->path[0] ? b->path : "/",
+		 b->err ? strerror(-b->err) : "waiting behind it");
+}
+
+void backend_retry(struct backend *be)
+{
 	pthread_mutex_lock(&be->lock);
-	be->blocked_seq = 0;
-	be->blocked_err = 0;
+	be->retry_now = true;
+	pthread_cond_signal(&be->pub_cond);
 	pthread_mutex_unlock(&be->lock);
 }
 
-/* Sleep up to ns, waking early if the backend is stopping with nothing left. */
-static void backoff_sleep(struct backend *be, uint64_t ns)
+long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report)
 {
+	struct fpset gone = { 0 };
+	struct op *first = NULL;
+	long n = 0;
+
 	pthread_mutex_lock(&be->lock);
-	cond_wait_ns(&be->pub_cond, &be->lock, ns);
+	for (struct list *e = be->ops.next; e != &be->ops; e = e->next) {
+		struct op *op = list_entry(e, struct op, link);
+		if (op->seq == seq && !op->skipped)
+			first = op;
+	}
+	if (!first || !first->attempts || first->in_batch) {
+		pthread_mutex_unlock(&be->lock);
+		return first ? -EBUSY : -ENOENT;
+	}
+	/* It, and every later operation that depends on it or on one that goes. */
+	for (struct list *e = &first->link; e != &be->ops; e = e->next) {
+		struct op *op = list_entry(e, struct op, link);
+		struct op *unused = NULL;
+		if (op->skipped)
+			continue;
+		if (op != first && !fpset_conflicts(&gone, op, &unused) &&
+		    !(op->actor == first->actor && op_is_marker(op)))
+			continue;
+		struct backend_blocked b;
+		char line[700];
+		blocked_fill(be, op, &b);
+		backend_blocked_describe(&b, line, sizeof(line));
+		sb_printf(report, "%s%s\n", op == first ? "skipped " : "skipped with it ",
+			  line + 0);
+		fpset_add_op(&gone, op, NULL);
+		op->skipped = true;
+		if (op->state == OPS_QUEUED)
+			list_del(&op->qlink);
+		n++;
+	}
+	pthread_cond_signal(&be->pub_cond);
 	pthread_mutex_unlock(&be->lock);
+	fpset_free(&gone);
+	return n;
 }
+
+/* ---- the publisher ------------------------------------------------------ */
 
 static void op_published(struct backend *be, struct op *op)
 {
 	atomic_fetch_add(&be->st.ops_applied, 1);
+	/* Nothing earlier on this node is pending (order.c), so no error stands. */
+	if (op->node)
+		atomic_store(&op->node->sticky_err, 0);
 	if (op->kind != OP_VERSION)
 		return;
 	atomic_fetch_add(&be->st.versions_published, 1);
 	atomic_fetch_sub(&be->st.pending_versions, 1);
 	atomic_fetch_add(&be->st.persisted_bytes, op->ver->bytes_cached);
-	atomic_store(&op->node->sticky_err, 0);
 	cfile_published(op->ver, op->out);
+}
+
+/* Write the intent records of versions queued since the last look (no lock held on entry). */
+static void intents_write(struct backend *be)
+{
+	pthread_mutex_lock(&be->lock);
+	while (!list_empty(&be->intents)) {
+		struct op *op = list_entry(be->intents.next, struct op, ilink);
+		list_del(&op->ilink);
+		pthread_mutex_unlock(&be->lock);
+		record_intent(be, op);	/* only the publisher frees ops: op stays valid */
+		pthread_mutex_lock(&be->lock);
+	}
+	pthread_mutex_unlock(&be->lock);
+}
+
+/*
+ * Drop what an administrator skipped, once no flusher holds it (be->lock
+ * held; the records and frees happen after unlocking, into `out`).
+ */
+static void skipped_collect(struct backend *be, struct list *out)
+{
+	struct list *e = be->ops.next;
+
+	while (e != &be->ops) {
+		struct list *next = e->next;
+		struct op *op = list_entry(e, struct op, link);
+		if (op->skipped && op->state != OPS_FLUSHING) {
+			list_del(&op->link);
+			if (list_linked(&op->ilink))
+				list_del(&op->ilink);
+			list_add_tail(out, &op->link);
+		}
+		e = next;
+	}
+}
+
+static void skipped_drop(struct backend *be, struct list *gone)
+{
+	while (!list_empty(gone)) {
+		struct op *op = list_entry(gone->next, struct op, link);
+		list_del(&op->link);
+		log_warn("operation %llu (%s of '%s', uid %u) skipped by the administrator: "
+			 "it will never reach the backend", (unsigned long long)op->seq,
+			 op_kind_name(op->kind), op->name ? op->name : "", (unsigned)op->actor);
+		record_void(be, op, "skipped by the administrator");
+		if (op->node)
+			atomic_store(&op->node->sticky_err, ECANCELED);
+		if (op->kind == OP_VERSION)
+			atomic_fetch_sub(&be->st.pending_versions, 1);
+		op_free(op);
+	}
+}
+
+/* Keep the degraded flag and the last error true; remind now and then (no lock held). */
+static void blocked_log(struct backend *be)
+{
+	struct backend_blocked b[4];
+	char line[700];
+	unsigned n = backend_blocked(be, b, CKPT_ARRAY_LEN(b));
+	bool was = atomic_load(&be->st.degraded);
+
+	atomic_store(&be->st.degraded, n > 0);
+	atomic_store(&be->st.last_error, n ? -b[0].err : 0);
+	if (!n) {
+		if (was)
+			log_info("backend recovered: nothing is blocked, publishing resumed");
+		return;
+	}
+	backend_blocked_describe(&b[0], line, sizeof(line));
+	ckpt_log_limited(&err_rl, 30ull * 1000000000, LOG_WARNING, "still blocked at %s", line);
+}
+
+/*
+ * Apply a batch so that what becomes durable is always a prefix of it
+ * (P1, P3, P7), even after a power cut:
+ *  1. every operation's write-ahead record is appended, then the manifest
+ *     is fsync'd once: none is applied before its record is durable;
+ *  2. operations are applied in order, and before one that touches a
+ *     directory the operations since the last sync did not, those are synced
+ *     first — a directory fsync makes all of that directory's entries
+ *     durable at once, so syncing every directory at the end, in first-touch
+ *     order, would let a later operation in one directory become durable
+ *     before an earlier one in another;
+ *  3. an operation that fails stays behind with its dependants and its
+ *     actor's later operations; their records are voided.
+ * Returns how many were applied (moved to the front of batch); the caller
+ * syncs what remains touched.  A sync failing in between stops the batch
+ * there; the caller retries it before anything else.
+ */
+static unsigned batch_apply(struct backend *be, struct op **batch, unsigned n, struct touched *t,
+			    struct op **failed, int *ferr, unsigned *nfailed)
+{
+	struct fpset bad = { 0 };
+	uid_t bad_actors[PUB_BATCH];
+	unsigned applied = 0, nbad = 0, nrec = 0;
+	int r = 0;
+
+	*nfailed = 0;
+	for (; nrec < n && r == 0; nrec++)
+		if ((r = record_attempt(be, batch[nrec])) < 0) {
+			failed[0] = batch[nrec];	/* the rest wait for the next round */
+			ferr[0] = r;
+			*nfailed = 1;
+			break;
+		}
+	if (nrec && (r = manifest_sync(&be->man)) < 0) {
+		for (unsigned i = 0; i < nrec; i++)
+			void_attempt(be, batch[i], 0);
+		failed[0] = batch[0];
+		ferr[0] = r;
+		*nfailed = 1;
+		return 0;
+	}
+	for (unsigned i = 0; i < nrec; i++) {
+		struct op *op = batch[i], *unused = NULL;
+		bool after_failure = fpset_conflicts(&bad, op, &unused);
+		for (unsigned k = 0; k < nbad && !after_failure; k++)
+			after_failure = bad_actors[k] == op->actor;
+		if (!after_failure && t->n && !touched_covers(t, op) && sync_touched(be, t) < 0) {
+			for (unsigned k = i; k < nrec; k++)	/* the caller retries the sync */
+				void_attempt(be, batch[k], 0);
+			break;
+		}
+		int err = after_failure ? 1 : apply_op(be, op, t);
+		if (err == 0) {
+			batch[applied++] = op;
+			continue;
+		}
+		if (err < 0) {
+			failed[*nfailed] = op;
+			ferr[(*nfailed)++] = err;
+		} else {
+			void_attempt(be, op, 0);	/* deferred behind a failure */
+		}
+		fpset_add_op(&bad, op, NULL);	/* it stays behind: so do its dependants */
+		bad_actors[nbad++] = op->actor;
+	}
+	fpset_free(&bad);
+	return applied;
 }
 
 static void *publisher_main(void *arg)
 {
 	struct backend *be = arg;
 	struct touched *t = xcalloc(1, sizeof(*t));
-	struct op *batch[PUB_BATCH];
-	uint64_t backoff = BACKOFF_MIN_NS;
+	struct op **batch = xcalloc(PUB_BATCH, sizeof(*batch));
+	struct op **failed = xcalloc(PUB_BATCH, sizeof(*failed));
+	int *ferr = xcalloc(PUB_BATCH, sizeof(*ferr));
+	uint64_t backoff = 50ull * 1000000;
 
-	pthread_mutex_lock(&be->lock);
 	for (;;) {
-		if (be->aborting)
+		struct list ready, gone;
+		uint64_t blocks_before;
+
+		list_init(&ready);
+		list_init(&gone);
+		intents_write(be);
+		pthread_mutex_lock(&be->lock);
+		if (be->aborting) {
+			pthread_mutex_unlock(&be->lock);
 			break;
-		struct op *head = list_empty(&be->ops) ? NULL
-				  : list_entry(be->ops.next, struct op, link);
-		if (!head) {
-			if (be->stopping)
+		}
+		uint64_t now = now_ns();
+		be->wake_ns = UINT64_MAX;
+		uint64_t unused = UINT64_MAX;
+		skipped_collect(be, &gone);
+		blocks_before = be->order->blocks;
+		unsigned n = order_pass(be, batch, PUB_BATCH, now, &be->wake_ns);
+		bool newly_blocked = be->order->blocks != blocks_before;
+		waiters_collect(be, &ready, now, &unused);
+		bool idle = list_empty(&be->ops);
+		if (!n && list_empty(&gone) && list_empty(&ready)) {
+			if (idle && be->stopping) {
+				pthread_mutex_unlock(&be->lock);
 				break;
-			pthread_cond_wait(&be->pub_cond, &be->lock);
-			continue;
-		}
-		if (head->state == OPS_FAILED && !err_transient(head->err)) {
-			int err = head->err;
-			list_del(&head->link);
+			}
+			if (list_empty(&be->intents)) {
+				if (be->wake_ns == UINT64_MAX)
+					pthread_cond_wait(&be->pub_cond, &be->lock);
+				else if (be->wake_ns > now)
+					cond_wait_ns(&be->pub_cond, &be->lock, be->wake_ns - now);
+			}
 			pthread_mutex_unlock(&be->lock);
-			log_err("writing '%s' failed permanently: %s; version skipped",
-				 head->name ? head->name : "", strerror(-err));
-			record_void(be, head);
-			atomic_fetch_add(&be->st.errors, 1);
-			atomic_fetch_sub(&be->st.pending_versions, 1);
-			atomic_store(&head->node->sticky_err, -err);
-			pthread_mutex_lock(&be->lock);
-			if (atomic_load(&be->durable_seq) < head->seq)
-				atomic_store(&be->durable_seq, head->seq);
-			op_free(head);
 			continue;
-		}
-		if (head->state == OPS_FAILED) {
-			/* The flush failed: report, back off, hand it back to the flushers. */
-			int err = head->err;
-			pthread_mutex_unlock(&be->lock);
-			set_blocked(be, head, err);
-			atomic_fetch_add(&be->st.retries, 1);
-			backoff_sleep(be, backoff);
-			backoff = CKPT_MIN(backoff * 2, BACKOFF_MAX_NS);
-			pthread_mutex_lock(&be->lock);
-			head->state = OPS_QUEUED;
-			head->err = 0;
-			flushq_insert_sorted(be, head);
-			pthread_cond_broadcast(&be->flush_cond);
-			continue;
-		}
-		if (head->state != OPS_READY) {
-			pthread_cond_wait(&be->pub_cond, &be->lock);
-			continue;
-		}
-		unsigned n = 0;
-		for (struct list *e = be->ops.next; e != &be->ops && n < PUB_BATCH; e = e->next) {
-			struct op *op = list_entry(e, struct op, link);
-			if (op->state != OPS_READY)
-				break;
-			batch[n++] = op;
 		}
 		pthread_mutex_unlock(&be->lock);
+		waiters_answer(&ready);
+		skipped_drop(be, &gone);
+		if (newly_blocked || atomic_load(&be->st.degraded))
+			blocked_log(be);
+		if (!n)
+			continue;
 
-		unsigned applied = 0;
-		int err = 0;
-		for (; applied < n; applied++) {
-			err = apply_op(be, batch[applied], t);
-			if (err < 0 && !err_transient(err)) {
-				log_err("%s of '%s' failed permanently: %s; skipped",
-					 op_kind_name(batch[applied]->kind),
-					 batch[applied]->name ? batch[applied]->name : "", strerror(-err));
-				record_void(be, batch[applied]);
-				atomic_fetch_add(&be->st.errors, 1);
-				if (batch[applied]->node)
-					atomic_store(&batch[applied]->node->sticky_err, -err);
-				err = 0;
-			}
-			if (err < 0)
+		unsigned nfailed;
+		unsigned applied = batch_apply(be, batch, n, t, failed, ferr, &nfailed);
+		/* Applied but not durable until synced: retry the sync, never the ops. */
+		int serr;
+		while ((serr = sync_touched(be, t)) < 0) {
+			pthread_mutex_lock(&be->lock);
+			be->sync_err = serr;
+			be->sync_first_seq = applied ? batch[0]->seq : 0;
+			for (unsigned i = 0; i < applied; i++)
+				if (batch[i]->node)
+					atomic_store(&batch[i]->node->sticky_err, -serr);
+			waiters_collect(be, &ready, now_ns(), &unused);
+			bool abort = be->aborting;
+			if (!abort)
+				cond_wait_ns(&be->pub_cond, &be->lock, backoff);
+			abort = be->aborting;
+			pthread_mutex_unlock(&be->lock);
+			waiters_answer(&ready);
+			atomic_fetch_add(&be->st.errors, 1);
+			atomic_fetch_add(&be->st.retries, 1);
+			atomic_store(&be->st.last_error, -serr);
+			atomic_store(&be->st.degraded, true);
+			ckpt_log_limited(&err_rl, 10ull * 1000000000, LOG_WARNING,
+					 "syncing the backend failed: %s; retrying", strerror(-serr));
+			backoff = CKPT_MIN(backoff * 2, 5ull * 1000000000);
+			if (abort)
 				break;
 		}
-		/* Applied but not durable until synced: retry the sync, never the run. */
-		int serr;
-		while ((serr = sync_touched(be, t)) < 0 && !be->aborting) {
-			set_blocked(be, applied ? batch[0] : batch[applied], serr);
-			atomic_fetch_add(&be->st.retries, 1);
-			backoff_sleep(be, backoff);
-			backoff = CKPT_MIN(backoff * 2, BACKOFF_MAX_NS);
-		}
-		if (serr < 0) {		/* aborting: the rescue takes what is queued */
-			pthread_mutex_lock(&be->lock);
-			continue;
-		}
-		struct list ready;
-		list_init(&ready);
+		if (serr < 0)
+			break;	/* aborting: the rescue takes what is queued */
+		backoff = 50ull * 1000000;
 		/* Bookkeeping first, so whoever is told "durable" sees it all done. */
 		for (unsigned i = 0; i < applied; i++)
 			op_published(be, batch[i]);
-		pthread_mutex_lock(&be->lock);
-		for (unsigned i = 0; i < applied; i++)
-			list_del(&batch[i]->link);
 		if (applied) {
 			char rec[128];
 			int len = snprintf(rec, sizeof(rec), "{\"t\": \"durable\", \"m\": \"%s\", \"seq\": %llu}",
 					   be->mount_id, (unsigned long long)batch[applied - 1]->seq);
-			manifest_append(&be->man, rec, (size_t)len);
-			atomic_store(&be->durable_seq, batch[applied - 1]->seq);
-		}
-		if (!err && be->blocked_seq) {
-			pthread_mutex_unlock(&be->lock);
-			clear_blocked(be);
-			pthread_mutex_lock(&be->lock);
-		}
-		waiters_collect(be, &ready);
-		pthread_cond_broadcast(&be->durable_cond);
-		pthread_mutex_unlock(&be->lock);
-		waiters_answer(be, &ready);
-		for (unsigned i = 0; i < applied; i++)
-			op_free(batch[i]);
-		if (err < 0) {
-			set_blocked(be, batch[applied], err);
-			atomic_fetch_add(&be->st.retries, 1);
-			backoff_sleep(be, backoff);
-			backoff = CKPT_MIN(backoff * 2, BACKOFF_MAX_NS);
-		} else {
-			backoff = BACKOFF_MIN_NS;
+			if (manifest_append(&be->man, rec, (size_t)len) < 0)
+				log_debug("durable record not written; recovery will look for evidence");
 		}
 		pthread_mutex_lock(&be->lock);
+		be->sync_err = 0;
+		for (unsigned i = 0; i < n; i++)
+			batch[i]->in_batch = false;
+		for (unsigned i = 0; i < applied; i++)
+			list_del(&batch[i]->link);
+		now = now_ns();
+		for (unsigned i = 0; i < nfailed; i++)
+			op_block(be, failed[i], ferr[i], now);
+		uint64_t durable = list_empty(&be->ops) ? be->last_seq
+				   : list_entry(be->ops.next, struct op, link)->seq - 1;
+		if (durable > atomic_load(&be->durable_seq))
+			atomic_store(&be->durable_seq, durable);
+		uint64_t wall = list_empty(&be->ops) ? wall_ns()
+				: list_entry(be->ops.next, struct op, link)->sealed_wall_ns;
+		for (struct list *e = be->ops.next; e != &be->ops; e = e->next)
+			wall = CKPT_MIN(wall, list_entry(e, struct op, link)->sealed_wall_ns);
+		pthread_mutex_unlock(&be->lock);
+		for (unsigned i = 0; i < applied; i++)
+			op_free(batch[i]);
+		if (nfailed || atomic_load(&be->st.degraded))
+			blocked_log(be);
+		if (be->hooks.published)
+			be->hooks.published(be->hooks.arg, durable, wall);
 	}
-	pthread_mutex_unlock(&be->lock);
 	free(t);
+	free(batch);
+	free(failed);
+	free(ferr);
 	return NULL;
 }
 
@@ -865,12 +678,14 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 	pthread_rwlock_init(&be->mv_lock, NULL);
 	pthread_mutex_init(&be->lock, NULL);
 	pthread_cond_init(&be->pub_cond, NULL);
+	pthread_cond_init(&be->waiter_cond, NULL);
 	pthread_cond_init(&be->flush_cond, NULL);
-	pthread_cond_init(&be->durable_cond, NULL);
 	pthread_cond_init(&be->spill_cond, NULL);
 	list_init(&be->ops);
 	list_init(&be->flushq);
 	list_init(&be->waiters);
+	list_init(&be->intents);
+	be->order = order_new();
 	be->started_ns = now_ns();
 	if (opt->no_manifest) {
 		manifest_disabled(&be->man);
@@ -891,7 +706,8 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 
 	cache->spill_wanted = backend_want_spill;
 	cache->spill_arg = be;
-	if (pthread_create(&be->publisher, NULL, publisher_main, be) != 0)
+	if (pthread_create(&be->publisher, NULL, publisher_main, be) != 0 ||
+	    pthread_create(&be->waiter, NULL, waiter_main, be) != 0)
 		return -EAGAIN;
 	flush_threads_start(be);
 	return 0;
@@ -907,10 +723,14 @@ static void threads_join(struct backend *be, bool abort)
 	pthread_cond_broadcast(&be->pub_cond);
 	pthread_cond_broadcast(&be->flush_cond);
 	pthread_cond_broadcast(&be->spill_cond);
-	pthread_cond_broadcast(&be->durable_cond);
 	pthread_mutex_unlock(&be->lock);
 	pthread_join(be->publisher, NULL);
 	flush_threads_stop(be);
+	pthread_mutex_lock(&be->lock);
+	be->waiter_stop = true;
+	pthread_cond_signal(&be->waiter_cond);
+	pthread_mutex_unlock(&be->lock);
+	pthread_join(be->waiter, NULL);
 	be->joined = true;
 }
 
@@ -930,12 +750,14 @@ void backend_stop(struct backend *be)
 		op_free(op);
 	}
 	be->cache->spill_wanted = NULL;
+	order_free(be->order);
+	be->order = NULL;
 	bnode_put(be->root);
 	pthread_rwlock_destroy(&be->bt_lock);
 	pthread_rwlock_destroy(&be->mv_lock);
 	pthread_mutex_destroy(&be->lock);
 	pthread_cond_destroy(&be->pub_cond);
+	pthread_cond_destroy(&be->waiter_cond);
 	pthread_cond_destroy(&be->flush_cond);
-	pthread_cond_destroy(&be->durable_cond);
 	pthread_cond_destroy(&be->spill_cond);
 }

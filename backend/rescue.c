@@ -1,5 +1,6 @@
 /*
- * rescue.c — what happens to data the backend would not take.
+ * rescue.c — what happens to data the backend would not take, and the
+ * directory it goes to.
  *
  * When the daemon must exit while operations are still unpublished (the
  * backend refuses, and the drain at unmount gave up), backend_rescue()
@@ -9,10 +10,31 @@
  * were to follow) to RESCUE_DIR/<host>-<mount id>/manifest.jsonl, in
  * sequence order, so an administrator can finish the job by hand.  Each
  * rescued operation is also noted in the backend's manifest when possible.
- * Nothing is dropped silently: the daemon logs where the data went and
- * exits non-zero.
+ * Files still open for writing at exit are never published (contract item
+ * 4); what was written to them goes to RESCUE_DIR/<host>-<mount id>/partial/
+ * <mount path>, listed in the manifest as "partial".  Nothing is dropped
+ * silently: the daemon logs where the data went (and exits non-zero if
+ * anything closed could not be persisted).
+ *
+ * The daemon runs as root and the default RESCUE_DIR lies in a world-writable
+ * directory, so (invariants):
+ *  R1  RESCUE_DIR is reached from "/" one component at a time, never through
+ *      a symlink; every ancestor is a directory owned by root or the daemon's
+ *      user that no one else may rename entries in (not group/other-writable,
+ *      or sticky); RESCUE_DIR itself is owned by the daemon's user and
+ *      writable by no one else.  It is created 0700 if missing.  The mount
+ *      checks this (backend_rescue_dir_check) and refuses to start otherwise;
+ *      the rescue checks it again.
+ *  R2  The per-mount directory is created fresh (mkdirat 0700; one that
+ *      exists is refused, never reused) and everything inside it by
+ *      mkdirat/openat relative to directory fds, O_NOFOLLOW, files 0600
+ *      O_CREAT|O_EXCL: no path string is ever resolved.
+ *  R3  The rescue directory is not on the backend: it uses bsys_direct, the
+ *      same confined calls without the fault wrappers, so faults injected
+ *      into the backend do not reach it.
  */
 #include "backend/backend.h"
+#include "backend/bsys.h"
 #include "cache/log.h"
 
 #include <errno.h>
@@ -25,51 +47,224 @@
 
 int flush_copy_version(struct cver *v, int fd, XXH128_hash_t *digest);
 
-/* mkdir -p for the directories of `path` below the open dir `base`. */
-static int mkdirs_for(int base, const char *path)
-{
-	char *dup = xstrdup(path), *p = dup;
-	int r = 0;
+#define D bsys_direct
 
-	while ((p = strchr(p, '/'))) {
-		*p = '\0';
-		if (mkdirat(base, dup, 0700) < 0 && errno != EEXIST) {
-			r = -errno;
+/* May the directory `st` be on the way to the rescue directory (R1)?  NULL if so. */
+static const char *ancestor_problem(const struct stat *st)
+{
+	if (!S_ISDIR(st->st_mode))
+		return "is not a directory";
+	if (st->st_uid != 0 && st->st_uid != geteuid())
+		return "is owned by another user, who could replace what lies below it";
+	if ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX))
+		return "is writable by others without the sticky bit";
+	return NULL;
+}
+
+static const char *target_problem(const struct stat *st)
+{
+	if (!S_ISDIR(st->st_mode))
+		return "is not a directory";
+	if (st->st_uid != geteuid())
+		return "is not owned by the daemon's user";
+	if (st->st_mode & (S_IWGRP | S_IWOTH))
+		return "is writable by its group or others";
+	return NULL;
+}
+
+/*
+ * Open the rescue directory by an R1 walk, creating its last component 0700
+ * if missing.  fd, or -errno with the reason in why ("<path> is ...").
+ */
+static int rescue_dir_open(const char *dir, char *why, size_t wlen)
+{
+	char *dup = xstrdup(dir), *save = NULL, *comp, *next;
+	char sofar[4096] = "";
+	struct stat st;
+	int fd, r = 0;
+
+	if (dir[0] != '/') {
+		snprintf(why, wlen, "%s is not an absolute path", dir);
+		free(dup);
+		return -EINVAL;
+	}
+	fd = D.openat(AT_FDCWD, "/", O_RDONLY | O_DIRECTORY, 0);
+	if (fd >= 0 && (r = D.fstatat(fd, "", &st)) == 0 && ancestor_problem(&st)) {
+		snprintf(why, wlen, "/ %s", ancestor_problem(&st));
+		r = -EPERM;
+	}
+	if (fd < 0)
+		r = fd;
+	for (comp = strtok_r(dup, "/", &save); r == 0 && comp; comp = next) {
+		bool last;
+		int sub;
+
+		next = strtok_r(NULL, "/", &save);
+		last = next == NULL;
+		snprintf(sofar + strlen(sofar), sizeof(sofar) - strlen(sofar), "/%s", comp);
+		if (!strcmp(comp, ".") || !strcmp(comp, "..")) {
+			snprintf(why, wlen, "%s must not contain '.' or '..'", dir);
+			r = -EINVAL;
 			break;
 		}
-		*p++ = '/';
+		r = D.fstatat(fd, comp, &st);
+		if (r == -ENOENT && last) {
+			if ((r = D.mkdirat(fd, comp, 0700)) == -EEXIST)
+				r = 0;
+			if (r == 0)
+				r = D.fstatat(fd, comp, &st);
+		}
+		if (r < 0) {
+			snprintf(why, wlen, "%s: %s", sofar, strerror(-r));
+			break;
+		}
+		if (S_ISLNK(st.st_mode)) {
+			snprintf(why, wlen, "%s is a symlink; give the real path", sofar);
+			r = -ELOOP;
+			break;
+		}
+		if (!S_ISDIR(st.st_mode)) {
+			snprintf(why, wlen, "%s is not a directory", sofar);
+			r = -ENOTDIR;
+			break;
+		}
+		if ((sub = D.openat(fd, comp, O_RDONLY | O_DIRECTORY, 0)) < 0) {
+			snprintf(why, wlen, "%s: %s", sofar, strerror(-sub));
+			r = sub;
+			break;
+		}
+		D.close(fd);
+		fd = sub;
+		/* Judge what was opened, not what was looked at before. */
+		if ((r = D.fstatat(fd, "", &st)) < 0) {
+			snprintf(why, wlen, "%s: %s", sofar, strerror(-r));
+			break;
+		}
+		const char *p = last ? target_problem(&st) : ancestor_problem(&st);
+		if (p) {
+			snprintf(why, wlen, "%s %s", sofar, p);
+			r = -EPERM;
+		}
 	}
 	free(dup);
-	return r;
+	if (r < 0) {
+		if (fd >= 0)
+			D.close(fd);
+		return r;
+	}
+	return fd;
+}
+
+int backend_rescue_dir_check(const char *dir, char *why, size_t wlen)
+{
+	int fd = rescue_dir_open(dir, why, wlen);
+
+	if (fd < 0)
+		return fd;
+	D.close(fd);
+	return 0;
+}
+
+/* A new directory `name` in dirfd, or an existing one (may_exist): its fd. */
+static int subdir(int dirfd, const char *name, bool may_exist)
+{
+	int r = D.mkdirat(dirfd, name, 0700);
+
+	if (r < 0 && !(r == -EEXIST && may_exist))
+		return r;
+	return D.openat(dirfd, name, O_RDONLY | O_DIRECTORY, 0);
+}
+
+/*
+ * Create `path` (components separated by '/') below the directory `base`,
+ * with its directories, as a new file: its fd (R2).  A file already there is
+ * an earlier version of the same file, which this one replaces.
+ */
+static int rescue_file_create(int base, const char *path)
+{
+	char *dup = xstrdup(path), *p = dup, *slash;
+	int dirfd = base, fd = -ENOENT;
+
+	while ((slash = strchr(p, '/'))) {
+		*slash = '\0';
+		int sub = *p ? subdir(dirfd, p, true) : dirfd;
+		if (dirfd != base && sub != dirfd)
+			D.close(dirfd);
+		if (sub < 0) {
+			free(dup);
+			return sub;
+		}
+		dirfd = sub;
+		p = slash + 1;
+	}
+	for (int tries = 0; tries < 2; tries++) {
+		fd = D.openat(dirfd, p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+		if (fd != -EEXIST || D.unlinkat(dirfd, p, 0) < 0)
+			break;
+	}
+	if (dirfd != base)
+		D.close(dirfd);
+	free(dup);
+	return fd;
 }
 
 static const char *kind_name(enum op_kind k)
 {
 	static const char *const names[] = { "file", "mkdir", "rmdir", "unlink", "rename",
-					     "symlink", "link", "setattr", "setxattr", "removexattr" };
+					     "symlink", "link", "setattr", "setxattr", "removexattr",
+					     "mknod" };
 	return k < CKPT_ARRAY_LEN(names) ? names[k] : "?";
 }
 
-long backend_rescue(struct backend *be, const char *dir, char *where, size_t wlen)
+/* Save one version's contents as `path` below `files`: 0 or -errno; its digest in hex. */
+static int rescue_version(int files, const char *path, struct cver *v, char hex[33])
 {
-	char host[256] = "localhost";
-	int base, files, mf;
+	XXH128_hash_t h = { 0 };
+	int fd = rescue_file_create(files, path), r = fd;
+
+	if (fd >= 0) {
+		r = flush_copy_version(v, fd, &h);
+		int s = D.fsync(fd);
+		if (!r)
+			r = s;
+		D.close(fd);
+	}
+	hash_hex(h, hex);
+	if (r < 0)
+		log_err("rescue: could not save %s: %s", path, strerror(-r));
+	return r;
+}
+
+long backend_rescue(struct backend *be, const char *dir, const struct rescue_item *partial,
+		    unsigned npartial, char *where, size_t wlen)
+{
+	char host[256] = "localhost", name[300], why[512];
+	int top, base, files, mf, pfiles = -1;
 	long saved = 0;
 
 	gethostname(host, sizeof(host) - 1);
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-		return -errno;
-	snprintf(where, wlen, "%s/%s-%s", dir, host, be->mount_id);
-	if (mkdir(where, 0700) < 0 && errno != EEXIST)
-		return -errno;
-	if ((base = open(where, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-		return -errno;
-	mkdirat(base, "files", 0700);
-	files = openat(base, "files", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	mf = openat(base, "manifest.jsonl", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	for (char *c = host; *c; c++)
+		if (*c == '/')
+			*c = '_';
+	snprintf(name, sizeof(name), "%s-%s", host, be->mount_id);
+	snprintf(where, wlen, "%s/%s", dir, name);
+	if ((top = rescue_dir_open(dir, why, sizeof(why))) < 0) {
+		log_err("rescue directory: %s", why);
+		return top;
+	}
+	base = subdir(top, name, false);	/* fresh (R2): never one that exists */
+	D.close(top);
+	if (base < 0)
+		return base;
+	files = subdir(base, "files", false);
+	mf = D.openat(base, "manifest.jsonl", O_WRONLY | O_CREAT | O_EXCL, 0600);
 	if (files < 0 || mf < 0) {
-		int e = -errno;
-		close(base);
+		int e = files < 0 ? files : mf;
+		if (files >= 0)
+			D.close(files);
+		if (mf >= 0)
+			D.close(mf);
+		D.close(base);
 		return e;
 	}
 	for (struct list *e = be->ops.next; e != &be->ops; e = e->next) {
@@ -93,35 +288,51 @@ long backend_rescue(struct backend *be, const char *dir, char *where, size_t wle
 			sb_json_str(&b, to);
 		}
 		if (op->kind == OP_VERSION) {
-			XXH128_hash_t h;
 			char hex[33];
-			int fd, r = mkdirs_for(files, path);
-			fd = r < 0 ? r : openat(files, path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-			r = fd < 0 ? -errno : flush_copy_version(op->ver, fd, &h);
-			if (fd >= 0 && fsync(fd) < 0 && !r)
-				r = -errno;
-			if (fd >= 0)
-				close(fd);
-			hash_hex(h, hex);
+			int r = rescue_version(files, path, op->ver, hex);
 			sb_printf(&b, ", \"size\": %llu, \"mode\": %u, \"xxh3\": \"%s\", \"saved\": %s",
 				  (unsigned long long)op->ver->size, (unsigned)op->mode, hex,
 				  r == 0 ? "true" : "false");
-			if (r < 0)
-				log_err("rescue: could not save %s: %s", path, strerror(-r));
 		} else if (op->kind == OP_SYMLINK) {
 			sb_printf(&b, ", \"target\": ");
 			sb_json_str(&b, op->target);
+		} else if (op->kind == OP_MKDIR || op->kind == OP_MKNOD) {
+			sb_printf(&b, ", \"mode\": %u", (unsigned)op->mode);
+			if (op->rdev)
+				sb_printf(&b, ", \"rdev\": %llu", (unsigned long long)op->rdev);
 		}
 		sb_printf(&b, "}\n");
 		write_full(mf, b.s, b.len);
 		sb_free(&b);
 		saved++;
 	}
-	fsync(mf);
-	close(mf);
-	close(files);
-	fsync(base);
-	close(base);
+	for (unsigned i = 0; i < npartial; i++) {
+		struct strbuf b = { 0 };
+		char hex[33];
+		int r = pfiles >= 0 ? 0 : (pfiles = subdir(base, "partial", false));
+		if (r >= 0)
+			r = rescue_version(pfiles, partial[i].path, partial[i].ver, hex);
+		else
+			hash_hex((XXH128_hash_t){ 0 }, hex);
+		sb_printf(&b, "{\"seq\": 0, \"op\": \"partial\", \"path\": ");
+		sb_json_str(&b, partial[i].path);
+		sb_printf(&b, ", \"size\": %llu, \"xxh3\": \"%s\", \"saved\": %s, \"note\": "
+			  "\"open for writing at exit: what was written so far, never closed\"}\n",
+			  (unsigned long long)partial[i].ver->size, hex, r == 0 ? "true" : "false");
+		write_full(mf, b.s, b.len);
+		sb_free(&b);
+		saved++;
+	}
+	if (pfiles >= 0) {
+		D.fsync(pfiles);
+		D.close(pfiles);
+	}
+	D.fsync(mf);
+	D.close(mf);
+	D.fsync(files);
+	D.close(files);
+	D.fsync(base);
+	D.close(base);
 	char rec[512];
 	int n = snprintf(rec, sizeof(rec), "{\"t\": \"rescued\", \"m\": \"%s\", \"count\": %ld, \"where\": \"%s\"}",
 			 be->mount_id, saved, where);

@@ -26,22 +26,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(HERE, "lib"))
 
-
-def parse_size(text):
-	s = text.strip().upper().rstrip("B").rstrip("I")
-	for suf, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30), ("T", 1 << 40), ("P", 1 << 50)):
-		if s.endswith(suf):
-			return int(float(s[:-1]) * m)
-	return int(s)
-
-
-def find_binary():
-	for p in (os.environ.get("CKPTFS_BIN"), os.path.join(REPO, "build", "fs", "ckptfs"),
-		  "/work/main/build/fs/ckptfs"):
-		if p and os.access(p, os.X_OK):
-			return os.path.abspath(p)
-	sys.exit("sparse_publish: no ckptfs binary (set CKPTFS_BIN or build this checkout)")
+from common import find_ctl, find_daemon, parse_size  # noqa: E402
 
 
 def one_round(daemon, ctl, workdir, size, data, timeout):
@@ -91,8 +78,8 @@ def main():
 	args = ap.parse_args()
 	if os.geteuid() != 0:
 		sys.exit("sparse_publish: run as root (it mounts ckptfs)")
-	daemon = find_binary()
-	ctl = os.environ.get("CKPTFS_CTL") or os.path.join(os.path.dirname(daemon), "ckptfs-ctl")
+	daemon = find_daemon(REPO)
+	ctl = find_ctl(daemon)
 	size, data = parse_size(args.size), parse_size(args.data)
 	rows = []
 	for _ in range(args.rounds):

@@ -42,30 +42,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-MiB = 1 << 20
+sys.path.insert(0, os.path.join(HERE, "lib"))
 
-
-def parse_size(text):
-	s = text.strip().upper().rstrip("B").rstrip("I")
-	for suf, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30), ("T", 1 << 40)):
-		if s.endswith(suf):
-			return int(float(s[:-1]) * m)
-	return int(s)
-
-
-def fmt(n):
-	for unit, m in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-		if n >= m:
-			return "%.3g %s" % (n / m, unit)
-	return "%d B" % n
-
-
-def find_binary():
-	for p in (os.environ.get("CKPTFS_BIN"), os.path.join(REPO, "build", "fs", "ckptfs"),
-		  "/work/main/build/fs/ckptfs"):
-		if p and os.access(p, os.X_OK):
-			return os.path.abspath(p)
-	sys.exit("sparse_stress: no ckptfs binary (set CKPTFS_BIN or build this checkout)")
+from common import find_ctl, find_daemon, fmt_bytes, parse_size  # noqa: E402
 
 
 # ---- the workload: one process, one file ----------------------------------
@@ -158,8 +137,8 @@ def main():
 	args.max_size = parse_size(args.max_size)
 	if os.geteuid() != 0:
 		sys.exit("sparse_stress: run as root (it mounts ckptfs)")
-	daemon = find_binary()
-	ctl = os.environ.get("CKPTFS_CTL") or os.path.join(os.path.dirname(daemon), "ckptfs-ctl")
+	daemon = find_daemon(REPO)
+	ctl = find_ctl(daemon)
 	names = ["f%d" % i for i in range(args.procs)]
 	w = args.workdir
 	shutil.rmtree(w, ignore_errors=True)
@@ -207,10 +186,10 @@ def main():
 		res["plain_secs"], res["ckptfs_secs"], res["ckptfs_workload_secs"],
 		"" if res["ckptfs_finished"] else ", NOT FINISHED: killed", res["ckptfs_drain_secs"],
 		res["ckptfs_secs"] / res["plain_secs"]))
-	print("| apparent size | %s | %s | |" % (fmt(res["plain_apparent"]), fmt(res["ckptfs_apparent"])))
+	print("| apparent size | %s | %s | |" % (fmt_bytes(res["plain_apparent"]), fmt_bytes(res["ckptfs_apparent"])))
 	print("| allocated | %s | %s (+ %s manifest) | %.2fx |" % (
-		fmt(res["plain_allocated"]), fmt(res["ckptfs_allocated"]),
-		fmt(res["ckptfs_metadata_allocated"]), res["allocated_ratio"]))
+		fmt_bytes(res["plain_allocated"]), fmt_bytes(res["ckptfs_allocated"]),
+		fmt_bytes(res["ckptfs_metadata_allocated"]), res["allocated_ratio"]))
 	print("| same contents (ckptfs-ctl hash) | | %s | |" % (
 		"yes" if same else "NO" if res["ckptfs_finished"] else "not compared (unfinished)"))
 	print("| verify | | %s | |" % ("OK" if res["verify_ok"] else "FAILED:\n" + v.stdout[-2000:]))

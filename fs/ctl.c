@@ -5,12 +5,21 @@
  *   stats  one JSON object (flat, "version": 1): cache fill, dirty, flushing
  *          and clean bytes, pending files, rates, sequence numbers,
  *          backpressure, backend errors and state, I/O engine, uptime;
- *   files  one JSON object per line for every file not yet durable;
- *   drain  reading blocks until everything written before the open is
- *          durable, then returns {"ok": ...}; writing "timeout=SECONDS"
- *          first bounds the wait;
- *   ctl    commands ("sync", "flush PATH"), writable only by root or the
- *          user who mounted; reading it back returns the last result.
+ *   files  one JSON object per line for every file not yet durable — to
+ *          an unprivileged reader, only that user's files;
+ *   drain  the first read answers once everything closed before the open is
+ *          durable ({"ok": ...}; files still open for writing are left out
+ *          and counted); writing "timeout=SECONDS" first bounds the wait;
+ *          without one it fails after drain_timeout seconds in which the
+ *          backend made no progress.  Root and the mount's owner wait for
+ *          everyone's operations, other users for their own;
+ *   ctl    commands: sync, flush PATH, retry, skip SEQ — writable only by
+ *          root or the user who mounted; reading back returns the result.
+ *
+ * Permissions: stats is world-readable (counters and the blocked operation,
+ * whose path it names); files shows a user their own files; drain answers
+ * asynchronously — no FUSE worker waits — and each user may have at most
+ * DRAIN_MAX_PER_USER drains waiting; ctl is the owner's (docs/security.md).
  *
  * Contents are generated when the file is opened (drain: at the first read)
  * and served from the handle, so a reader sees one consistent snapshot.
@@ -18,6 +27,7 @@
  * path never sees it.
  */
 #include "fs/fs.h"
+#include "cache/log.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -46,6 +56,7 @@ void ctl_init(struct ckptfs *fs)
 	ctl_node(fs, d, "drain", S_IFREG | 0666, CTL_DRAIN);
 	ctl_node(fs, d, "ctl", S_IFREG | 0600, CTL_CMD);
 	pthread_mutex_init(&fs->rate_lock, NULL);
+	pthread_mutex_init(&fs->drain_lock, NULL);
 }
 
 bool node_path(struct ckptfs *fs, struct fsnode *n, char *buf, size_t len)
@@ -70,13 +81,18 @@ bool node_path(struct ckptfs *fs, struct fsnode *n, char *buf, size_t len)
 	return true;
 }
 
-static const char *node_state(struct fsnode *n)
+/* A file's state for the listing, or NULL once it is durable (ns held). */
+static const char *node_state(struct ckptfs *fs, struct fsnode *n)
 {
-	if (n->new_file || (n->cf && cfile_dirty(n->cf)))
-		return "dirty";
-	if (n->cf && cfile_state(n->cf) == CF_FLUSHING)
-		return "flushing";
-	return NULL;
+	const char *st = node_state_name(fs, n);
+	return strcmp(st, "durable") ? st : NULL;
+}
+
+/* May this caller see and act on everything (root, or the mount's owner)? */
+static bool ctl_privileged(fuse_req_t req)
+{
+	uid_t uid = fuse_req_ctx(req)->uid;
+	return uid == 0 || uid == geteuid();
 }
 
 /* Rates over the last second or more, refreshed by whoever reads stats. */
@@ -113,12 +129,21 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 	uint64_t files = 0, oldest = 0, ops_pending, seq;
 	int last_err = atomic_load(&be->st.last_error);
 
+	uint64_t open_writing = 0;
+	struct backend_blocked bl;
+	char blocked[700] = "";
+
 	/* Files not yet durable (ns held by the caller). */
 	for (struct list *e = fs->all_nodes.next; e != &fs->all_nodes; e = e->next) {
 		struct fsnode *n = list_entry(e, struct fsnode, all);
-		if (S_ISREG(n->mode) && !n->ctl && node_state(n))
+		if (S_ISREG(n->mode) && !n->ctl && node_state(fs, n)) {
 			files++;
+			open_writing += n->writers && node_needs_seal(n);
+		}
 	}
+	unsigned nblocked = backend_blocked(be, &bl, 1);
+	if (nblocked)
+		backend_blocked_describe(&bl, blocked, sizeof(blocked));
 	pthread_mutex_lock(&be->lock);
 	seq = be->last_seq;
 	ops_pending = seq - atomic_load(&be->durable_seq);
@@ -174,8 +199,16 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 		  ", \"last_error\": ",
 		  (unsigned long long)atomic_load(&be->st.errors),
 		  (unsigned long long)atomic_load(&be->st.retries),
-		  atomic_load(&be->st.degraded) ? "true" : "false");
-	sb_json_str(b, last_err ? strerror(last_err) : "");
+		  atomic_load(&be->st.degraded) || nblocked ? "true" : "false");
+	sb_json_str(b, nblocked ? strerror(-bl.err) : last_err ? strerror(last_err) : "");
+	sb_printf(b, ", \"backend_state\": \"%s\", \"blocked_ops\": %u, \"blocked\": ",
+		  nblocked ? "blocked" : atomic_load(&be->st.degraded) ? "degraded" : "ok", nblocked);
+	sb_json_str(b, blocked);
+	sb_printf(b, ", \"blocked_seq\": %llu, \"blocked_uid\": %ld, \"blocked_for_s\": %.3f"
+		  ", \"blocked_behind\": %u, \"files_open_for_writing\": %llu",
+		  nblocked ? (unsigned long long)bl.seq : 0ull, nblocked ? (long)bl.actor : -1l,
+		  nblocked ? (double)(now - bl.since_ns) / 1e9 : 0.0, nblocked ? bl.behind : 0u,
+		  (unsigned long long)open_writing);
 	const struct recovery_report *rr = &be->recovery;
 	sb_printf(b, ", \"manifest\": %s, \"recovered_unclean\": %s, \"recovered_inflight_files\": %llu"
 		  ", \"recovered_orphans_removed\": %llu, \"recovered_torn_bytes\": %llu"
@@ -186,7 +219,8 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 	sb_printf(b, "}\n");
 }
 
-static void files_json(struct ckptfs *fs, struct strbuf *b)
+/* Pending files; `only` >= 0: just those owned or being written by that uid. */
+static void files_json(struct ckptfs *fs, struct strbuf *b, long only)
 {
 	const uint64_t now = now_ns();
 	char path[4096];
@@ -194,7 +228,10 @@ static void files_json(struct ckptfs *fs, struct strbuf *b)
 	for (struct list *e = fs->all_nodes.next; e != &fs->all_nodes; e = e->next) {
 		struct fsnode *n = list_entry(e, struct fsnode, all);
 		const char *st;
-		if (!S_ISREG(n->mode) || n->ctl || !(st = node_state(n)))
+		if (!S_ISREG(n->mode) || n->ctl || !(st = node_state(fs, n)))
+			continue;
+		if (only >= 0 && (uid_t)only != n->uid && (uid_t)only != n->writer_uid &&
+		    (uid_t)only != n->seal_actor)
 			continue;
 		if (!node_path(fs, n, path, sizeof(path)))
 			continue;	/* unlinked while open: nothing will be published */
@@ -226,30 +263,54 @@ static struct fsnode *lookup_path(struct ckptfs *fs, const char *path)
 	return n;
 }
 
-static bool ctl_permitted(struct ckptfs *fs, fuse_req_t req)
+#define DRAIN_MAX_PER_USER 8
+
+/* Count a user's waiting drains: false if they have too many already. */
+static bool drain_count(struct ckptfs *fs, uid_t uid, int delta)
 {
-	uid_t uid = fuse_req_ctx(req)->uid;
-	return uid == 0 || uid == geteuid();
+	bool ok = true;
+	unsigned i;
+
+	pthread_mutex_lock(&fs->drain_lock);
+	for (i = 0; i < fs->ndrainers && fs->drainers[i].uid != uid; i++)
+		;
+	if (i == fs->ndrainers) {
+		if (delta < 0 || i == CKPT_ARRAY_LEN(fs->drainers)) {
+			pthread_mutex_unlock(&fs->drain_lock);
+			return delta < 0;
+		}
+		fs->drainers[fs->ndrainers++] = (struct drainer){ .uid = uid };
+	}
+	if (delta > 0 && fs->drainers[i].n >= DRAIN_MAX_PER_USER)
+		ok = false;
+	else
+		fs->drainers[i].n += delta;
+	if (!fs->drainers[i].n)
+		fs->drainers[i] = fs->drainers[--fs->ndrainers];
+	pthread_mutex_unlock(&fs->drain_lock);
+	return ok;
 }
 
 int ctl_open(struct ckptfs *fs, fuse_req_t req, struct fshandle *h)
 {
-	int err = 0;
+	struct seal_report rep;
 
 	switch (h->node->ctl) {
 	case CTL_STATS:
 		stats_json(fs, &h->out);
 		return 0;
 	case CTL_FILES:
-		files_json(fs, &h->out);
+		files_json(fs, &h->out, ctl_privileged(req) ? -1 : (long)fuse_req_ctx(req)->uid);
 		return 0;
 	case CTL_DRAIN:
-		h->drain_seq = seal_all_locked(fs, &err);
-		return err;
+		h->drain_seq = seal_all_locked(fs, &rep);
+		h->open_files = rep.open_files;
+		h->drain_all = ctl_privileged(req);
+		return rep.err;
 	case CTL_CMD:
-		if (h->writable && !ctl_permitted(fs, req))
+		if (h->writable && !ctl_privileged(req))
 			return -EACCES;
-		sb_printf(&h->out, "commands: sync | flush PATH\n");
+		sb_printf(&h->out, "commands: sync | flush PATH | retry | skip SEQ\n");
 		return 0;
 	default:
 		return -EISDIR;
@@ -270,48 +331,181 @@ static void reply_slice(fuse_req_t req, struct strbuf *b, size_t size, off_t off
 	free(copy);
 }
 
+/* A drain read waiting for the publisher: no FUSE worker waits with it. */
+struct drain_wait {
+	struct pub_waiter w;
+	struct ckptfs *fs;
+	fuse_req_t req;
+	struct fshandle *h;
+	size_t size;
+	off_t off;
+	uint64_t t0;
+	uint64_t progress;	/* the backend's progress when the deadline was set */
+};
+
+/* Anything the backend did: a drain without a timeout fails only without it. */
+static uint64_t backend_progress(struct backend *be)
+{
+	return atomic_load(&be->st.ops_applied) + atomic_load(&be->st.written_bytes);
+}
+
+static bool drain_cancelled(struct pub_waiter *w)
+{
+	return fuse_req_interrupted(CKPT_CONTAINER_OF(w, struct drain_wait, w)->req);
+}
+
+static void drain_finish(struct drain_wait *dw, int r)
+{
+	struct ckptfs *fs = dw->fs;
+	struct fshandle *h = dw->h;
+	struct strbuf *o = &h->out;
+
+	o->len = 0;
+	sb_printf(o, "{\"ok\": %s, \"seq\": %llu, \"seq_durable\": %llu, \"waited_s\": %.3f"
+		  ", \"open_for_writing\": %u", r == 0 ? "true" : "false",
+		  (unsigned long long)h->drain_seq, (unsigned long long)backend_durable_seq(&fs->be),
+		  (double)(now_ns() - dw->t0) / 1e9, h->open_files);
+	if (r < 0) {
+		struct backend_blocked bl[16];
+		char line[700];
+		unsigned n = CKPT_MIN(backend_blocked(&fs->be, bl, 16), 16u), k = 0;
+		/* The operation that holds this drain back: the caller's own, if any. */
+		for (unsigned i = 0; i < n && !h->drain_all; i++)
+			if (bl[i].actor == h->uid) {
+				k = i;
+				break;
+			}
+		sb_printf(o, ", \"error\": ");
+		if (r == -ETIMEDOUT && h->timeout_ns) {
+			sb_json_str(o, "timed out");
+		} else if (r == -ETIMEDOUT) {
+			snprintf(line, sizeof(line), "the backend made no progress for %.0f s",
+				 fs->opt.drain_timeout);
+			sb_json_str(o, line);
+		} else if (r == -EINTR) {
+			sb_json_str(o, "interrupted");
+		} else if (n && r != -ETIMEDOUT) {
+			char desc[600];
+			backend_blocked_describe(&bl[k], desc, sizeof(desc));
+			snprintf(line, sizeof(line), "blocked at %s", desc);
+			sb_json_str(o, line);
+			sb_printf(o, ", \"blocked_seq\": %llu", (unsigned long long)bl[k].seq);
+		} else {
+			sb_json_str(o, strerror(-r));
+		}
+	}
+	sb_printf(o, "}\n");
+	h->done = true;
+	h->waiting = false;
+	uid_t uid = h->uid;	/* h may be released as soon as the reply is out */
+	if (r == -EINTR)
+		fuse_reply_err(dw->req, EINTR);
+	else
+		reply_slice(dw->req, o, dw->size, dw->off);
+	drain_count(fs, uid, -1);
+	free(dw);
+}
+
+static void drain_done(struct pub_waiter *w, int err)
+{
+	struct drain_wait *dw = CKPT_CONTAINER_OF(w, struct drain_wait, w);
+	struct backend *be = &dw->fs->be;
+
+	if (err == -ETIMEDOUT && !dw->h->timeout_ns) {
+		uint64_t p = backend_progress(be);
+		if (p != dw->progress) {	/* slow, not stuck: wait on */
+			dw->progress = p;
+			w->deadline_ns = now_ns() + (uint64_t)(dw->fs->opt.drain_timeout * 1e9);
+			backend_wait_async(be, w);
+			return;
+		}
+	}
+	drain_finish(dw, err);
+}
+
 void ctl_read(struct ckptfs *fs, fuse_req_t req, struct fshandle *h, size_t size, off_t off)
 {
-	if (h->node->ctl == CTL_DRAIN && !h->done) {
-		uint64_t t0 = now_ns();
-		int r = backend_wait(&fs->be, h->drain_seq, h->timeout_ns);
-		h->done = true;
-		h->out.len = 0;
-		sb_printf(&h->out, "{\"ok\": %s, \"seq\": %llu, \"seq_durable\": %llu, \"waited_s\": %.3f",
-			  r == 0 ? "true" : "false", (unsigned long long)h->drain_seq,
-			  (unsigned long long)backend_durable_seq(&fs->be),
-			  (double)(now_ns() - t0) / 1e9);
-		if (r < 0) {
-			sb_printf(&h->out, ", \"error\": ");
-			sb_json_str(&h->out, r == -ETIMEDOUT ? "timed out" : strerror(-r));
-		}
-		sb_printf(&h->out, "}\n");
+	if (h->node->ctl != CTL_DRAIN || h->done) {
+		reply_slice(req, &h->out, size, off);
+		return;
 	}
-	reply_slice(req, &h->out, size, off);
+	if (h->waiting || !drain_count(fs, h->uid, 1)) {
+		fuse_reply_err(req, EBUSY);	/* too many drains of this user wait already */
+		return;
+	}
+	struct drain_wait *dw = xcalloc(1, sizeof(*dw));
+	h->waiting = true;
+	dw->fs = fs;
+	dw->req = req;
+	dw->h = h;
+	dw->size = size;
+	dw->off = off;
+	dw->t0 = now_ns();
+	dw->progress = backend_progress(&fs->be);
+	dw->w.seq = h->drain_seq;
+	dw->w.any_actor = h->drain_all;
+	dw->w.actor = h->uid;
+	dw->w.done = drain_done;
+	dw->w.cancelled = drain_cancelled;
+	if (h->timeout_ns)
+		dw->w.deadline_ns = dw->t0 + h->timeout_ns;
+	else if (fs->opt.drain_timeout > 0)
+		dw->w.deadline_ns = dw->t0 + (uint64_t)(fs->opt.drain_timeout * 1e9);
+	backend_wait_async(&fs->be, &dw->w);
 }
 
 /* Run one command line from the ctl file; the result replaces h->out. */
 static void ctl_command(struct ckptfs *fs, struct fshandle *h, char *line)
 {
 	char *arg = strchr(line, ' ');
-	int err = 0;
+	struct seal_report rep;
 
 	if (arg)
 		*arg++ = '\0';
 	h->out.len = 0;
+	if (!strcmp(line, "retry") && !arg) {
+		struct backend_blocked bl;
+		unsigned n = backend_blocked(&fs->be, &bl, 1);
+		backend_retry(&fs->be);
+		log_info("retry of %u blocked operations requested through the control file", n);
+		sb_printf(&h->out, "{\"ok\": true, \"retrying\": %u}\n", n);
+		return;
+	}
+	if (!strcmp(line, "skip") && arg && *arg) {
+		char *end;
+		unsigned long long seq = strtoull(arg, &end, 10);
+		struct strbuf report = { 0 };
+		long n = *end || !seq ? -EINVAL : backend_skip(&fs->be, seq, &report);
+		if (n < 0) {
+			sb_printf(&h->out, "{\"ok\": false, \"error\": ");
+			sb_json_str(&h->out, n == -EINVAL ? "skip needs the sequence number of a blocked operation"
+					     : n == -ENOENT ? "no pending operation has that sequence number"
+					     : "that operation is not blocked; only a blocked operation can be skipped");
+			sb_printf(&h->out, "}\n");
+		} else {
+			log_warn("the administrator skipped operation %llu and %ld dependants:\n%s", seq,
+				 n - 1, report.s ? report.s : "");
+			sb_printf(&h->out, "{\"ok\": true, \"skipped\": %ld, \"report\": ", n);
+			sb_json_str(&h->out, report.s ? report.s : "");
+			sb_printf(&h->out, "}\n");
+		}
+		sb_free(&report);
+		return;
+	}
 	pthread_mutex_lock(&fs->ns);
-	if (!strcmp(line, "sync")) {
-		uint64_t seq = seal_all_locked(fs, &err);
-		sb_printf(&h->out, "{\"ok\": %s, \"seq\": %llu}\n", err ? "false" : "true",
-			  (unsigned long long)seq);
+	if (!strcmp(line, "sync") && !arg) {
+		uint64_t seq = seal_all_locked(fs, &rep);
+		sb_printf(&h->out, "{\"ok\": %s, \"seq\": %llu, \"open_for_writing\": %u}\n",
+			  rep.err ? "false" : "true", (unsigned long long)seq, rep.open_files);
 	} else if (!strcmp(line, "flush") && arg && *arg) {
 		struct fsnode *n = lookup_path(fs, arg);
+		int err = 0;
 		if (!n || !S_ISREG(n->mode) || n->ctl) {
 			sb_printf(&h->out, "{\"ok\": false, \"error\": \"not a regular file in the mount\"}\n");
 		} else {
 			uint64_t before = backend_durable_seq(&fs->be);
 			if (node_needs_seal(n))
-				err = seal_locked(fs, n);
+				err = seal_locked(fs, n, n->writer_uid);
 			uint64_t seq = backend_last_seq(&fs->be);
 			/* Order is kept: the file becomes durable after everything before it. */
 			sb_printf(&h->out, "{\"ok\": %s, \"seq\": %llu, \"ahead\": %llu}\n",
@@ -320,11 +514,11 @@ static void ctl_command(struct ckptfs *fs, struct fshandle *h, char *line)
 			h->drain_seq = seq;
 		}
 	} else {
-		sb_printf(&h->out, "{\"ok\": false, \"error\": \"unknown command; try: sync | flush PATH\"}\n");
+		sb_printf(&h->out, "{\"ok\": false, \"error\": \"unknown command; try: sync | flush PATH | "
+			  "retry | skip SEQ\"}\n");
 	}
 	pthread_mutex_unlock(&fs->ns);
 }
-
 void ctl_write(struct ckptfs *fs, fuse_req_t req, struct fshandle *h, const char *buf,
 	       size_t len, off_t off)
 {

@@ -4,6 +4,9 @@
  *   ckptfs-ctl drain MOUNT [--timeout S]   wait until everything written so
  *                                          far is durable on the backend
  *   ckptfs-ctl flush MOUNT PATH            persist one file now (in order)
+ *   ckptfs-ctl retry MOUNT                 try blocked operations again now
+ *   ckptfs-ctl skip MOUNT SEQ              drop a blocked operation and what
+ *                                          depends on it (an administrator's act)
  *   ckptfs-ctl verify PATH...              check backend files against the
  *                                          manifest (see verify.c)
  *   ckptfs-ctl hash [--format N] FILE...   print the digest the manifest
@@ -40,6 +43,12 @@ static void usage(FILE *f)
 "                             durable on the backend; exit 1 on timeout or error\n"
 "  flush MOUNT PATH           persist one file now; files closed before it are\n"
 "                             persisted first, so the backend keeps their order\n"
+"  retry MOUNT                try the operations the backend refused again now\n"
+"                             (they are retried on their own, slowly)\n"
+"  skip MOUNT SEQ             give up on blocked operation SEQ (see ckptfs-stat):\n"
+"                             it, every later operation that depends on it, and\n"
+"                             that user's later checkpoint markers are dropped and\n"
+"                             recorded as skipped in the manifest\n"
 "  verify [-j N | --jobs N] [-q | --quiet] PATH...\n"
 "                             recompute the digest of backend files and compare\n"
 "                             with the manifest; PATH is a backend directory (no\n"
@@ -92,6 +101,10 @@ static int drain_report(const char *mnt, const char *answer)
 		fprintf(stderr, "%s: unexpected answer from %s: %s\n", prog, mnt, answer);
 		return 1;
 	}
+	double open_files = jobj_num(&o, "open_for_writing");
+	if (open_files > 0)
+		printf("%s: %.0f file%s open for writing, not included (their last closed "
+		       "versions are)\n", mnt, open_files, open_files == 1 ? "" : "s");
 	if (!strcmp(jobj_get(&o, "ok") ? jobj_get(&o, "ok") : "", "true")) {
 		printf("%s: durable up to operation %.0f (waited %.3f s)\n", mnt,
 		       jobj_num(&o, "seq"), jobj_num(&o, "waited_s"));
@@ -245,6 +258,47 @@ static int cmd_hash(int argc, char **argv)
 	return rc;
 }
 
+/* retry MOUNT | skip MOUNT SEQ: one command to the control file. */
+static int cmd_admin(const char *cmd, int argc, char **argv)
+{
+	char mnt[PATH_MAX], msg[64];
+	struct jobj o;
+	int r;
+
+	if (argc != (!strcmp(cmd, "skip") ? 2 : 1)) {
+		fprintf(stderr, "%s: usage: ckptfs-ctl %s\n", prog,
+			!strcmp(cmd, "skip") ? "skip MOUNT SEQ" : "retry MOUNT");
+		return CLI_USAGE;
+	}
+	if (argc == 2 && (!*argv[1] || strspn(argv[1], "0123456789") != strlen(argv[1]))) {
+		fprintf(stderr, "%s: skip needs the sequence number of a blocked operation "
+			"(blocked_seq in ckptfs-stat --json), not '%s'\n", prog, argv[1]);
+		return CLI_USAGE;
+	}
+	if ((r = cli_mount(prog, argv[0], mnt, sizeof(mnt), NULL, 0)))
+		return r;
+	snprintf(msg, sizeof(msg), "%s%s%s\n", cmd, argc == 2 ? " " : "", argc == 2 ? argv[1] : "");
+	char *answer = ctl_exchange(mnt, "ctl", msg);
+	if (!answer)
+		return 1;
+	if (!jobj_parse(answer, &o)) {
+		fprintf(stderr, "%s: unexpected answer from %s: %s\n", prog, mnt, answer);
+		free(answer);
+		return 1;
+	}
+	r = strcmp(jobj_get(&o, "ok") ? jobj_get(&o, "ok") : "", "true") ? 1 : 0;
+	if (r)
+		fprintf(stderr, "%s: %s: %s\n", prog, cmd,
+			jobj_get(&o, "error") ? jobj_get(&o, "error") : answer);
+	else if (!strcmp(cmd, "retry"))
+		printf("%s: retrying %.0f blocked operations now\n", mnt, jobj_num(&o, "retrying"));
+	else
+		printf("%s", jobj_get(&o, "report") ? jobj_get(&o, "report") : "");
+	jobj_free(&o);
+	free(answer);
+	return r;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -260,6 +314,8 @@ int main(int argc, char **argv)
 		return cmd_drain(argc - 2, argv + 2);
 	if (!strcmp(cmd, "flush"))
 		return cmd_flush(argc - 2, argv + 2);
+	if (!strcmp(cmd, "retry") || !strcmp(cmd, "skip"))
+		return cmd_admin(cmd, argc - 2, argv + 2);
 	if (!strcmp(cmd, "verify"))
 		return verify_main(argc - 2, argv + 2);
 	if (!strcmp(cmd, "hash"))

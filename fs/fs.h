@@ -63,6 +63,9 @@ struct fsnode {
 	bool ever_sealed;	/* a version was queued or it came from the backend */
 	bool new_file;		/* created here and not sealed yet */
 	uint32_t writers;	/* open handles that can write */
+	uid_t writer_uid;	/* who opened it for writing last */
+	uid_t seal_actor;	/* whose order its last version joined */
+	uint64_t seal_seq;	/* ... and its sequence number */
 	bool bypassed;		/* written through the kernel page cache's back */
 
 	pthread_mutex_t alock;
@@ -72,6 +75,7 @@ struct fsnode {
 	struct timespec atime, mtime, ctime;
 	uint64_t loaded_size;	/* size on the backend when loaded (cf == NULL) */
 	char *symlink;
+	dev_t rdev;		/* device nodes */
 	struct xattr *xattrs;	/* alock */
 	uint32_t nxattrs;
 	bool xattrs_loaded;
@@ -87,11 +91,21 @@ struct fshandle {
 	struct fsnode *node;
 	int flags;
 	bool writable;
+	uid_t uid;		/* who opened it */
+	_Atomic uint64_t wowner;	/* lock owner of its writes: 0 none yet, UINT64_MAX several/unknown */
 	/* control files */
 	struct strbuf out;	/* what reads return */
 	bool done;		/* drain: already waited */
+	bool waiting;		/* drain: a read is waiting */
+	bool drain_all;		/* drain: everyone's operations (root, the owner) */
+	unsigned open_files;	/* drain: files left out, still open for writing */
 	uint64_t drain_seq;
-	uint64_t timeout_ns;	/* drain: 0 = wait as long as it takes */
+	uint64_t timeout_ns;	/* drain: 0 = until done, or drain_timeout without progress */
+};
+
+struct drainer {
+	uid_t uid;
+	unsigned n;		/* drains of this user waiting */
 };
 
 struct ckptfs {
@@ -112,6 +126,9 @@ struct ckptfs {
 	pthread_mutex_t rate_lock;
 	uint64_t rate_ns, rate_absorbed, rate_persisted;	/* last rate sample */
 	double absorb_rate, persist_rate;
+	pthread_mutex_t drain_lock;
+	struct drainer drainers[64];
+	unsigned ndrainers;
 
 	bool splice_loop;	/* requests arrive through loop.c's pipes */
 	atomic_bool inited;	/* the kernel's INIT has been answered */
@@ -179,13 +196,24 @@ int fs_splice_loop(struct fuse_session *se, unsigned nthreads);
 /* Read requests are capped likewise, so spliced replies fit a 1 MiB pipe. */
 #define READ_MAX 1015808	/* 248 pages: data plus libfuse's header pages fit 256 */
 
-/* ---- handlers (ops.c) ------------------------------------------------- */
+/* ---- sealing versions (seal.c), ns held ---------------------------------- */
 
-/* Seal a file's current contents as a version (ns held): 0 or -errno. */
-int seal_locked(struct ckptfs *fs, struct fsnode *n);
+/* Queue op for the backend as a change made by `actor`: backend_submit's result. */
+int fs_submit(struct ckptfs *fs, uid_t actor, struct op *op);
+/* Seal a file's current contents as a version of `actor`: 0 or -errno. */
+int seal_locked(struct ckptfs *fs, struct fsnode *n, uid_t actor);
 bool node_needs_seal(struct fsnode *n);
-/* Seal every modified file; returns the sequence number to wait for.  ns held. */
-uint64_t seal_all_locked(struct ckptfs *fs, int *err);
+struct seal_report {
+	unsigned sealed;	/* versions queued */
+	unsigned open_files;	/* modified but open for writing: left out */
+	int err;		/* first failure */
+};
+/* Seal every modified *closed* file; returns the sequence number to wait for. */
+uint64_t seal_all_locked(struct ckptfs *fs, struct seal_report *rep);
+/* dirty | flushing | blocked | skipped | durable (user.ckptfs.state, files, stats). */
+const char *node_state_name(struct ckptfs *fs, struct fsnode *n);
+
+/* ---- handlers (ops.c) ------------------------------------------------- */
 
 extern const struct fuse_lowlevel_ops ckptfs_ops;
 

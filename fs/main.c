@@ -82,19 +82,75 @@ static void detach_stdio(void)
  * progress, wait; once it has made none for drain_timeout seconds, give up
  * and save what is left in the rescue directory.  0, or -errno.
  */
+/*
+ * Files still open for writing at exit: their contents as written so far,
+ * sealed for the rescue directory only — never published (contract 4).
+ */
+static unsigned partial_collect(struct ckptfs *fs, struct rescue_item **out)
+{
+	unsigned n = 0;
+
+	*out = NULL;
+	pthread_mutex_lock(&fs->ns);
+	for (struct list *e = fs->all_nodes.next; e != &fs->all_nodes; e = e->next) {
+		struct fsnode *f = list_entry(e, struct fsnode, all);
+		char path[4096];
+		if (!f->writers || !node_needs_seal(f) || !node_path(fs, f, path, sizeof(path)))
+			continue;
+		struct cfile *cf = node_cfile(fs, f);
+		if (cfile_base_lazy(cf))
+			node_open_base(fs, f);	/* exiting: I/O under the lock is fine */
+		struct cver *v = cfile_seal(cf, 0);
+		if (!v)
+			continue;
+		*out = xrealloc(*out, (n + 1) * sizeof(**out));
+		(*out)[n].path = xstrdup(path);
+		(*out)[n++].ver = v;
+	}
+	pthread_mutex_unlock(&fs->ns);
+	return n;
+}
+
+static void partial_free(struct rescue_item *p, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		free(p[i].path);
+		cver_free(p[i].ver);
+	}
+	free(p);
+}
+
 static int drain_or_rescue(struct ckptfs *fs)
 {
 	uint64_t seq, last = backend_durable_seq(&fs->be), since = now_ns();
+	struct seal_report rep;
 	char where[4096];
 	int r;
 
 	pthread_mutex_lock(&fs->ns);
-	seq = seal_all_locked(fs, &r);
+	seq = seal_all_locked(fs, &rep);
 	pthread_mutex_unlock(&fs->ns);
+	r = rep.err;
+	struct rescue_item *partial;
+	unsigned npartial = partial_collect(fs, &partial);
 	for (;;) {
 		int w = backend_wait(&fs->be, seq, 1000000000ull);
-		if (w == 0)
+		if (w == 0) {
+			if (!npartial)
+				return r;
+			long n = backend_rescue(&fs->be, fs->opt.rescue_dir, partial, npartial, where,
+						sizeof(where));
+			if (n < 0)
+				log_err("could not write the rescue directory %s: %s; what %u files still "
+					"open for writing held is lost", fs->opt.rescue_dir,
+					strerror((int)-n), npartial);
+			else
+				log_warn("%u files were still open for writing: their last closed versions "
+					 "are on the backend; what was written to them since is saved in %s "
+					 "(partial/, see manifest.jsonl)", npartial, where);
+			partial_free(partial, npartial);
 			return r;
+		}
 		if (w != -ETIMEDOUT)
 			usleep(200000);	/* failing: the publisher is backing off */
 		uint64_t d = backend_durable_seq(&fs->be);
@@ -110,7 +166,8 @@ static int drain_or_rescue(struct ckptfs *fs)
 		fs->opt.drain_timeout, atomic_load(&fs->be.st.last_error) ?
 		strerror(atomic_load(&fs->be.st.last_error)) : "no error reported");
 	backend_abort(&fs->be);
-	long n = backend_rescue(&fs->be, fs->opt.rescue_dir, where, sizeof(where));
+	long n = backend_rescue(&fs->be, fs->opt.rescue_dir, partial, npartial, where, sizeof(where));
+	partial_free(partial, npartial);
 	if (n < 0)
 		log_err("could not write the rescue directory %s: %s; unpersisted data is lost",
 			fs->opt.rescue_dir, strerror((int)-n));
@@ -162,16 +219,17 @@ int main(int argc, char **argv)
 	r = opts_parse(argc, argv, &fs->opt);
 	if (!r)
 		r = opts_validate(&fs->opt);
-	if (!r && bsys_faults_from_env() < 0)
+	if (!r && (bsys_powerloss_from_env(fs->opt.backend_real) < 0 || bsys_faults_from_env() < 0))
 		r = CKPTFS_USAGE_ERROR;
 	if (r) {
 		opts_free(&fs->opt);
 		free(fs);
 		return r == -1 ? 0 : r;	/* -1: help or version was printed */
 	}
-	fs->root_fd = open(fs->opt.backend_real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* By its resolved path, never through a symlink: one swapped in since fails. */
+	fs->root_fd = bsys_open_dir_path(fs->opt.backend_real);
 	if (fs->root_fd < 0) {
-		fprintf(stderr, "ckptfs: backend '%s': %s\n", fs->opt.backend, strerror(errno));
+		fprintf(stderr, "ckptfs: backend '%s': %s\n", fs->opt.backend, strerror(-fs->root_fd));
 		return CKPTFS_USAGE_ERROR;
 	}
 	if (!fs->opt.foreground)

@@ -11,7 +11,6 @@
 #include "fs/fs.h"
 #include "cache/log.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +53,7 @@ struct fsnode *node_new(struct ckptfs *fs, mode_t mode, uid_t uid, gid_t gid)
 	n->atime = n->mtime = n->ctime = now;
 	n->b = bnode_new(S_ISDIR(mode));
 	n->b->is_link = S_ISLNK(mode);
+	n->b->is_special = !S_ISREG(mode) && !S_ISDIR(mode) && !S_ISLNK(mode);
 	list_add_tail(&fs->all_nodes, &n->all);
 	fs->nodes++;
 	return n;
@@ -213,13 +213,34 @@ void node_fill_stat(struct ckptfs *fs, struct fsnode *n, struct stat *st)
 		st->st_size = (off_t)(n->cf ? cfile_size(n->cf) : n->loaded_size);
 	else if (S_ISLNK(n->mode))
 		st->st_size = n->symlink ? (off_t)strlen(n->symlink) : 0;
-	else
+	else if (S_ISDIR(n->mode))
 		st->st_size = 4096;
+	st->st_rdev = n->rdev;
 	st->st_blksize = 1 << 20;
 	st->st_blocks = (st->st_size + 511) / 512;
 }
 
 /* ---- loading directories from the backend --------------------------------- */
+
+/*
+ * Every backend call here goes through bsys (bsys.h): the listing, the lstat
+ * of each entry and readlink never follow a symlink, and a directory the walk
+ * cannot reach without one is refused (-ELOOP) with a line in the log.
+ * Regular files, directories, symlinks, FIFOs, sockets and device nodes are
+ * shown as they are; opening a FIFO, socket or device through the mount is
+ * the kernel's business (FUSE sends no OPEN for them), so the daemon never
+ * opens one.
+ */
+static bool type_shown(mode_t mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFREG: case S_IFDIR: case S_IFLNK:
+	case S_IFIFO: case S_IFSOCK: case S_IFCHR: case S_IFBLK:
+		return true;
+	default:
+		return false;
+	}
+}
 
 static struct fsnode *node_from_stat(struct ckptfs *fs, struct fsnode *dir, const char *name,
 				     const struct stat *st, int dfd)
@@ -234,60 +255,67 @@ static struct fsnode *node_from_stat(struct ckptfs *fs, struct fsnode *dir, cons
 		n->loaded_size = (uint64_t)st->st_size;
 	} else if (S_ISLNK(st->st_mode)) {
 		char buf[4096];
-		ssize_t len = readlinkat(dfd, name, buf, sizeof(buf) - 1);
+		ssize_t len = bsys.readlinkat(dfd, name, buf, sizeof(buf) - 1);
 		buf[len < 0 ? 0 : len] = '\0';
 		n->symlink = xstrdup(buf);
+	} else if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode)) {
+		n->rdev = st->st_rdev;
 	}
 	bnode_set_loaded(&fs->be, n->b, dir->b, name);
 	return n;
 }
 
-int dir_load(struct ckptfs *fs, struct fsnode *dir)
-{
-	int dfd, fd;
-	DIR *d;
-	struct dirent *de;
+struct dir_loader {
+	struct ckptfs *fs;
+	struct fsnode *dir;
+	int dfd;
 	struct fsnode *hardlinks[64];	/* multi-link files met in this directory */
 	ino_t hl_ino[64];
-	unsigned nhl = 0;
+	unsigned nhl;
+};
+
+static int dir_load_entry(void *arg, const char *name)
+{
+	struct dir_loader *l = arg;
+	struct ckptfs *fs = l->fs;
+	struct fsnode *n = NULL;
+	struct stat st;
+
+	if (!name_valid(name) || backend_name_reserved(name, l->dir == fs->root))
+		return 0;
+	if (bsys.fstatat(l->dfd, name, &st) < 0)
+		return 0;	/* vanished meanwhile */
+	if (!type_shown(st.st_mode))
+		return 0;
+	if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+		for (unsigned i = 0; i < l->nhl; i++)
+			if (l->hl_ino[i] == st.st_ino)
+				n = l->hardlinks[i];
+		if (n)
+			bnode_set_loaded(&fs->be, n->b, l->dir->b, name);
+	}
+	if (!n) {
+		n = node_from_stat(fs, l->dir, name, &st, l->dfd);
+		if (S_ISREG(st.st_mode) && st.st_nlink > 1 && l->nhl < CKPT_ARRAY_LEN(l->hl_ino)) {
+			l->hl_ino[l->nhl] = st.st_ino;
+			l->hardlinks[l->nhl++] = n;
+		}
+	}
+	dent_add(fs, l->dir, name, n);
+	return 0;
+}
+
+int dir_load(struct ckptfs *fs, struct fsnode *dir)
+{
+	struct dir_loader l = { .fs = fs, .dir = dir };
+	int r;
 
 	if (dir->loaded)
 		return 0;
-	if ((dfd = bnode_dirfd(&fs->be, dir->b)) < 0)
-		return dfd;
-	if ((fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-		return -errno;
-	if (!(d = fdopendir(fd))) {
-		int e = -errno;
-		close(fd);
-		return e;
-	}
-	while ((de = readdir(d))) {
-		struct stat st;
-		struct fsnode *n = NULL;
-		if (!name_valid(de->d_name) || backend_name_reserved(de->d_name, dir == fs->root))
-			continue;
-		if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-			continue;	/* vanished meanwhile */
-		if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode))
-			continue;	/* devices, fifos, sockets: not ours to show */
-		if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
-			for (unsigned i = 0; i < nhl; i++)
-				if (hl_ino[i] == st.st_ino)
-					n = hardlinks[i];
-			if (n)
-				bnode_set_loaded(&fs->be, n->b, dir->b, de->d_name);
-		}
-		if (!n) {
-			n = node_from_stat(fs, dir, de->d_name, &st, dfd);
-			if (S_ISREG(st.st_mode) && st.st_nlink > 1 && nhl < CKPT_ARRAY_LEN(hl_ino)) {
-				hl_ino[nhl] = st.st_ino;
-				hardlinks[nhl++] = n;
-			}
-		}
-		dent_add(fs, dir, de->d_name, n);
-	}
-	closedir(d);
+	if ((l.dfd = bnode_dirfd(&fs->be, dir->b)) < 0)
+		return l.dfd;
+	if ((r = bsys.readdir(l.dfd, dir_load_entry, &l)) < 0)
+		return r;
 	dir->loaded = true;
 	return 0;
 }
@@ -329,8 +357,9 @@ int fs_init_namespace(struct ckptfs *fs)
 
 	pthread_mutex_init(&fs->ns, NULL);
 	list_init(&fs->all_nodes);
-	if (fstat(fs->root_fd, &st) < 0)
-		return -errno;
+	int r = bsys.fstatat(fs->root_fd, "", &st);
+	if (r < 0)
+		return r;
 	fs->root = node_new(fs, st.st_mode, st.st_uid, st.st_gid);
 	fs->root->atime = st.st_atim;
 	fs->root->mtime = st.st_mtim;

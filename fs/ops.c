@@ -4,11 +4,10 @@
  * replies exactly once.  The ops table is at the bottom.
  *
  * Where sequence numbers come from (DESIGN "Order"): namespace changes take
- * theirs under fs->ns before the reply; a file's contents are sealed as a
- * version at FLUSH (close waits for FLUSH), at fsync, and when truncate(2)
- * changes a file nobody has open for writing.  A file that was created but
- * never sealed exists only in the mount: renaming or linking it seals it
- * first, so every name the backend gets refers to a published file.
+ * theirs under fs->ns before the reply, as changes of the requesting uid;
+ * a file's contents are sealed as a version when seal.c says so (close,
+ * fsync, truncate(2) of a file nobody writes, rename or link of a file never
+ * sealed).
  */
 #include "fs/fs.h"
 #include "cache/log.h"
@@ -20,6 +19,9 @@
 #include <unistd.h>
 
 static struct ckptfs *FS(fuse_req_t req) { return fuse_req_userdata(req); }
+
+/* The uid a request acts for: its operations' order domain (backend.h P1). */
+static uid_t actor_of(fuse_req_t req) { return fuse_req_ctx(req)->uid; }
 
 static void now_ts(struct timespec *ts) { clock_gettime(CLOCK_REALTIME, ts); }
 
@@ -43,15 +45,73 @@ static void touch_mtime(struct fsnode *n)
 	pthread_mutex_unlock(&n->alock);
 }
 
-/* After a write: times, and when the file started to differ from its last version. */
-static void note_write(struct fsnode *n)
+/*
+ * A write or truncate by anyone but root clears set-user-ID, and
+ * set-group-ID where group-execute is set, as a local file system does (the
+ * kernel leaves this to a FUSE file system).  The bits go with the next
+ * version, which carries the mode.  Cheap when there is nothing to do: one
+ * test of the mode.  alock held; true if the mode changed.
+ */
+static bool setid_kill_locked(struct fsnode *n, uid_t caller)
+{
+	mode_t m = n->mode;
+
+	if (!(m & (S_ISUID | S_ISGID)) || caller == 0)
+		return false;
+	m &= ~(mode_t)S_ISUID;
+	if ((m & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP))
+		m &= ~(mode_t)S_ISGID;
+	if (m == n->mode)
+		return false;
+	n->mode = m;
+	now_ts(&n->ctime);
+	return true;
+}
+
+static bool setid_kill(struct fsnode *n, uid_t caller)
+{
+	pthread_mutex_lock(&n->alock);
+	bool k = setid_kill_locked(n, caller);
+	pthread_mutex_unlock(&n->alock);
+	return k;
+}
+
+/* The kernel caches attributes: tell it the mode changed (no lock held). */
+static void attrs_changed(struct ckptfs *fs, struct fsnode *n)
+{
+	fuse_lowlevel_notify_inval_inode(fs->se, fs_ino(fs, n), -1, 0);
+}
+
+/*
+ * After a write by `caller`: times, set-ID bits, and when the file started
+ * to differ from its last version.  True if the mode changed.
+ */
+static bool note_write(struct fsnode *n, uid_t caller)
 {
 	pthread_mutex_lock(&n->alock);
 	now_ts(&n->mtime);
 	n->ctime = n->mtime;
 	if (!n->dirty_ns)
 		n->dirty_ns = now_ns();
+	bool killed = setid_kill_locked(n, caller);
 	pthread_mutex_unlock(&n->alock);
+	return killed;
+}
+
+/* Is the caller root or a member of group gid?  Its groups are read only if needed. */
+static bool caller_in_group(fuse_req_t req, gid_t gid)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	gid_t groups[256];
+	int n;
+
+	if (ctx->uid == 0 || ctx->gid == gid)
+		return true;
+	n = fuse_req_getgroups(req, CKPT_ARRAY_LEN(groups), groups);
+	for (int i = 0; i < n && i < (int)CKPT_ARRAY_LEN(groups); i++)
+		if (groups[i] == gid)
+			return true;
+	return false;
 }
 
 static void touch_ctime(struct fsnode *n)
@@ -78,55 +138,6 @@ static int name_check(struct ckptfs *fs, struct fsnode *dir, const char *name)
 		return -ENAMETOOLONG;
 	if (!name_valid(name) || backend_name_reserved(name, dir == fs->root))
 		return -EINVAL;
-	return 0;
-}
-
-bool node_needs_seal(struct fsnode *n)
-{
-	return S_ISREG(n->mode) && !n->ctl && (n->new_file || (n->cf && cfile_dirty(n->cf)));
-}
-
-/*
- * Queue the file's current contents (and attributes, xattrs) as a version,
- * published under its current name.  ns held.  0 or -errno.
- */
-int seal_locked(struct ckptfs *fs, struct fsnode *n)
-{
-	struct fsdent *d = node_first_dent(n);
-	struct cfile *cf = node_cfile(fs, n);
-	struct op *op;
-	int r;
-
-	if (!d) {		/* unlinked: no name to publish it under */
-		n->new_file = false;
-		return 0;
-	}
-	if (cfile_base_lazy(cf) && (r = node_open_base(fs, n)) < 0)
-		return r;
-	op = op_new(OP_VERSION);
-	op->seq = backend_next_seq(&fs->be);
-	op->ver = cfile_seal(cf, op->seq);
-	op->node = bnode_get(n->b);
-	op->dir = bnode_get(d->parent->b);
-	op->name = xstrdup(d->name);
-	char path[4096];
-	if (node_path(fs, n, path, sizeof(path)))
-		op->path_hint = xstrdup(path);
-	pthread_mutex_lock(&n->alock);
-	op->mode = n->mode;
-	op->uid = n->uid;
-	op->gid = n->gid;
-	op->atime = n->atime;
-	op->mtime = n->mtime;
-	op->valid = OPA_MODE | OPA_UID | OPA_GID | OPA_ATIME | OPA_MTIME;
-	op->xattr_blob = xattrs_snapshot(n, &op->value, &op->value_len);
-	op->copy_xattrs = !op->xattr_blob;
-	n->dirty_ns = 0;
-	n->sealed_ns = now_ns();
-	pthread_mutex_unlock(&n->alock);
-	n->ever_sealed = true;
-	n->new_file = false;
-	backend_submit(&fs->be, op);
 	return 0;
 }
 
@@ -200,21 +211,40 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	struct stat st;
 	int r = 0;
 
+	bool killed = false;
+
 	pthread_mutex_lock(&fs->ns);
 	n = fs_node(fs, ino);
+	if ((to_set & FUSE_SET_ATTR_SIZE) && S_ISREG(n->mode) && !n->ctl && attr->st_size &&
+	    cfile_base_lazy(node_cfile(fs, n))) {
+		/* Its new version keeps part of the backend file: open it off the lock. */
+		pthread_mutex_unlock(&fs->ns);
+		r = node_open_base(fs, n);
+		pthread_mutex_lock(&fs->ns);
+		if (r < 0)
+			goto out;
+	}
 	if (n->ctl) {
 		r = (to_set & FUSE_SET_ATTR_SIZE) && n->ctl != CTL_DIR ? 0 : -EPERM;
 		goto out;	/* O_TRUNC on a control file is harmless */
 	}
+	/*
+	 * With default_permissions the kernel drops S_ISGID from a chmod by
+	 * someone outside the file's group; so does this, in case it did not.
+	 */
+	if ((to_set & FUSE_SET_ATTR_MODE) && (attr->st_mode & S_ISGID) && !S_ISDIR(n->mode) &&
+	    !caller_in_group(req, (to_set & FUSE_SET_ATTR_GID) ? attr->st_gid : n->gid))
+		attr->st_mode &= ~(mode_t)S_ISGID;
 	if (to_set & FUSE_SET_ATTR_SIZE) {
 		if (!S_ISREG(n->mode)) {
 			r = S_ISDIR(n->mode) ? -EISDIR : -EINVAL;
 			goto out;
 		}
+		killed = setid_kill(n, fuse_req_ctx(req)->uid);
 		cfile_truncate(node_cfile(fs, n), (uint64_t)attr->st_size);
 		touch_mtime(n);
 		/* truncate(2) of a file no one is writing: that is its new version. */
-		if (!fi && n->writers == 0 && (r = seal_locked(fs, n)) < 0)
+		if (!fi && n->writers == 0 && (r = seal_locked(fs, n, actor_of(req))) < 0)
 			goto out;
 	}
 	unsigned valid = 0;
@@ -258,11 +288,13 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	}
 	pthread_mutex_unlock(&n->alock);
 	if (op)
-		backend_submit(&fs->be, op);
+		fs_submit(fs, actor_of(req), op);
 out:
 	if (r == 0)
 		node_fill_stat(fs, n, &st);
 	pthread_mutex_unlock(&fs->ns);
+	if (killed && !(to_set & FUSE_SET_ATTR_MODE))
+		attrs_changed(fs, n);
 	if (r < 0)
 		fuse_reply_err(req, -r);
 	else
@@ -290,7 +322,12 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 
 /* ---- creating and removing names --------------------------------------- */
 
-/* Owner and mode for a new object in dir, honouring a set-group-ID dir. */
+/*
+ * Owner and mode for a new object in dir, honouring a set-group-ID dir as a
+ * local file system does: the object takes dir's group, a directory keeps
+ * the bit, and a group-executable file keeps S_ISGID only if its creator is
+ * in that group (the kernel strips it before asking; so does this).
+ */
 static struct fsnode *new_child(struct ckptfs *fs, fuse_req_t req, struct fsnode *dir, mode_t mode)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
@@ -300,6 +337,9 @@ static struct fsnode *new_child(struct ckptfs *fs, fuse_req_t req, struct fsnode
 		gid = dir->gid;
 		if (S_ISDIR(mode))
 			mode |= S_ISGID;
+		else if ((mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP) &&
+			 !caller_in_group(req, gid))
+			mode &= ~(mode_t)S_ISGID;
 	}
 	struct fsnode *n = node_new(fs, mode, ctx->uid, gid);
 	n->xattrs_loaded = true;	/* new here: it has no xattrs to read anywhere */
@@ -320,10 +360,11 @@ static int prepare_add(struct ckptfs *fs, struct fsnode *p, const char *name)
 /*
  * mkdir, symlink and mknod: a new node named `name` in `parent`, created on
  * the backend by an operation of `kind` (a regular file by its first
- * version, sealed at once; target: the symlink's).  Replies.
+ * version, sealed at once; target: the symlink's; rdev: a device's).
+ * Replies.
  */
 static void add_named(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-		      enum op_kind kind, const char *target)
+		      enum op_kind kind, const char *target, dev_t rdev)
 {
 	struct ckptfs *fs = FS(req);
 	struct fuse_entry_param e;
@@ -338,21 +379,23 @@ static void add_named(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			n->loaded = true;	/* new: nothing to read from the backend */
 		if (target)
 			n->symlink = xstrdup(target);
+		n->rdev = rdev;
 		n->new_file = S_ISREG(mode);
 		dent_add(fs, p, name, n);
 		if (kind == OP_VERSION) {
-			r = seal_locked(fs, n);
+			r = seal_locked(fs, n, actor_of(req));
 		} else {
 			struct op *op = op_new(kind);
 			op->node = bnode_get(n->b);
 			op->dir = bnode_get(p->b);
 			op->name = xstrdup(name);
 			op->target = target ? xstrdup(target) : NULL;
+			op->rdev = rdev;
 			op->mode = n->mode;
 			op->uid = n->uid;
 			op->gid = n->gid;
 			op->valid = OPA_UID | OPA_GID;
-			backend_submit(&fs->be, op);
+			fs_submit(fs, actor_of(req), op);
 		}
 		touch_mtime(p);
 		fill_entry(fs, n, &e);
@@ -366,20 +409,42 @@ static void add_named(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-	add_named(req, parent, name, S_IFDIR | (mode & 07777), OP_MKDIR, NULL);
+	add_named(req, parent, name, S_IFDIR | (mode & 07777), OP_MKDIR, NULL, 0);
 }
 
 static void op_symlink(fuse_req_t req, const char *target, fuse_ino_t parent, const char *name)
 {
-	add_named(req, parent, name, S_IFLNK | 0777, OP_SYMLINK, target);
+	add_named(req, parent, name, S_IFLNK | 0777, OP_SYMLINK, target, 0);
 }
 
+/*
+ * mknod(2), mkfifo(3), bind(2) of a Unix socket: the node is made on the
+ * backend in order like any other (OP_MKNOD).  Device nodes only for root:
+ * the kernel already requires CAP_MKNOD before asking; whether they work is
+ * the mount's business (nodev, the FUSE default).
+ */
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
-	if (!S_ISREG(mode))
-		fuse_reply_err(req, EPERM);	/* checkpoints hold no devices or fifos */
-	else
-		add_named(req, parent, name, S_IFREG | (mode & 07777), OP_VERSION, NULL);
+	mode_t perm = mode & 07777;
+
+	switch (mode & S_IFMT) {
+	case S_IFREG:
+		add_named(req, parent, name, S_IFREG | perm, OP_VERSION, NULL, 0);
+		break;
+	case S_IFIFO:
+	case S_IFSOCK:
+		add_named(req, parent, name, (mode & S_IFMT) | perm, OP_MKNOD, NULL, 0);
+		break;
+	case S_IFCHR:
+	case S_IFBLK:
+		if (fuse_req_ctx(req)->uid != 0)
+			fuse_reply_err(req, EPERM);
+		else
+			add_named(req, parent, name, (mode & S_IFMT) | perm, OP_MKNOD, NULL, rdev);
+		break;
+	default:
+		fuse_reply_err(req, EINVAL);
+	}
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
@@ -394,13 +459,13 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 	p = fs_node(fs, newparent);
 	r = S_ISDIR(n->mode) || n->ctl ? -EPERM : prepare_add(fs, p, newname);
 	if (r == 0 && S_ISREG(n->mode) && !n->ever_sealed)
-		r = seal_locked(fs, n);
+		r = seal_locked(fs, n, actor_of(req));
 	if (r == 0) {
 		struct op *op = op_new(OP_LINK);
 		op->node = bnode_get(n->b);
 		op->dir2 = bnode_get(p->b);
 		op->name2 = xstrdup(newname);
-		backend_submit(&fs->be, op);
+		fs_submit(fs, actor_of(req), op);
 		dent_add(fs, p, newname, n);
 		touch_ctime(n);
 		touch_mtime(p);
@@ -414,7 +479,8 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 }
 
 /* Remove a name (unlink or rmdir); ns held. */
-static int remove_name(struct ckptfs *fs, fuse_ino_t parent, const char *name, bool dir)
+static int remove_name(struct ckptfs *fs, uid_t actor, fuse_ino_t parent, const char *name,
+		       bool dir)
 {
 	struct fsnode *p = fs_node(fs, parent), *n;
 	struct fsdent *d;
@@ -443,7 +509,7 @@ static int remove_name(struct ckptfs *fs, fuse_ino_t parent, const char *name, b
 		op->node = bnode_get(n->b);
 		op->dir = bnode_get(p->b);
 		op->name = xstrdup(name);
-		backend_submit(&fs->be, op);
+		fs_submit(fs, actor, op);
 	}
 	touch_ctime(n);
 	touch_mtime(p);
@@ -457,7 +523,7 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, bool 
 	int r;
 
 	pthread_mutex_lock(&fs->ns);
-	r = remove_name(fs, parent, name, dir);
+	r = remove_name(fs, actor_of(req), parent, name, dir);
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_err(req, -r);
 }
@@ -485,7 +551,7 @@ static bool is_within(struct fsnode *n, struct fsnode *anc)
 	}
 }
 
-static int rename_locked(struct ckptfs *fs, fuse_ino_t parent, const char *name,
+static int rename_locked(struct ckptfs *fs, uid_t actor, fuse_ino_t parent, const char *name,
 			 fuse_ino_t newparent, const char *newname, unsigned flags)
 {
 	struct fsnode *p = fs_node(fs, parent), *np = fs_node(fs, newparent), *sn, *dn = NULL;
@@ -530,9 +596,9 @@ static int rename_locked(struct ckptfs *fs, fuse_ino_t parent, const char *name,
 		}
 	}
 	/* Whatever moves must exist on the backend, in order, before it moves. */
-	if (S_ISREG(sn->mode) && !sn->ever_sealed && (r = seal_locked(fs, sn)) < 0)
+	if (S_ISREG(sn->mode) && !sn->ever_sealed && (r = seal_locked(fs, sn, actor)) < 0)
 		return r;
-	if (exchange && S_ISREG(dn->mode) && !dn->ever_sealed && (r = seal_locked(fs, dn)) < 0)
+	if (exchange && S_ISREG(dn->mode) && !dn->ever_sealed && (r = seal_locked(fs, dn, actor)) < 0)
 		return r;
 
 	struct op *op = op_new(OP_RENAME);
@@ -543,7 +609,7 @@ static int rename_locked(struct ckptfs *fs, fuse_ino_t parent, const char *name,
 	op->name2 = xstrdup(newname);
 	op->flags = exchange ? RENAME_EXCHANGE : 0;
 	op->victim = dn ? bnode_get(dn->b) : NULL;
-	backend_submit(&fs->be, op);
+	fs_submit(fs, actor, op);
 
 	node_ref(sn);
 	if (dn)
@@ -571,23 +637,52 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	int r;
 
 	pthread_mutex_lock(&fs->ns);
-	r = rename_locked(fs, parent, name, newparent, newname, flags);
+	r = rename_locked(fs, actor_of(req), parent, name, newparent, newname, flags);
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_err(req, -r);
 }
 
 /* ---- files -------------------------------------------------------------- */
 
-static struct fshandle *handle_new(struct fsnode *n, int flags)
+static struct fshandle *handle_new(fuse_req_t req, struct fsnode *n, int flags)
 {
 	struct fshandle *h = xcalloc(1, sizeof(*h));
 	h->node = n;
 	h->flags = flags;
 	h->writable = (flags & O_ACCMODE) != O_RDONLY;
+	h->uid = actor_of(req);
 	node_ref(n);
-	if (h->writable)
+	if (h->writable) {
 		n->writers++;
+		n->writer_uid = h->uid;
+	}
 	return h;
+}
+
+/*
+ * Which open file table wrote through h: the kernel names it in each write
+ * (lock_owner, for direct-I/O writes) and in each FLUSH.  A FLUSH from a
+ * table that never wrote — a forked child closing the descriptor it
+ * inherited (DataLoader workers, multiprocessing) — does not seal the file
+ * half-written.  Writes that carry no owner (through the page cache) make
+ * every FLUSH seal, as before.
+ */
+#define OWNER_ANY UINT64_MAX
+
+static void handle_note_writer(struct fshandle *h, uint64_t owner)
+{
+	uint64_t cur = atomic_load(&h->wowner), want = owner ? owner : OWNER_ANY;
+
+	while (cur != want && cur != OWNER_ANY)
+		if (atomic_compare_exchange_weak(&h->wowner, &cur, cur ? OWNER_ANY : want))
+			break;
+}
+
+/* Does a FLUSH from `owner` end the writes made through h? */
+static bool handle_flush_seals(struct fshandle *h, uint64_t owner)
+{
+	uint64_t w = atomic_load(&h->wowner);
+	return w == 0 || w == OWNER_ANY || w == owner;
 }
 
 static void handle_setup(struct fshandle *h, struct fuse_file_info *fi)
@@ -605,12 +700,15 @@ static void handle_setup(struct fshandle *h, struct fuse_file_info *fi)
 	fi->keep_cache = !fi->direct_io && !h->node->bypassed;
 }
 
-static void open_truncate(struct ckptfs *fs, struct fsnode *n, int flags)
+/* O_TRUNC: empty the file (a truncate by `caller`); true if its mode changed. */
+static bool open_truncate(struct ckptfs *fs, struct fsnode *n, int flags, uid_t caller)
 {
 	if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) {
 		cfile_truncate(node_cfile(fs, n), 0);
 		touch_mtime(n);
+		return setid_kill(n, caller);
 	}
+	return false;
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -618,12 +716,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct ckptfs *fs = FS(req);
 	struct fsnode *n;
 	struct fshandle *h = NULL;
+	bool killed = false;
 	int r = 0;
 
 	pthread_mutex_lock(&fs->ns);
 	n = fs_node(fs, ino);
 	if (n->ctl) {
-		h = handle_new(n, fi->flags);
+		h = handle_new(req, n, fi->flags);
 		if ((r = ctl_open(fs, req, h)) < 0) {
 			node_unref(fs, n);
 			sb_free(&h->out);
@@ -636,14 +735,16 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		r = -EINVAL;
 	} else {
 		node_cfile(fs, n);
-		open_truncate(fs, n, fi->flags);
-		h = handle_new(n, fi->flags);
+		killed = open_truncate(fs, n, fi->flags, fuse_req_ctx(req)->uid);
+		h = handle_new(req, n, fi->flags);
 	}
 	pthread_mutex_unlock(&fs->ns);
 	if (r < 0) {
 		fuse_reply_err(req, -r);
 		return;
 	}
+	if (killed)
+		attrs_changed(fs, n);
 	handle_setup(h, fi);
 	if (n->ctl) {		/* generated contents: no size, no page cache */
 		fi->direct_io = 1;
@@ -668,6 +769,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	struct fsnode *p, *n = NULL;
 	struct fsdent *d;
 	struct fshandle *h = NULL;
+	bool killed = false;
 	int r;
 
 	pthread_mutex_lock(&fs->ns);
@@ -681,7 +783,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			if (!S_ISREG(n->mode))
 				r = S_ISDIR(n->mode) ? -EISDIR : -EINVAL;
 			else
-				open_truncate(fs, n, fi->flags);
+				killed = open_truncate(fs, n, fi->flags, fuse_req_ctx(req)->uid);
 		} else {
 			n = new_child(fs, req, p, S_IFREG | (mode & 07777));
 			n->new_file = true;
@@ -692,7 +794,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	}
 	if (r == 0) {
 		node_cfile(fs, n);
-		h = handle_new(n, fi->flags);
+		h = handle_new(req, n, fi->flags);
 		fill_entry(fs, n, &e);
 	}
 	pthread_mutex_unlock(&fs->ns);
@@ -700,6 +802,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		fuse_reply_err(req, -r);
 		return;
 	}
+	if (killed)
+		attrs_changed(fs, n);
 	handle_setup(h, fi);
 	fuse_reply_create(req, &e, fi);
 }
@@ -750,7 +854,9 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 		fuse_reply_err(req, -r);
 		return;
 	}
-	note_write(n);
+	if (note_write(n, fuse_req_ctx(req)->uid))
+		attrs_changed(fs, n);
+	handle_note_writer(h, fi->lock_owner);
 	fuse_reply_write(req, len);
 }
 
@@ -829,11 +935,17 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int r = 0;
 
 	pthread_mutex_lock(&fs->ns);
-	if ((h->writable || n->new_file) && node_needs_seal(n))
-		r = seal_locked(fs, n);
-	/* A failed earlier version is the writers' news, told at their close. */
+	if ((h->writable || n->new_file) && node_needs_seal(n) &&
+	    handle_flush_seals(h, fi->lock_owner))
+		r = seal_locked(fs, n, actor_of(req));
+	/*
+	 * A failed earlier version, or a blocked operation its version waits
+	 * behind, is the writers' news, told at their close (P4).
+	 */
 	if (r == 0 && h->writable)
 		r = -atomic_load(&n->b->sticky_err);
+	if (r == 0 && h->writable && n->seal_seq)
+		r = backend_actor_error(&fs->be, n->seal_actor, n->seal_seq);
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_err(req, -r);
 }
@@ -858,6 +970,11 @@ struct fsync_wait {
 	fuse_req_t req;
 };
 
+static bool fsync_cancelled(struct pub_waiter *w)
+{
+	return fuse_req_interrupted(CKPT_CONTAINER_OF(w, struct fsync_wait, w)->req);
+}
+
 static void fsync_done(struct pub_waiter *w, int err)
 {
 	struct fsync_wait *fw = CKPT_CONTAINER_OF(w, struct fsync_wait, w);
@@ -865,8 +982,13 @@ static void fsync_done(struct pub_waiter *w, int err)
 	free(fw);
 }
 
-/* Reply once everything queued so far is durable (or at once with fsync=lazy). */
-static void reply_when_durable(struct ckptfs *fs, fuse_req_t req, int sticky)
+/*
+ * Reply once everything `actor` queued so far is durable, with what depends
+ * on it — everyone's with any_actor — (or at once with fsync=lazy, or with
+ * the sticky error).
+ */
+static void reply_when_durable(struct ckptfs *fs, fuse_req_t req, uid_t actor, bool any_actor,
+			       int sticky)
 {
 	if (fs->opt.fsync_lazy || sticky) {
 		fuse_reply_err(req, -sticky);
@@ -875,7 +997,10 @@ static void reply_when_durable(struct ckptfs *fs, fuse_req_t req, int sticky)
 	struct fsync_wait *fw = xcalloc(1, sizeof(*fw));
 	fw->req = req;
 	fw->w.seq = backend_last_seq(&fs->be);
+	fw->w.actor = actor;
+	fw->w.any_actor = any_actor;
 	fw->w.done = fsync_done;
+	fw->w.cancelled = fsync_cancelled;
 	backend_wait_async(&fs->be, &fw->w);
 }
 
@@ -887,18 +1012,22 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 
 	pthread_mutex_lock(&fs->ns);
 	if (node_needs_seal(n))
-		r = seal_locked(fs, n);
+		r = seal_locked(fs, n, actor_of(req));
 	int sticky = -atomic_load(&n->b->sticky_err);
+	/* Its contents wait in the order of whoever sealed its last version. */
+	uid_t actor = n->seal_seq ? n->seal_actor : actor_of(req);
 	pthread_mutex_unlock(&fs->ns);
 	if (r < 0)
 		fuse_reply_err(req, -r);
 	else
-		reply_when_durable(fs, req, sticky);
+		reply_when_durable(fs, req, actor, false, sticky);
 }
 
 static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	reply_when_durable(FS(req), req, 0);
+	/* Root or the mount's owner syncs everyone's changes, as a drain does. */
+	uid_t uid = actor_of(req);
+	reply_when_durable(FS(req), req, uid, uid == 0 || uid == geteuid(), 0);
 }
 
 /* ---- directories ------------------------------------------------------- */
@@ -1052,20 +1181,6 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
 		conn->want |= FUSE_CAP_READDIRPLUS;
 	atomic_store(&fs->inited, true);
-}
-
-uint64_t seal_all_locked(struct ckptfs *fs, int *err)
-{
-	*err = 0;
-	for (struct list *e = fs->all_nodes.next; e != &fs->all_nodes; e = e->next) {
-		struct fsnode *n = list_entry(e, struct fsnode, all);
-		if (node_needs_seal(n)) {
-			int k = seal_locked(fs, n);
-			if (k < 0 && !*err)
-				*err = k;
-		}
-	}
-	return backend_last_seq(&fs->be);
 }
 
 const struct fuse_lowlevel_ops ckptfs_ops = {

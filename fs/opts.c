@@ -363,6 +363,11 @@ int opts_validate(struct ckptfs_opts *o)
 		return usage_error("mountpoint '%s' lies inside the backend '%s'; pick one outside it",
 				   o->mountpoint, o->backend);
 
+	/* Checked (and made) now, so a bad one fails the mount, not the rescue. */
+	char why[1024];
+	if (backend_rescue_dir_check(o->rescue_dir, why, sizeof(why)) < 0)
+		return usage_error("rescue_dir '%s': %s", o->rescue_dir, why);
+
 	uint64_t avail = mem_available();
 	if (!o->cache_size) {
 		o->cache_size = mem_total() / 4;

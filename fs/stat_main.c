@@ -72,6 +72,8 @@ static const struct metric {
 	{ "backend_errors", "counter", "Backend operations that failed" },
 	{ "backend_retries", "counter", "Backend retries" },
 	{ "degraded", "gauge", "1 while the backend is failing" },
+	{ "blocked_ops", "gauge", "Operations the backend refused, holding back later ones" },
+	{ "files_open_for_writing", "gauge", "Modified files still open for writing" },
 };
 
 static void prom_escape(const char *s)
@@ -148,7 +150,14 @@ static void show_human(const struct jobj *o)
 	       jobj_num(o, "seq_current"));
 	printf("  backpressure: %.0f waits, %.3f s\n", jobj_num(o, "backpressure_waits"),
 	       jobj_num(o, "backpressure_wait_s"));
-	if (!strcmp(jobj_get(o, "degraded") ? jobj_get(o, "degraded") : "", "true"))
+	const char *state = jobj_get(o, "backend_state");
+	if (state && !strcmp(state, "blocked"))
+		printf("  backend:      BLOCKED at %s (uid %.0f, for %.0f s, %.0f operations behind "
+		       "it); retrying; data stays cached — fix the cause and run `ckptfs-ctl retry`, "
+		       "or `ckptfs-ctl skip %.0f`\n", jobj_get(o, "blocked"), jobj_num(o, "blocked_uid"),
+		       jobj_num(o, "blocked_for_s"), jobj_num(o, "blocked_behind"),
+		       jobj_num(o, "blocked_seq"));
+	else if (!strcmp(jobj_get(o, "degraded") ? jobj_get(o, "degraded") : "", "true"))
 		printf("  backend:      DEGRADED: %s (%.0f errors, %.0f retries); data stays cached\n",
 		       err ? err : "?", jobj_num(o, "backend_errors"), jobj_num(o, "backend_retries"));
 	else

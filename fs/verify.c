@@ -211,7 +211,7 @@ static int rec_cmp(const void *a, const void *b)
 struct voids {
 	struct { const char *mount; double seq; } *cut;	/* "recovered" */
 	size_t ncut;
-	struct { const char *mount; double seq; } *one;	/* "void" */
+	struct { const char *mount; double seq, try; } *one;	/* "void": one attempt */
 	size_t none;
 };
 
@@ -229,6 +229,7 @@ static void voids_collect(const struct recs *r, struct voids *v)
 		} else if (!strcmp(t, "void")) {
 			v->one = xrealloc(v->one, (v->none + 1) * sizeof(*v->one));
 			v->one[v->none].mount = m;
+			v->one[v->none].try = jobj_num(&r->v[i].o, "try");
 			v->one[v->none++].seq = jobj_num(&r->v[i].o, "seq");
 		}
 	}
@@ -237,15 +238,16 @@ static void voids_collect(const struct recs *r, struct voids *v)
 static bool voided(const struct voids *v, const struct jobj *o)
 {
 	const char *mid = jobj_get(o, "m");
-	double seq = jobj_num(o, "seq");
+	double seq = jobj_num(o, "seq"), try = jobj_num(o, "try");
 
 	if (!mid)
 		return false;
 	for (size_t i = 0; i < v->ncut; i++)
 		if (seq > v->cut[i].seq && !strcmp(v->cut[i].mount, mid))
 			return true;
+	/* A void names one attempt: an operation retried after it is recorded anew. */
 	for (size_t i = 0; i < v->none; i++)
-		if (seq == v->one[i].seq && !strcmp(v->one[i].mount, mid))
+		if (seq == v->one[i].seq && try == v->one[i].try && !strcmp(v->one[i].mount, mid))
 			return true;
 	return false;
 }

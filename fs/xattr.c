@@ -70,38 +70,39 @@ static int xattr_del(struct fsnode *n, const char *key)
 	return 0;
 }
 
-/* Read the backend's xattrs into memory once (alock held). */
-static int xattrs_load(struct ckptfs *fs, struct fsnode *n)
+/* Read the xattrs of the object at (dfd, name) into n (alock held). */
+static int xattrs_read(void *arg, int dfd, const char *name)
 {
-	char path[64], keys[8192];
-	ssize_t kl;
-	int fd = -1;
+	struct fsnode *n = arg;
+	int at = S_ISLNK(n->mode) ? BSYS_LINK : 0;
+	char keys[8192];
+	ssize_t kl = bsys.listxattr(dfd, name, keys, sizeof(keys), at);
 
-	if (n->xattrs_loaded)
-		return 0;
-	if (n == fs->root) {
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", fs->root_fd);
-	} else if ((fd = bnode_open(&fs->be, n->b, O_PATH)) >= 0) {
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	} else {
-		n->xattrs_loaded = fd == -ENOENT;	/* not on the backend: nothing to read */
-		return fd == -ENOENT ? 0 : fd;
-	}
-	/* path is a /proc/self/fd magic link: follow it to the object itself. */
-	kl = listxattr(path, keys, sizeof(keys));
 	for (ssize_t off = 0; kl > 0 && off < kl; off += (ssize_t)strlen(keys + off) + 1) {
 		char val[65536];
-		ssize_t vl = getxattr(path, keys + off, val, sizeof(val));
+		ssize_t vl = bsys.getxattr(dfd, name, keys + off, val, sizeof(val), at);
 		if (vl >= 0)
 			xattr_put(n, keys + off, val, (size_t)vl);
 	}
-	int err = kl < 0 && errno != ENOTSUP && errno != ENODATA ? -errno : 0;
-	if (fd >= 0)
-		close(fd);
-	if (err)
-		return err;
-	n->xattrs_loaded = true;
-	return 0;
+	return kl < 0 && kl != -ENOTSUP && kl != -ENODATA ? (int)kl : 0;
+}
+
+/*
+ * Read the backend's xattrs into memory once (alock held), through bsys: a
+ * symlink planted where the object was is refused (-ELOOP), never followed.
+ */
+static int xattrs_load(struct ckptfs *fs, struct fsnode *n)
+{
+	int r;
+
+	if (n->xattrs_loaded)
+		return 0;
+	r = bnode_at(&fs->be, n->b, xattrs_read, n);
+	if (r == -ENOENT)
+		r = 0;	/* not on the backend: nothing to read */
+	if (r == 0)
+		n->xattrs_loaded = true;
+	return r;
 }
 
 bool xattrs_snapshot(struct fsnode *n, void **buf, size_t *len)
@@ -126,28 +127,15 @@ bool xattrs_snapshot(struct fsnode *n, void **buf, size_t *len)
 	return true;
 }
 
-static const char *file_state(struct fsnode *n)
-{
-	if (n->new_file)
-		return "dirty";
-	if (!n->cf)
-		return "durable";
-	switch (cfile_state(n->cf)) {
-	case CF_DIRTY: return "dirty";
-	case CF_FLUSHING: return "flushing";
-	default: return "durable";
-	}
-}
-
 /* user.ckptfs.* values; -ENODATA if not applicable. */
-static int own_xattr(struct fsnode *n, const char *key, char *buf, size_t len)
+static int own_xattr(struct ckptfs *fs, struct fsnode *n, const char *key, char *buf, size_t len)
 {
 	if (!S_ISREG(n->mode) || n->ctl)
 		return -ENODATA;
 	if (strcmp(key, XATTR_STATE) == 0)
-		return snprintf(buf, len, "%s", file_state(n));
+		return snprintf(buf, len, "%s", node_state_name(fs, n));
 	if (strcmp(key, XATTR_XXH3) == 0) {
-		if (strcmp(file_state(n), "durable") != 0 || !atomic_load(&n->b->has_digest))
+		if (strcmp(node_state_name(fs, n), "durable") != 0 || !atomic_load(&n->b->has_digest))
 			return -ENODATA;
 		char hex[33];
 		hash_hex(n->b->digest, hex);
@@ -175,7 +163,7 @@ void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *key, size_t size)
 
 	if (strncmp(key, XATTR_OWN_PREFIX, sizeof(XATTR_OWN_PREFIX) - 1) == 0) {
 		pthread_mutex_lock(&fs->ns);
-		r = own_xattr(n, key, own, sizeof(own));
+		r = own_xattr(fs, n, key, own, sizeof(own));
 		pthread_mutex_unlock(&fs->ns);
 		if (r < 0)
 			fuse_reply_err(req, -r);
@@ -227,7 +215,7 @@ void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	static const char *const own_keys[] = { XATTR_STATE, XATTR_XXH3 };
 	pthread_mutex_lock(&fs->ns);
 	for (size_t i = 0; i < CKPT_ARRAY_LEN(own_keys); i++) {
-		if (own_xattr(n, own_keys[i], own, sizeof(own)) < 0)
+		if (own_xattr(fs, n, own_keys[i], own, sizeof(own)) < 0)
 			continue;
 		size_t kl = strlen(own_keys[i]) + 1;
 		buf = xrealloc(buf, len + kl);
@@ -277,7 +265,7 @@ static void xattr_change(fuse_req_t req, fuse_ino_t ino, const char *key, const 
 			memcpy(op->value, val, len);
 			op->value_len = len;
 		}
-		backend_submit(&fs->be, op);
+		fs_submit(fs, fuse_req_ctx(req)->uid, op);
 	}
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_err(req, -r);

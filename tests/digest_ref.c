@@ -2,6 +2,7 @@
  * digest_ref.c — the reference digest for tests (digest_ref.h).
  */
 #include "tests/digest_ref.h"
+#include "tests/harness.h"	/* fill_pattern */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -62,6 +63,25 @@ void td_digest_fill(uint64_t size, td_fill_fn fill, void *arg, char hex[33])
 	free(zeros);
 }
 
+bool td_fill_pieces(void *arg, uint64_t off, size_t len, void *buf)
+{
+	const struct td_pieces *m = arg;
+	bool any = false;
+
+	for (size_t i = 0; i < m->n; i++) {
+		const struct td_piece *p = &m->p[i];
+		uint64_t lo = p->off > off ? p->off : off;
+		uint64_t hi = p->off + p->len < off + len ? p->off + p->len : off + len;
+		if (lo >= hi)
+			continue;
+		if (!any)
+			memset(buf, 0, len);
+		any = true;
+		fill_pattern((char *)buf + (lo - off), hi - lo, p->seed, lo);
+	}
+	return any;
+}
+
 struct td_mem {
 	const unsigned char *p;
 };
@@ -113,7 +133,8 @@ static unsigned char *slurp(const char *path, size_t *len, int *err)
 	return data;
 }
 
-int td_digest_file(const char *path, char hex[33])
+/* The file whole with read(2), then its digest (flat: XXH3-128 of it all). */
+static int digest_slurped(const char *path, bool flat, char hex[33])
 {
 	size_t len;
 	int err;
@@ -121,20 +142,20 @@ int td_digest_file(const char *path, char hex[33])
 
 	if (!data)
 		return err;
-	td_digest_buf(data, len, hex);
+	if (flat)
+		td_hex(XXH3_128bits(data, len), hex);
+	else
+		td_digest_buf(data, len, hex);
 	free(data);
 	return 0;
 }
 
+int td_digest_file(const char *path, char hex[33])
+{
+	return digest_slurped(path, false, hex);
+}
+
 int td_flat_file(const char *path, char hex[33])
 {
-	size_t len;
-	int err;
-	unsigned char *data = slurp(path, &len, &err);
-
-	if (!data)
-		return err;
-	td_hex(XXH3_128bits(data, len), hex);
-	free(data);
-	return 0;
+	return digest_slurped(path, true, hex);
 }

@@ -22,6 +22,20 @@ typedef bool (*td_fill_fn)(void *arg, uint64_t off, size_t len, void *buf);
 
 /* The digest of `size` bytes described by fill, as 32 hex digits. */
 void td_digest_fill(uint64_t size, td_fill_fn fill, void *arg, char hex[33]);
+
+/*
+ * A model of a sparse file: pieces of the harness's fill_pattern (seeded,
+ * by file offset), later pieces over earlier ones, zeros elsewhere.
+ * td_fill_pieces is its td_fill_fn (arg: a struct td_pieces).
+ */
+struct td_piece {
+	uint64_t off, len, seed;
+};
+struct td_pieces {
+	const struct td_piece *p;
+	size_t n;
+};
+bool td_fill_pieces(void *arg, uint64_t off, size_t len, void *buf);
 /* The digest of a buffer. */
 void td_digest_buf(const void *buf, size_t len, char hex[33]);
 /* The digest of a file, read whole with read(2); 0 or -errno. */

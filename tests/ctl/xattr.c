@@ -5,8 +5,9 @@
  * Publishing is blocked on demand: renames fail with EIO while a flag file
  * exists.  Checked, on a file of several chunks:
  *  - open and written: "dirty"; no xxh3 yet; listxattr shows only state;
- *  - closed while publishing is blocked: "flushing", and it stays so (not on
- *    the backend, no xxh3, listed in .ckptfs/files as flushing);
+ *  - closed while publishing is blocked: "blocked" once the backend refused
+ *    its version, and it stays so (not on the backend, no xxh3, listed in
+ *    .ckptfs/files as blocked);
  *  - flag removed: "durable"; the backend holds it; xxh3 equals the
  *    digest of the backend file computed here by the reference
  *    implementation (tests/digest_ref.h) and by `ckptfs-ctl hash`, whose
@@ -142,14 +143,14 @@ int main(void)
 	ASSERT_EQ(ct_getxattr(tm_path(&m, "d"), STATE, v, sizeof(v)), -ENODATA);
 	ASSERT_EQ(ct_getxattr(tm_path(&m, "d"), XXH3, v, sizeof(v)), -ENODATA);
 
-	/* Closed, publishing blocked: flushing, and it stays so. */
+	/* Closed, publishing blocked: blocked, and it stays so. */
 	ct_touch(flag);
 	CHECK_SYS(close(fd));
-	await_state(f, "flushing", 10000);
+	await_state(f, "blocked", 10000);
 	usleep(300 * 1000);
-	expect_state(f, "flushing");
+	expect_state(f, "blocked");
 	expect_no_digest(f);
-	expect_files_state(&m, "d/f", "flushing");
+	expect_files_state(&m, "d/f", "blocked");
 	ASSERT_TRUE(!file_exists(tm_bpath(&m, "d/f")));
 
 	/* Publishing resumes: durable, with the digest of the backend file. */

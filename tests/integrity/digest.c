@@ -286,31 +286,6 @@ static void check_petabyte(void)
 	unlink(path);
 }
 
-/* A sparse file model: pieces of pattern `seed` at offsets, zeros elsewhere. */
-struct model {
-	const uint64_t *off;
-	size_t n;
-	uint64_t piece, seed;
-};
-
-static bool model_fill(void *arg, uint64_t off, size_t len, void *buf)
-{
-	const struct model *m = arg;
-	bool any = false;
-
-	for (size_t i = 0; i < m->n; i++) {
-		uint64_t a = m->off[i], z = m->off[i] + m->piece;
-		uint64_t lo = a > off ? a : off, hi = z < off + len ? z : off + len;
-		if (lo >= hi)
-			continue;
-		if (!any)
-			memset(buf, 0, len);
-		any = true;
-		fill_pattern((char *)buf + (lo - off), hi - lo, m->seed, lo);
-	}
-	return any;
-}
-
 static int count_extent(void *arg, uint64_t start, uint64_t len)
 {
 	uint64_t *sum = arg;
@@ -324,7 +299,8 @@ static void check_terabyte(void)
 	const uint64_t size = 1ull << 40, piece = 64 * KiB + 7;
 	static const uint64_t offs[] = { 0, 3 * B - 100, 77 * GiB + 12345, 512 * GiB,
 					 (1ull << 40) - 5 * B - 3 };
-	struct model m = { offs, CU_LEN(offs), piece, 31 };
+	struct td_piece pieces[CU_LEN(offs)];
+	struct td_pieces m = { pieces, CU_LEN(offs) };
 	char path[PATH_MAX + 16], want[33], got[33];
 	uint64_t got_size, sum[2] = { 0, 0 };
 
@@ -335,8 +311,10 @@ static void check_terabyte(void)
 		cu_close(fd);
 		return;
 	}
-	for (size_t i = 0; i < m.n; i++)
-		cu_write_pattern_fd(fd, offs[i], piece, m.seed, 65536);
+	for (size_t i = 0; i < m.n; i++) {
+		pieces[i] = (struct td_piece){ offs[i], piece, 31 };
+		cu_write_pattern_fd(fd, offs[i], piece, 31, 65536);
+	}
 	/* digest_data_extents: the data, not the size. */
 	ASSERT_EQ(digest_data_extents(fd, 0, size, count_extent, sum), 0);
 	ASSERT_GE(sum[1], m.n * piece);
@@ -345,7 +323,7 @@ static void check_terabyte(void)
 	ASSERT_EQ(digest_data_extents(fd, size, 1 * GiB, count_extent, sum), 0);
 	ASSERT_EQ(sum[1], 0);	/* past the end: nothing */
 	cu_close(fd);
-	td_digest_fill(size, model_fill, &m, want);
+	td_digest_fill(size, td_fill_pieces, &m, want);
 	digest_path(path, DIGEST_RUNS, got, &got_size);
 	ASSERT_EQ(got_size, size);
 	ASSERT_STR_EQ(got, want);

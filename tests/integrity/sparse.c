@@ -52,24 +52,19 @@
 #define NPIECE 16
 #define PIECE (256 * KiB)
 #define MINU(a, b) ((a) < (b) ? (a) : (b))
-#define MAXU(a, b) ((a) > (b) ? (a) : (b))
 
 /* ---- a model of a sparse file: pieces of pattern, later ones on top ---- */
 
-struct piece {
-	uint64_t off, len, seed;
-};
-
 struct model {
 	uint64_t size;
-	struct piece p[64];
+	struct td_piece p[64];
 	size_t n;
 };
 
 static void model_add(struct model *m, uint64_t off, uint64_t len, uint64_t seed)
 {
 	ASSERT_LT(m->n, CU_LEN(m->p));
-	m->p[m->n++] = (struct piece){ off, len, seed };
+	m->p[m->n++] = (struct td_piece){ off, len, seed };
 }
 
 static uint64_t model_data(const struct model *m)
@@ -80,22 +75,12 @@ static uint64_t model_data(const struct model *m)
 	return sum;
 }
 
+/* The model's bytes [off, off + len) into buf; false if they are all zeros. */
 static bool model_fill(void *arg, uint64_t off, size_t len, void *buf)
 {
 	const struct model *m = arg;
-	bool any = false;
-
-	for (size_t i = 0; i < m->n; i++) {
-		const struct piece *p = &m->p[i];
-		uint64_t lo = MAXU(p->off, off), hi = MINU(p->off + p->len, off + len);
-		if (lo >= hi)
-			continue;
-		if (!any)
-			memset(buf, 0, len);
-		any = true;
-		fill_pattern((char *)buf + (lo - off), hi - lo, p->seed, lo);
-	}
-	return any;
+	struct td_pieces v = { m->p, m->n };
+	return td_fill_pieces(&v, off, len, buf);
 }
 
 /* Write the pieces from `from` on through fd (the file is open in the mount). */
@@ -138,7 +123,7 @@ static void check_contents(const char *path, const struct model *m)
 
 	ASSERT_EQ(cu_file_size(path), m->size);
 	for (size_t i = 0; i < m->n; i++) {
-		const struct piece *p = &m->p[i];
+		const struct td_piece *p = &m->p[i];
 		uint64_t lo = p->off > 8192 ? p->off - 8192 : 0;
 		check_window(path, m, lo, p->len + (p->off - lo) + 8192);
 		check_window(path, m, p->off + p->len + m->size / 97, 64 * KiB);	/* a hole, mostly */

@@ -1,0 +1,530 @@
+/*
+ * apply.c — applying one operation to the backend, and the manifest
+ * records that go with it.
+ *
+ * The publisher (publish.c) calls apply_op() for each operation of a batch
+ * in order, then sync_touched() once for the batch (group commit, P3).
+ * apply_op() appends the operation's manifest record first (write-ahead,
+ * P7): a crash can leave a record whose operation did not happen, which
+ * recovery detects, but never an applied operation without its record; if
+ * the record cannot be appended the operation is not applied.  A retried
+ * operation is recorded once.  Every system call goes through bsys, relative
+ * to directory fds of the backend tree (btree.c), so nothing leaves it.
+ *
+ * Runs in the publisher thread only, with no lock held except the moments
+ * under mv_lock/bt_lock that P6 needs.
+ */
+#include "backend/pub.h"
+#include "backend/bsys.h"
+#include "cache/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+void flush_temp_mark_published(struct cfd *out);
+const char *flush_temp_name(struct cfd *out, struct bnode **dir);
+
+const char *op_kind_name(enum op_kind k)
+{
+	static const char *const names[] = { "version", "mkdir", "rmdir", "unlink", "rename",
+					     "symlink", "link", "setattr", "setxattr", "removexattr",
+					     "mknod" };
+	return k < CKPT_ARRAY_LEN(names) ? names[k] : "?";
+}
+
+/*
+ * Note in the manifest that a version is queued, so that after a crash
+ * recovery can name every closed file that never became durable.
+ */
+void record_intent(struct backend *be, const struct op *op)
+{
+	struct strbuf b = { 0 };
+
+	sb_printf(&b, "{\"t\": \"intent\", \"m\": \"%s\", \"seq\": %llu, \"path\": ",
+		  be->mount_id, (unsigned long long)op->seq);
+	sb_json_str(&b, op->path_hint ? op->path_hint : op->name);
+	sb_printf(&b, ", \"size\": %llu}", (unsigned long long)op->ver->size);
+	if (manifest_append(&be->man, b.s, b.len) < 0)
+		log_debug("the intent record of operation %llu could not be written",
+			  (unsigned long long)op->seq);
+	sb_free(&b);
+}
+
+static void touch_dir(struct touched *t, struct bnode *d)
+{
+	if (!d)
+		return;
+	for (unsigned i = 0; i < t->n; i++)
+		if (t->dirs[i] == d)
+			return;
+	if (t->n < CKPT_ARRAY_LEN(t->dirs))
+		t->dirs[t->n++] = bnode_get(d);
+}
+
+static void touch_file(struct touched *t, struct bnode *b)
+{
+	for (unsigned i = 0; i < t->nfiles; i++)
+		if (t->files[i] == b)
+			return;
+	if (t->nfiles < CKPT_ARRAY_LEN(t->files))
+		t->files[t->nfiles++] = bnode_get(b);
+}
+
+/*
+ * Copy every xattr of (dir, name) onto (tdir, tname); a missing source is
+ * fine, and so is one that is no longer a file (a symlink planted there is
+ * refused by bsys, logged, and its target never read).
+ */
+static void xattrs_copy(int dirfd, const char *name, int tdirfd, const char *tname)
+{
+	char keys[4096], val[4096];
+	ssize_t n;
+
+	n = bsys.listxattr(dirfd, name, keys, sizeof(keys), 0);
+	for (ssize_t off = 0; n > 0 && off < n; off += (ssize_t)strlen(keys + off) + 1) {
+		ssize_t vl = bsys.getxattr(dirfd, name, keys + off, val, sizeof(val), 0);
+		if (vl >= 0)
+			bsys.setxattr(tdirfd, tname, keys + off, val, (size_t)vl, 0, 0);
+	}
+}
+
+/* Set the xattrs serialised as [u32 keylen][key\0][u32 vallen][value]... */
+static void xattrs_apply_blob(const char *p, size_t len, int dfd, const char *name)
+{
+	while (len >= 8) {
+		uint32_t kl, vl;
+		memcpy(&kl, p, 4);
+		if (len < 8 + (size_t)kl)
+			return;
+		memcpy(&vl, p + 4 + kl, 4);
+		if (len < 8 + (size_t)kl + vl)
+			return;
+		bsys.setxattr(dfd, name, p + 4, p + 8 + kl, vl, 0, 0);
+		p += 8 + kl + vl;
+		len -= 8 + (size_t)kl + vl;
+	}
+}
+
+static int apply_attrs(struct backend *be, int dfd, const char *name, const struct op *op,
+		       bool is_link)
+{
+	int r = 0;
+
+	if ((op->valid & OPA_MODE) && !is_link)
+		r = bsys.fchmodat(dfd, name, op->mode & 07777);
+	if (r == 0 && (op->valid & (OPA_UID | OPA_GID)) && be->opt.chown)
+		r = bsys.fchownat(dfd, name, (op->valid & OPA_UID) ? op->uid : (uid_t)-1,
+				  (op->valid & OPA_GID) ? op->gid : (gid_t)-1, is_link ? BSYS_LINK : 0);
+	if (r == 0 && (op->valid & (OPA_ATIME | OPA_MTIME))) {
+		struct timespec ts[2] = { op->atime, op->mtime };
+		if (!(op->valid & OPA_ATIME))
+			ts[0].tv_nsec = UTIME_OMIT;
+		if (!(op->valid & OPA_MTIME))
+			ts[1].tv_nsec = UTIME_OMIT;
+		r = bsys.utimensat(dfd, name, ts, is_link ? BSYS_LINK : 0);
+	}
+	return r;
+}
+
+/* Give every other hard link of b the contents now at (dir, name). */
+static int relink_others(struct backend *be, struct bnode *b, int dfd, const char *name)
+{
+	for (uint32_t i = 1; i < b->nlinks; i++) {
+		char tmp[64];
+		int ld = bnode_dirfd(be, b->links[i].dir), r;
+		if (ld < 0)
+			return ld;
+		snprintf(tmp, sizeof(tmp), CKPTFS_RESERVED_PREFIX "l.%s.%u", be->mount_id, i);
+		bsys.unlinkat(ld, tmp, 0);
+		if ((r = bsys.linkat(dfd, name, ld, tmp)) < 0)
+			return r;
+		if ((r = bsys.renameat2(ld, tmp, ld, b->links[i].name, 0)) < 0)
+			return r;
+	}
+	return 0;
+}
+
+static int apply_version(struct backend *be, struct op *op, struct touched *t)
+{
+	struct bnode *tdir = NULL;
+	const char *tname = flush_temp_name(op->out, &tdir);
+	int dfd = bnode_dirfd(be, op->dir), tfd, r = 0;
+
+	if (dfd < 0)
+		return dfd;
+	if ((tfd = bnode_dirfd(be, tdir)) < 0)
+		return tfd;
+	if (op->renamed)	/* a retry after the hard links failed */
+		goto relink;
+	if (op->xattr_blob)
+		xattrs_apply_blob(op->value, op->value_len, tfd, tname);
+	else if (op->copy_xattrs)
+		xattrs_copy(dfd, op->name, tfd, tname);
+	pthread_rwlock_wrlock(&be->mv_lock);
+	r = bsys.renameat2(tfd, tname, dfd, op->name, 0);
+	if (r == 0) {
+		op->renamed = true;
+		pthread_rwlock_wrlock(&be->bt_lock);
+		flush_temp_mark_published(op->out);
+		bnode_link_primary_locked(op->node, op->dir, op->name);
+		op->node->digest = op->digest;
+		atomic_store(&op->node->has_digest, true);
+		op->node->published_seq = op->seq;
+		pthread_rwlock_unlock(&be->bt_lock);
+	}
+	pthread_rwlock_unlock(&be->mv_lock);
+relink:
+	/* Only the publisher changes links, so reading them unlocked here is safe. */
+	if (r == 0 && op->node->nlinks > 1)
+		r = relink_others(be, op->node, dfd, op->name);
+	if (r == 0) {
+		touch_dir(t, op->dir);
+		touch_dir(t, tdir);
+	}
+	return r;
+}
+
+/*
+ * Append the manifest record of op, before it is applied (write-ahead, P7):
+ * 0, or -errno if it could not be written (the operation must wait).  An
+ * operation whose subject is not on the backend leaves no record.
+ */
+static int record_op(struct backend *be, struct op *op)
+{
+	struct strbuf b = { 0 };
+	char path[4096], to[4096];
+	struct bnode *at = NULL;
+	char name[256];
+
+	path[0] = to[0] = '\0';
+	switch (op->kind) {
+	case OP_VERSION:
+	case OP_MKDIR:
+	case OP_RMDIR:
+	case OP_UNLINK:
+	case OP_SYMLINK:
+	case OP_RENAME:
+	case OP_MKNOD:
+		if (bnode_path(be, op->dir, op->name, path, sizeof(path)) < 0)
+			return 0;
+		if (op->kind == OP_RENAME && bnode_path(be, op->dir2, op->name2, to, sizeof(to)) < 0)
+			return 0;
+		break;
+	case OP_LINK:
+	case OP_SETATTR:
+	case OP_SETXATTR:
+	case OP_RMXATTR:
+		if (op->node->is_root)
+			break;	/* path "" */
+		if (bnode_locate(be, op->node, &at, name, sizeof(name)) < 0)
+			return 0;	/* not on the backend: nothing happens there */
+		int r = bnode_path(be, at, name, path, sizeof(path));
+		bnode_put(at);
+		if (r < 0 || (op->kind == OP_LINK &&
+			      bnode_path(be, op->dir2, op->name2, to, sizeof(to)) < 0))
+			return 0;
+		break;
+	}
+	sb_printf(&b, "{\"t\": \"%s\", \"m\": \"%s\", \"seq\": %llu, \"try\": %u, \"time\": %llu, "
+		  "\"path\": ", op->kind == OP_VERSION ? "file" : op_kind_name(op->kind), be->mount_id,
+		  (unsigned long long)op->seq, op->records, (unsigned long long)wall_ns());
+	sb_json_str(&b, path);
+	if (to[0]) {
+		sb_printf(&b, ", \"to\": ");
+		sb_json_str(&b, to);
+	}
+	if (op->kind == OP_VERSION) {
+		char hex[33];
+		hash_hex(op->digest, hex);
+		sb_printf(&b, ", \"size\": %llu, \"mode\": %u, \"mtime\": %lld.%09ld, \"xxh3\": \"%s\"",
+			  (unsigned long long)op->ver->size, (unsigned)op->mode,
+			  (long long)op->mtime.tv_sec, op->mtime.tv_nsec, hex);
+	} else if (op->kind == OP_RENAME) {
+		sb_printf(&b, ", \"exchange\": %s", op->flags & RENAME_EXCHANGE ? "true" : "false");
+	} else if (op->kind == OP_MKDIR || op->kind == OP_SETATTR || op->kind == OP_MKNOD) {
+		sb_printf(&b, ", \"mode\": %u", (unsigned)op->mode);
+		if (op->rdev)
+			sb_printf(&b, ", \"rdev\": %llu", (unsigned long long)op->rdev);
+	} else if (op->kind == OP_SYMLINK) {
+		sb_printf(&b, ", \"target\": ");
+		sb_json_str(&b, op->target);
+	} else if (op->kind == OP_SETXATTR || op->kind == OP_RMXATTR) {
+		sb_printf(&b, ", \"key\": ");
+		sb_json_str(&b, op->target);
+	}
+	sb_printf(&b, ", \"uid\": %u}", (unsigned)op->actor);
+	int r = manifest_append(&be->man, b.s, b.len);
+	sb_free(&b);
+	return r;
+}
+
+/* A new directory, symlink or node exists at (op->dir, op->name): owner, location. */
+static void created(struct backend *be, struct op *op, int dfd, struct touched *t)
+{
+	if (be->opt.chown && (op->valid & (OPA_UID | OPA_GID)))
+		bsys.fchownat(dfd, op->name, op->uid, op->gid, op->kind == OP_SYMLINK ? BSYS_LINK : 0);
+	pthread_rwlock_wrlock(&be->bt_lock);
+	bnode_link_add_locked(op->node, op->dir, op->name);
+	pthread_rwlock_unlock(&be->bt_lock);
+	touch_dir(t, op->dir);
+}
+
+/*
+ * The record of an operation that will never happen (an administrator
+ * skipped it): readers skip its write-ahead record, if one was written.
+ */
+void record_void(struct backend *be, const struct op *op, const char *why)
+{
+	struct strbuf b = { 0 };
+
+	sb_printf(&b, "{\"t\": \"void\", \"m\": \"%s\", \"seq\": %llu, \"try\": %u, \"time\": %llu, "
+		  "\"why\": ", be->mount_id, (unsigned long long)op->seq, op->records - 1,
+		  (unsigned long long)wall_ns());
+	sb_json_str(&b, why);
+	sb_printf(&b, ", \"op\": \"%s\", \"uid\": %u}", op_kind_name(op->kind), (unsigned)op->actor);
+	if (manifest_append(&be->man, b.s, b.len) < 0)
+		log_err("could not record in the manifest that operation %llu was skipped",
+			(unsigned long long)op->seq);
+	sb_free(&b);
+}
+
+/* Apply a namespace or attribute change: 0 or -errno. */
+static int apply_change(struct backend *be, struct op *op, struct touched *t)
+{
+	int dfd = -1, r = 0;
+	char name[256];
+	struct bnode *at = NULL;
+
+
+	if (op->dir && (dfd = bnode_dirfd(be, op->dir)) < 0)
+		return dfd;
+
+	switch (op->kind) {
+	case OP_MKDIR:
+		r = bsys.mkdirat(dfd, op->name, op->mode & 07777);
+		if (r == -EEXIST) {
+			struct stat st;
+			if (bsys.fstatat(dfd, op->name, &st) == 0 && S_ISDIR(st.st_mode))
+				r = 0;
+		}
+		if (r == 0) {
+			created(be, op, dfd, t);
+			pthread_mutex_lock(&be->lock);		/* flushers wait for dirs */
+			pthread_cond_broadcast(&be->flush_cond);
+			pthread_mutex_unlock(&be->lock);
+		}
+		break;
+	case OP_SYMLINK:
+		if ((r = bsys.symlinkat(op->target, dfd, op->name)) == 0)
+			created(be, op, dfd, t);
+		break;
+	case OP_MKNOD:
+		if ((r = bsys.mknodat(dfd, op->name, op->mode & (S_IFMT | 07777), op->rdev)) == 0)
+			created(be, op, dfd, t);
+		break;
+	case OP_RMDIR:
+	case OP_UNLINK:
+		pthread_rwlock_wrlock(&be->mv_lock);
+		r = bsys.unlinkat(dfd, op->name, op->kind == OP_RMDIR ? AT_REMOVEDIR : 0);
+		if (r == -ENOENT)
+			r = 0;
+		if (r == 0) {
+			pthread_rwlock_wrlock(&be->bt_lock);
+			bnode_link_del_locked(op->node, op->dir, op->name);
+			pthread_rwlock_unlock(&be->bt_lock);
+		}
+		pthread_rwlock_unlock(&be->mv_lock);
+		if (r == 0)
+			touch_dir(t, op->dir);
+		break;
+	case OP_RENAME: {
+		int d2 = bnode_dirfd(be, op->dir2);
+		if (d2 < 0)
+			return d2;
+		pthread_rwlock_wrlock(&be->mv_lock);
+		r = bsys.renameat2(dfd, op->name, d2, op->name2, op->flags);
+		if (r == -ENOENT && !atomic_load(&op->node->present))
+			r = 0;		/* never published: nothing to move */
+		if (r == 0) {
+			pthread_rwlock_wrlock(&be->bt_lock);
+			if (op->victim && (op->flags & RENAME_EXCHANGE))
+				bnode_link_move_locked(op->victim, op->dir2, op->name2, op->dir, op->name);
+			else if (op->victim)
+				bnode_link_del_locked(op->victim, op->dir2, op->name2);
+			if (atomic_load(&op->node->present))
+				bnode_link_move_locked(op->node, op->dir, op->name, op->dir2, op->name2);
+			pthread_rwlock_unlock(&be->bt_lock);
+		}
+		pthread_rwlock_unlock(&be->mv_lock);
+		if (r == 0) {
+			touch_dir(t, op->dir);
+			touch_dir(t, op->dir2);
+		}
+		break;
+	}
+	case OP_LINK: {
+		int d2 = bnode_dirfd(be, op->dir2), sd;
+		if (d2 < 0)
+			return d2;
+		if ((r = bnode_locate(be, op->node, &at, name, sizeof(name))) < 0)
+			return r;
+		if ((sd = bnode_dirfd(be, at)) < 0) {
+			bnode_put(at);
+			return sd;
+		}
+		r = bsys.linkat(sd, name, d2, op->name2);
+		if (r == 0) {
+			pthread_rwlock_wrlock(&be->bt_lock);
+			bnode_link_add_locked(op->node, op->dir2, op->name2);
+			pthread_rwlock_unlock(&be->bt_lock);
+		}
+		if (r == 0)
+			touch_dir(t, op->dir2);
+		bnode_put(at);
+		break;
+	}
+	case OP_SETATTR:
+	case OP_SETXATTR:
+	case OP_RMXATTR: {
+		int od;
+		if (op->node->is_root) {	/* the root has no parent: "." in itself */
+			at = bnode_get(be->root);
+			snprintf(name, sizeof(name), ".");
+		} else if (bnode_locate(be, op->node, &at, name, sizeof(name)) < 0) {
+			return 0;	/* not on the backend yet: its first version carries it */
+		}
+		if ((od = bnode_dirfd(be, at)) < 0) {
+			bnode_put(at);
+			return od;
+		}
+		if (op->kind == OP_SETATTR)
+			r = apply_attrs(be, od, name, op, op->node->is_link);
+		else if (op->kind == OP_SETXATTR)
+			r = bsys.setxattr(od, name, op->target, op->value, op->value_len, 0,
+					   op->node->is_link ? BSYS_LINK : 0);
+		else
+			r = bsys.removexattr(od, name, op->target, op->node->is_link ? BSYS_LINK : 0);
+		if (r == -ENODATA)
+			r = 0;
+		if (r == 0) {
+			if (op->node->is_dir)
+				touch_dir(t, op->node);
+			else if (!op->node->is_link && !op->node->is_special)
+				touch_file(t, op->node);	/* no FIFO or device is ever opened */
+			else
+				touch_dir(t, at);
+		}
+		bnode_put(at);
+		break;
+	}
+	default:
+		r = -EINVAL;
+	}
+	return r;
+}
+
+int record_attempt(struct backend *be, struct op *op)
+{
+	int r;
+
+	if (op->recorded)
+		return 0;
+	if ((r = record_op(be, op)) < 0)
+		return r;
+	op->recorded = true;
+	op->records++;
+	return 0;
+}
+
+void void_attempt(struct backend *be, struct op *op, int err)
+{
+	char why[128];
+
+	if (!op->recorded || op->renamed)	/* renamed: it did happen, in part */
+		return;
+	snprintf(why, sizeof(why), err ? "attempt failed: %s" : "attempt deferred%s",
+		 err ? strerror(-err) : "");
+	record_void(be, op, why);
+	op->recorded = false;
+}
+
+int apply_op(struct backend *be, struct op *op, struct touched *t)
+{
+	int r = record_attempt(be, op);
+
+	if (r == 0)
+		r = op->kind == OP_VERSION ? apply_version(be, op, t) : apply_change(be, op, t);
+	if (r < 0)
+		void_attempt(be, op, r);	/* the next attempt is recorded anew */
+	return r;
+}
+
+bool touched_covers(const struct touched *t, const struct op *op)
+{
+	const struct bnode *dirs[2] = { op->dir, op->kind == OP_RENAME || op->kind == OP_LINK ?
+					op->dir2 : NULL };
+
+	if (!op->dir && op->node) {	/* attributes: the object itself is synced */
+		for (unsigned i = 0; i < t->nfiles; i++)
+			if (t->files[i] == op->node)
+				return true;
+		dirs[0] = op->node;	/* a directory's own attributes: its fsync */
+	}
+	for (unsigned k = 0; k < 2; k++) {
+		bool found = !dirs[k];
+		for (unsigned i = 0; i < t->n && !found; i++)
+			found = t->dirs[i] == dirs[k];
+		if (!found)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * fsync the manifest and every directory and file the batch touched (P3).
+ * On failure the set is kept, to be synced again: the operations are
+ * applied already and must not be applied twice.
+ */
+int sync_touched(struct backend *be, struct touched *t)
+{
+	int err = manifest_sync(&be->man);
+
+	for (unsigned i = 0; i < t->n; i++) {
+		int fd = bnode_dirfd(be, t->dirs[i]), r = 0;
+		if (fd >= 0 && atomic_load(&t->dirs[i]->present)) {
+			r = bsys.fsync(fd);
+			if (r == -EBADF || r == -EINVAL)	/* an O_PATH fd, or a fs without dir fsync */
+				r = 0;
+			atomic_fetch_add(&be->st.dir_fsyncs, 1);
+		}
+		if (r < 0 && !err)
+			err = r;
+	}
+	for (unsigned i = 0; i < t->nfiles; i++) {
+		struct bnode *at = NULL;
+		char name[256];
+		if (bnode_locate(be, t->files[i], &at, name, sizeof(name)) == 0) {
+			int d = bnode_dirfd(be, at), fd = d < 0 ? d : bsys.openat(d, name, O_RDONLY | O_NOFOLLOW, 0);
+			if (fd >= 0) {
+				int r = bsys.fsync(fd);
+				if (r < 0 && !err)
+					err = r;
+				bsys.close(fd);
+			}
+			bnode_put(at);
+		}
+	}
+	if (err)
+		return err;
+	for (unsigned i = 0; i < t->n; i++)
+		bnode_put(t->dirs[i]);
+	for (unsigned i = 0; i < t->nfiles; i++)
+		bnode_put(t->files[i]);
+	t->n = t->nfiles = 0;
+	return 0;
+}
+

@@ -1,0 +1,108 @@
+/*
+ * pub.h — what the publisher's files share inside backend/: the scheduling
+ * pass (order.c), applying one operation (apply.c), and the publisher
+ * thread with its waiters and blocked-operation bookkeeping (publish.c).
+ * Nothing outside backend/ includes this.
+ */
+#ifndef CKPTFS_PUB_H
+#define CKPTFS_PUB_H
+
+#include "backend/backend.h"
+
+#define PUB_BATCH 512
+
+/* ---- order.c ------------------------------------------------------------ */
+
+/*
+ * Fingerprints of what an operation touches, and which of them conflict
+ * (order.c's essay).  A fingerprint set maps each to the blocked operation
+ * that holds it back (or NULL when it is merely not done yet).
+ */
+struct fpset {
+	struct fpslot { uint64_t fp; struct op *blocker; } *v;
+	size_t cap, n;
+};
+void fpset_clear(struct fpset *s);
+void fpset_free(struct fpset *s);
+/* Does op conflict with anything in s?  *blocker gets the first blocker found. */
+bool fpset_conflicts(const struct fpset *s, const struct op *op, struct op **blocker);
+void fpset_add_op(struct fpset *s, const struct op *op, struct op *blocker);
+
+/* Per-actor result of a pass: what waiters and FLUSH need to know. */
+struct actor_state {
+	uid_t uid;
+	uint64_t min_unapplied;		/* first not applied nor in the batch; UINT64_MAX: none */
+	uint64_t min_undurable;		/* first not durable (the batch counts); UINT64_MAX: none */
+	uint64_t first_blocked;		/* seq of its first operation held by a blocker */
+	struct op *blocker;
+};
+
+struct order_state {
+	struct fpset keys;		/* every unapplied operation's fingerprints */
+	struct fpset batch;		/* those of the batch the pass chose */
+	struct actor_state *actors;
+	unsigned nactors, cap;
+	struct actor_state all;		/* the same over every actor (uid unused) */
+	unsigned nblocked;		/* operations in state BLOCKED */
+	uint64_t blocks;		/* failures so far (op_block calls): the publisher logs new ones */
+	struct op *first_blocked_op;	/* the BLOCKED one with the lowest seq */
+};
+
+struct order_state *order_new(void);
+void order_free(struct order_state *st);
+struct actor_state *order_actor(struct order_state *st, uid_t uid, bool create);
+
+/*
+ * One scheduling pass over be->ops (be->lock held): fills batch with up to
+ * max operations that may be applied now, in sequence order, assuming each
+ * earlier one in the batch succeeds; turns FAILED flushes into BLOCKED ones,
+ * retries BLOCKED ones whose time has come, and rebuilds be->order.
+ * *wake_ns is lowered to the next time something must be looked at again.
+ */
+unsigned order_pass(struct backend *be, struct op **batch, unsigned max, uint64_t now,
+		    uint64_t *wake_ns);
+/* A newly submitted op joins the last pass's picture (be->lock held). */
+struct op *order_note_submit(struct backend *be, struct op *op);
+
+/* Put a version in the flush queue at its place by sequence number (be->lock). */
+void flushq_insert_sorted(struct backend *be, struct op *op);
+/* Describe a pending operation for stats and logs (be->lock held). */
+void blocked_fill(struct backend *be, const struct op *op, struct backend_blocked *b);
+/* Block op after a failure with err at time now (be->lock held); logs the first. */
+void op_block(struct backend *be, struct op *op, int err, uint64_t now);
+bool err_transient(int err);
+
+/* ---- apply.c ------------------------------------------------------------ */
+
+/* Directories and files a batch touched: fsync'd before it is durable (P3). */
+struct touched {
+	struct bnode *dirs[PUB_BATCH * 2];
+	unsigned n;
+	struct bnode *files[PUB_BATCH];
+	unsigned nfiles;
+};
+
+/*
+ * Append op's write-ahead record for this attempt unless it has one (P7):
+ * 0 or -errno.  Its durability is the caller's: fsync the manifest before
+ * applying.
+ */
+int record_attempt(struct backend *be, struct op *op);
+/* This attempt will not happen (err, or 0: deferred): void its record. */
+void void_attempt(struct backend *be, struct op *op, int err);
+/* Record (if needed) and apply one operation: 0 or -errno (its attempt voided). */
+int apply_op(struct backend *be, struct op *op, struct touched *t);
+/* Does t already cover every directory op touches (so no sync is needed first)? */
+bool touched_covers(const struct touched *t, const struct op *op);
+/* fsync the manifest and everything touched; keeps the set on failure. */
+int sync_touched(struct backend *be, struct touched *t);
+/* Manifest records of operations that will never happen. */
+void record_void(struct backend *be, const struct op *op, const char *why);
+void record_intent(struct backend *be, const struct op *op);
+
+/* ---- markers (marker.c) ------------------------------------------------- */
+
+/* Is this operation the publication of a checkpoint marker? */
+bool op_is_marker(const struct op *op);
+
+#endif

@@ -1,0 +1,89 @@
+/*
+ * stall.c — a stalled backend never stalls the request path (issue 9,
+ * item 6): no backend I/O happens under the namespace lock.
+ *
+ * Once a directory is loaded, every backend system call starts to sleep
+ * 10 s (CKPTFS_FAULT op=any,delay_ms=10000 while a flag exists) — a hung
+ * NFS or Lustre server.  Meanwhile, closing files whose data fits in the
+ * cache, creating and renaming files, stat and readdir of the loaded
+ * directory, and reading the stats must all answer without waiting for the
+ * backend: each well under the 10 s a backend call takes (not a speed
+ * target — a wait on the backend would take at least 10 s).  Then the
+ * stall ends and everything is published.
+ */
+#include "tests/ctl/ctl_util.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STALL_MS 10000
+#define BOUND_MS (STALL_MS / 2)
+
+static uint64_t worst;
+
+static void took(uint64_t t0, const char *what)
+{
+	uint64_t ms = mono_ms() - t0;
+	if (ms >= BOUND_MS)
+		FAILF("%s took %llu ms while the backend was stalled: it waited for the backend",
+		      what, (unsigned long long)ms);
+	worst = ms > worst ? ms : worst;
+}
+
+int main(void)
+{
+	struct tmount m;
+	char flag[PATH_MAX], rule[64], name[64], buf[65536];
+	struct ct_result r;
+	struct stat st;
+
+	tm_require_fuse();
+	snprintf(rule, sizeof(rule), "op=any,delay_ms=%d", STALL_MS);
+	ct_mount_flagged(&m, "ctl-stall", rule, flag);
+	CHECK_SYS(mkdir(tm_path(&m, "ckpt"), 0755));
+	ct_write_seeded(tm_path(&m, "ckpt/warm"), 1000, 1);
+	tm_sync(&m);
+	ct_touch(flag);
+	usleep(100 * 1000);
+
+	memset(buf, 7, sizeof(buf));
+	for (int i = 0; i < 20; i++) {
+		snprintf(name, sizeof(name), "ckpt/f%d", i);
+		int fd = CHECK_SYS(open(tm_path(&m, name), O_CREAT | O_WRONLY | O_TRUNC, 0644));
+		CHECK_SYS(write(fd, buf, sizeof(buf)));
+		uint64_t t0 = mono_ms();
+		CHECK_SYS(close(fd));
+		took(t0, "close()");
+		t0 = mono_ms();
+		CHECK_SYS(stat(tm_path(&m, "ckpt"), &st));
+		DIR *d = opendir(tm_path(&m, "ckpt"));
+		ASSERT_TRUE(d != NULL);
+		while (readdir(d))
+			;
+		closedir(d);
+		took(t0, "stat and readdir of a loaded directory");
+	}
+	uint64_t t0 = mono_ms();
+	CHECK_SYS(rename(tm_path(&m, "ckpt/f0"), tm_path(&m, "ckpt/renamed")));
+	CHECK_SYS(mkdir(tm_path(&m, "ckpt/sub"), 0755));
+	CHECK_SYS(unlink(tm_path(&m, "ckpt/f1")));
+	took(t0, "rename, mkdir and unlink in a loaded directory");
+	t0 = mono_ms();
+	free(ct_read_ctl(&m, "stats"));
+	took(t0, "reading the stats");
+	fprintf(stderr, "worst request while stalled: %llu ms (a backend call: %d ms)\n",
+		(unsigned long long)worst, STALL_MS);
+
+	CHECK_SYS(unlink(flag));
+	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "drain", m.mnt, "--timeout", "90", NULL });
+	ct_expect_status(&r, 0, "ckptfs-ctl drain after the stall");
+	ct_result_free(&r);
+	ASSERT_TRUE(file_exists(tm_bpath(&m, "ckpt/renamed")));
+	ASSERT_TRUE(!file_exists(tm_bpath(&m, "ckpt/f1")));
+	ASSERT_TRUE(file_exists(tm_bpath(&m, "ckpt/f19")));
+	tm_stop(&m);
+	tm_cleanup(&m);
+	return 0;
+}

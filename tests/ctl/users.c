@@ -1,0 +1,294 @@
+/*
+ * users.c — on a shared node, one user's refused operation holds back that
+ * user's checkpoints only (P1, P4), and the control files respect users.
+ *
+ * A root mount with allow_other; users 61000 (A) and 61001 (B) have their
+ * own directories.  The backend refuses A's `mkdir a-step2` with EACCES:
+ *  - A's fsync of its marker returns EACCES and the backend keeps A's old
+ *    checkpoint; B's checkpoint, written at the same time, becomes durable
+ *    (its fsync returns 0, the backend holds it);
+ *  - `ckptfs-ctl drain` run by B succeeds (B's own operations); run by root
+ *    it fails naming A's operation;
+ *  - .ckptfs/files shows A only A's files, B only B's, root both;
+ *  - B cannot write .ckptfs/ctl;
+ *  - a dependency that crosses users: root's `mkdir jobdir` is refused, so
+ *    B's file in jobdir reports EACCES (and B's later operations wait
+ *    behind it), while A — whose block was lifted by `retry` — goes on.
+ * Then drains do not occupy FUSE workers: with two workers and a slow
+ * backend, B starts more drains than the per-user cap (8): the extra one is
+ * refused with EBUSY, and a stat meanwhile answers at once.
+ */
+#include "tests/ctl/ctl_util.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define UA 61000
+#define UB 61001
+
+/* Run fn(arg) in a child with uid/gid u: its return value (0..255). */
+static int as_user(uid_t u, int (*fn)(void *), void *arg)
+{
+	pid_t pid = CHECK_SYS(fork());
+	if (pid == 0) {
+		if (setgroups(0, NULL) < 0 || setresgid(u, u, u) < 0 || setresuid(u, u, u) < 0)
+			_exit(250);
+		_exit(fn(arg));
+	}
+	int st;
+	CHECK_SYS(waitpid(pid, &st, 0));
+	if (!WIFEXITED(st))
+		FAILF("child of uid %u died (status %d)", (unsigned)u, st);
+	return WEXITSTATUS(st);
+}
+
+static int put(const char *path, const char *text)
+{
+	int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+	if (fd < 0)
+		return errno;
+	if (write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+		return errno;
+	return close(fd) < 0 ? errno : 0;
+}
+
+static int sync_file(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return errno;
+	int r = fsync(fd) < 0 ? errno : 0;
+	close(fd);
+	return r;
+}
+
+struct ckpt {
+	struct tmount *m;
+	const char *dir;	/* the user's directory */
+	const char *step;	/* the new checkpoint directory's name */
+};
+
+/* mkdir step, a shard in it, the marker naming it; fsync(marker) -> errno. */
+static int write_ckpt(void *arg)
+{
+	struct ckpt *c = arg;
+	char p[PATH_MAX];
+
+	snprintf(p, sizeof(p), "%s/%s", c->dir, c->step);
+	if (mkdir(tm_path(c->m, p), 0755) < 0)
+		return 200;
+	snprintf(p, sizeof(p), "%s/%s/shard", c->dir, c->step);
+	put(tm_path(c->m, p), "shard data");	/* its close may already know */
+	snprintf(p, sizeof(p), "%s/latest", c->dir);
+	put(tm_path(c->m, p), c->step);
+	return sync_file(tm_path(c->m, p));
+}
+
+struct one {
+	struct tmount *m;
+	const char *rel;
+};
+
+static int put_and_sync(void *arg)
+{
+	struct one *o = arg;
+	int r = put(tm_path(o->m, o->rel), "x");
+	return r ? r : sync_file(tm_path(o->m, o->rel));
+}
+
+static int read_files(void *arg)
+{
+	struct one *o = arg;
+	char *t = ct_read_ctl(o->m, "files");
+	/* exit 1 if `rel` occurs in the listing, 0 if not */
+	int r = strstr(t, o->rel) != NULL;
+	free(t);
+	return r;
+}
+
+static int open_ctl_for_write(void *arg)
+{
+	struct tmount *m = arg;
+	int fd = open(tm_path(m, ".ckptfs/ctl"), O_WRONLY);
+	if (fd >= 0) {
+		close(fd);
+		return 0;
+	}
+	return errno;
+}
+
+struct drainrun {
+	struct tmount *m;
+	int status;		/* ckptfs-ctl's exit status */
+	char err[512];
+};
+
+static int run_drain(void *arg)
+{
+	struct drainrun *d = arg;
+	execl(ct_tool("ckptfs-ctl"), "ckptfs-ctl", "drain", d->m->mnt, "--timeout", "10", (char *)NULL);
+	return 127;
+}
+
+static void check_isolation(void)
+{
+	struct tmount m;
+	char flag[PATH_MAX], env[PATH_MAX * 3];
+
+	tm_init(&m, "ctl-users");
+	CHECK_SYS(chmod(m.root, 0755));	/* other users must reach the mount */
+	snprintf(flag, sizeof(flag), "%s/flag", m.root);
+	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=mkdir,err=EACCES,name=a-step2,while=%s;"
+		 "op=mkdir,err=EACCES,name=jobdir,while=%s", flag, flag);
+	tm_mount(&m, "allow_other", (const char *[]){ env, NULL });
+	CHECK_SYS(chmod(m.mnt, 0755));
+	CHECK_SYS(mkdir(tm_path(&m, "ua"), 0755));
+	CHECK_SYS(chown(tm_path(&m, "ua"), UA, UA));
+	CHECK_SYS(mkdir(tm_path(&m, "ub"), 0755));
+	CHECK_SYS(chown(tm_path(&m, "ub"), UB, UB));
+	struct ckpt a1 = { &m, "ua", "a-step1" }, b1 = { &m, "ub", "b-step1" };
+	ASSERT_EQ(as_user(UA, write_ckpt, &a1), 0);
+	ASSERT_EQ(as_user(UB, write_ckpt, &b1), 0);
+	ct_touch(flag);
+
+	/* A is refused; B, at the same time, is not held back. */
+	struct ckpt a2 = { &m, "ua", "a-step2" }, b2 = { &m, "ub", "b-step2" };
+	ASSERT_EQ(as_user(UA, write_ckpt, &a2), EACCES);
+	ASSERT_EQ(as_user(UB, write_ckpt, &b2), 0);
+	size_t len;
+	char *lb = read_file(tm_bpath(&m, "ub/latest"), &len);
+	ASSERT_TRUE(lb && len == 7 && !memcmp(lb, "b-step2", 7));
+	free(lb);
+	ASSERT_TRUE(file_exists(tm_bpath(&m, "ub/b-step2/shard")));
+	char *la = read_file(tm_bpath(&m, "ua/latest"), &len);
+	ASSERT_TRUE(la && len == 7 && !memcmp(la, "a-step1", 7));
+	free(la);
+	ASSERT_TRUE(!file_exists(tm_bpath(&m, "ua/a-step2")));
+
+	/* drain: B's own operations are durable; root's view is blocked by A. */
+	struct drainrun d = { .m = &m };
+	ASSERT_EQ(as_user(UB, run_drain, &d), 0);
+	struct ct_result r;
+	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "drain", m.mnt, "--timeout", "5", NULL });
+	ct_expect_status(&r, 1, "root's drain while A is blocked");
+	ct_expect_in(r.err, "mkdir ua/a-step2", "root's drain");
+	ct_result_free(&r);
+
+	/* files: each user sees their own pending files; root sees all. */
+	struct one fa = { &m, "ua/latest" }, fb = { &m, "ub/" };
+	ASSERT_EQ(as_user(UA, read_files, &fa), 1);
+	ASSERT_EQ(as_user(UB, read_files, &fa), 0);
+	char *all = ct_read_ctl(&m, "files");
+	ct_expect_in(all, "ua/latest", "root's .ckptfs/files");
+	free(all);
+	(void)fb;
+	ASSERT_EQ(as_user(UB, open_ctl_for_write, &m), EACCES);
+
+	/* A dependency across users: root's refused mkdir holds B's file in it. */
+	CHECK_SYS(mkdir(tm_path(&m, "jobdir"), 0777));
+	CHECK_SYS(chmod(tm_path(&m, "jobdir"), 0777));
+	struct one bj = { &m, "jobdir/b-result" }, bafter = { &m, "ub/after" };
+	ASSERT_EQ(as_user(UB, put_and_sync, &bj), EACCES);
+	ASSERT_EQ(as_user(UB, put_and_sync, &bafter), EACCES);	/* B's order: behind it */
+	/* A's cause is fixed by an admin (retry); A goes on though jobdir is refused. */
+	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "skip", m.mnt, "1", NULL });
+	ct_expect_status(&r, 1, "skip of an operation that is not blocked");
+	ct_result_free(&r);
+	struct one anext = { &m, "ua/next" };
+	CHECK_SYS(unlink(flag));
+	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "retry", m.mnt, NULL });
+	ct_expect_status(&r, 0, "ckptfs-ctl retry");
+	ct_result_free(&r);
+	ASSERT_EQ(as_user(UA, put_and_sync, &anext), 0);
+	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "drain", m.mnt, "--timeout", "20", NULL });
+	ct_expect_status(&r, 0, "root's drain once everything is fixed");
+	ct_result_free(&r);
+	ASSERT_TRUE(file_exists(tm_bpath(&m, "jobdir/b-result")));
+	ASSERT_TRUE(file_exists(tm_bpath(&m, "ua/a-step2/shard")));
+	tm_stop(&m);
+	tm_cleanup(&m);
+	fprintf(stderr, "isolation              ok\n");
+}
+
+/* ---- drains answer asynchronously, capped per user ---- */
+
+struct drainer {
+	struct tmount *m;
+	int result;		/* 0, or errno of the read */
+};
+
+static void *drain_thread(void *arg)
+{
+	struct drainer *d = arg;
+	char buf[1024];
+	int fd = open(tm_path(d->m, ".ckptfs/drain"), O_RDONLY);
+	if (fd < 0) {
+		d->result = errno;
+		return NULL;
+	}
+	d->result = read(fd, buf, sizeof(buf)) < 0 ? errno : 0;
+	close(fd);
+	return NULL;
+}
+
+static int many_drains(void *arg)
+{
+	struct tmount *m = arg;
+	struct drainer d[10];
+	pthread_t th[10];
+	struct stat st;
+
+	if (put(tm_path(m, "ub/slow"), "slow") != 0)
+		return 101;
+	for (int i = 0; i < 10; i++) {
+		d[i] = (struct drainer){ m, -1 };
+		pthread_create(&th[i], NULL, drain_thread, &d[i]);
+	}
+	usleep(300 * 1000);
+	uint64_t t0 = mono_ms();
+	if (stat(tm_path(m, "ub"), &st) < 0 || mono_ms() - t0 > 500)
+		return 102;	/* a worker should be free at once */
+	int busy = 0, ok = 0;
+	for (int i = 0; i < 10; i++) {
+		pthread_join(th[i], NULL);
+		busy += d[i].result == EBUSY;
+		ok += d[i].result == 0;
+	}
+	return busy == 2 && ok == 8 ? 0 : 100 + busy;
+}
+
+static void check_async_drains(void)
+{
+	struct tmount m;
+
+	tm_init(&m, "ctl-users-drains");
+	CHECK_SYS(chmod(m.root, 0755));
+	tm_mount(&m, "allow_other,max_threads=2",
+		 (const char *[]){ "CKPTFS_FAULT=op=rename,delay_ms=2000,name=slow", NULL });
+	CHECK_SYS(chmod(m.mnt, 0755));
+	CHECK_SYS(mkdir(tm_path(&m, "ub"), 0755));
+	CHECK_SYS(chown(tm_path(&m, "ub"), UB, UB));
+	tm_sync(&m);
+	int r = as_user(UB, many_drains, &m);
+	if (r)
+		FAILF("many drains as B: %d (100 + EBUSY answers; expected 2 of 10 over the cap of 8)", r);
+	tm_stop(&m);
+	tm_cleanup(&m);
+	fprintf(stderr, "async capped drains    ok\n");
+}
+
+int main(void)
+{
+	tm_require_fuse();
+	if (geteuid() != 0) {
+		fprintf(stderr, "needs root (second users, allow_other)\n");
+		return TEST_SKIP;
+	}
+	check_isolation();
+	check_async_drains();
+	return 0;
+}
