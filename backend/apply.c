@@ -28,6 +28,21 @@
 void flush_temp_mark_published(struct cfd *out);
 const char *flush_temp_name(struct cfd *out, struct bnode **dir);
 
+const char *op_record_type(enum op_kind k)
+{
+	return k == OP_VERSION ? "file" : op_kind_name(k);
+}
+
+void sb_json_paths(struct strbuf *b, const char *path, const char *to)
+{
+	sb_printf(b, "\"path\": ");
+	sb_json_str(b, path);
+	if (to && to[0]) {
+		sb_printf(b, ", \"to\": ");
+		sb_json_str(b, to);
+	}
+}
+
 const char *op_kind_name(enum op_kind k)
 {
 	static const char *const names[] = { "version", "mkdir", "rmdir", "unlink", "rename",
@@ -229,14 +244,10 @@ static int record_op(struct backend *be, struct op *op)
 			return 0;
 		break;
 	}
-	sb_printf(&b, "{\"t\": \"%s\", \"m\": \"%s\", \"seq\": %llu, \"try\": %u, \"time\": %llu, "
-		  "\"path\": ", op->kind == OP_VERSION ? "file" : op_kind_name(op->kind), be->mount_id,
-		  (unsigned long long)op->seq, op->records, (unsigned long long)wall_ns());
-	sb_json_str(&b, path);
-	if (to[0]) {
-		sb_printf(&b, ", \"to\": ");
-		sb_json_str(&b, to);
-	}
+	sb_printf(&b, "{\"t\": \"%s\", \"m\": \"%s\", \"seq\": %llu, \"try\": %u, \"time\": %llu, ",
+		  op_record_type(op->kind), be->mount_id, (unsigned long long)op->seq, op->records,
+		  (unsigned long long)wall_ns());
+	sb_json_paths(&b, path, to);
 	if (op->kind == OP_VERSION) {
 		char hex[33];
 		hash_hex(op->digest, hex);

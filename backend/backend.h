@@ -321,10 +321,31 @@ static inline uint64_t backend_durable_seq(struct backend *be)
 }
 
 /*
+ * A number that changes whenever the backend moves forward: operations
+ * applied, and bytes written while it is healthy (a failing backend that
+ * rewrites a version on every retry is not moving).  For "no progress for
+ * drain_timeout" decisions; lock-free.
+ */
+static inline uint64_t backend_progress(struct backend *be)
+{
+	uint64_t p = atomic_load(&be->st.ops_applied);
+	if (!atomic_load(&be->st.degraded))
+		p += atomic_load(&be->st.written_bytes);
+	return p;
+}
+/* The errno the backend last failed with (positive), 0 while healthy. */
+static inline int backend_last_error(struct backend *be)
+{
+	return atomic_load(&be->st.last_error);
+}
+
+/*
  * Call w->done once everything up to w->seq is durable (err 0), or when an
  * operation at or below... before it fails (err < 0).  May call at once.
  */
 void backend_wait_async(struct backend *be, struct pub_waiter *w);
+/* Answer every waiter not answered yet with err (< 0), now (cancel.c). */
+void backend_cancel_waiters(struct backend *be, int err);
 /*
  * Block until everyone's operations up to seq are durable; timeout_ns 0 =
  * forever.  0, -ETIMEDOUT or the blocker's -errno.
@@ -364,6 +385,10 @@ void backend_retry(struct backend *be);
 long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report);
 
 const char *op_kind_name(enum op_kind k);
+/* The manifest's name for it ("file" for a version). */
+const char *op_record_type(enum op_kind k);
+/* Append `"path": P` and, if `to` is set, `, "to": T` (JSON strings). */
+void sb_json_paths(struct strbuf *b, const char *path, const char *to);
 
 /* Called by the cache when writers wait for space. */
 void backend_want_spill(void *be);

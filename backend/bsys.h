@@ -44,8 +44,8 @@ enum bsys_op {
 	BOP_FTRUNCATE, BOP_RENAMEAT2, BOP_UNLINKAT, BOP_MKDIRAT, BOP_SYMLINKAT,
 	BOP_LINKAT, BOP_FCHMODAT, BOP_FCHOWNAT, BOP_UTIMENSAT, BOP_SETXATTR,
 	BOP_REMOVEXATTR, BOP_FSTATAT, BOP_GETXATTR, BOP_LISTXATTR, BOP_READLINKAT,
-	BOP_MKNODAT, BOP_READDIR, BOP_FCHMOD, BOP_FCHOWN, BOP_FUTIMENS, BOP_FALLOCATE,
-	BOP_COPY_FILE_RANGE, BOP_COUNT
+	BOP_MKNODAT, BOP_READDIR, BOP_FCHMOD, BOP_FCHOWN, BOP_FUTIMENS, BOP_APPEND,
+	BOP_FALLOCATE, BOP_COPY_FILE_RANGE, BOP_COUNT
 };
 
 extern const char *const bsys_op_names[BOP_COUNT];
@@ -93,6 +93,13 @@ struct bsys {
 	int (*fchmod)(int fd, mode_t mode);
 	int (*fchown)(int fd, uid_t uid, gid_t gid);
 	int (*futimens)(int fd, const struct timespec ts[2]);
+	/*
+	 * Writes to the daemon's own metadata files (the manifest log, its
+	 * compaction, the state file) at off, the end of what was written
+	 * (ignored on an O_APPEND fd): a separate door from pwrite, so faults
+	 * can hit the manifest (op=append) or the data (op=pwrite) alone.
+	 */
+	ssize_t (*append)(int fd, const void *buf, size_t n, off_t off);
 	/* Data by fd (the temporary and stage files the daemon writes). */
 	int (*fallocate)(int fd, int mode, off_t off, off_t len);
 	/* copy_file_range(2) with explicit offsets: bytes copied, 0 at EOF, or -errno */

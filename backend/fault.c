@@ -7,8 +7,10 @@
  *                      copy_file_range), "meta" (rename, unlink,
  *                      mkdir, symlink, link, mknod, chmod, chown, utimens,
  *                      fchmod, fchown, futimens), "any"
- *   err=ERRNO|short    error to return (EIO, ENOSPC, EDQUOT, ...) or, for
- *                      writes, write only half
+ *   err=ERRNO|short|kill  error to return (EIO, ENOSPC, EDQUOT, ...) or, for
+ *                      writes, write only half; kill: the process SIGKILLs
+ *                      itself instead of making the call (a crash at that
+ *                      exact step)
  *   delay_ms=N         sleep before the call (a slow backend)
  *   after=N            let the first N matching calls through
  *   count=N            inject at most N times
@@ -23,6 +25,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +33,7 @@
 #include <unistd.h>
 
 #define FAULT_SHORT (-1)
+#define FAULT_KILL (-2)
 
 struct fault_rule {
 	uint32_t ops;		/* bit per enum bsys_op */
@@ -101,8 +105,8 @@ static int parse_rule(char *spec, struct fault_rule *r)
 				return -EINVAL;
 		} else if (!strcmp(kv, "err")) {
 			unsigned i;
-			if (!strcmp(eq, "short")) {
-				r->err = FAULT_SHORT;
+			if (!strcmp(eq, "short") || !strcmp(eq, "kill")) {
+				r->err = eq[0] == 's' ? FAULT_SHORT : FAULT_KILL;
 				continue;
 			}
 			for (i = 0; i < CKPT_ARRAY_LEN(errnames); i++)
@@ -146,6 +150,8 @@ static int fault_check(enum bsys_op op, const char *name)
 			continue;
 		if (r->delay_ms)
 			usleep(r->delay_ms * 1000u);
+		if (r->err == FAULT_KILL)
+			raise(SIGKILL);
 		if (r->err && !inject)
 			inject = r->err;
 	}
@@ -221,6 +227,13 @@ static int f_readdir(int d, int (*fn)(void *, const char *), void *arg)
 static int f_fchmod(int fd, mode_t m) { CHECK(BOP_FCHMOD, NULL); return real.fchmod(fd, m); }
 static int f_fchown(int fd, uid_t u, gid_t g) { CHECK(BOP_FCHOWN, NULL); return real.fchown(fd, u, g); }
 static int f_futimens(int fd, const struct timespec ts[2]) { CHECK(BOP_FUTIMENS, NULL); return real.futimens(fd, ts); }
+static ssize_t f_append(int fd, const void *b, size_t n, off_t o)
+{
+	CHECK(BOP_APPEND, NULL);
+	if (f_ == FAULT_SHORT && n > 1)
+		n /= 2;
+	return real.append(fd, b, n, o);
+}
 static int f_fallocate(int fd, int m, off_t o, off_t l) { CHECK(BOP_FALLOCATE, NULL); return real.fallocate(fd, m, o, l); }
 static ssize_t f_copy_file_range(int in, off_t io, int out, off_t oo, size_t n)
 {
@@ -270,8 +283,8 @@ int bsys_faults_from_env(void)
 		.removexattr = f_removexattr, .getxattr = f_getxattr, .listxattr = f_listxattr,
 		.fstatat = f_fstatat, .readlinkat = f_readlinkat, .mknodat = f_mknodat,
 		.readdir = f_readdir, .fchmod = f_fchmod, .fchown = f_fchown,
-		.futimens = f_futimens, .fallocate = f_fallocate,
-		.copy_file_range = f_copy_file_range, .io_result = f_io_result,
+		.futimens = f_futimens, .io_result = f_io_result, .append = f_append,
+		.fallocate = f_fallocate, .copy_file_range = f_copy_file_range,
 		.faults_active = 1,
 	};
 	return 0;

@@ -690,9 +690,14 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 	if (opt->no_manifest) {
 		manifest_disabled(&be->man);
 	} else {
-		int r = manifest_open(&be->man, root_fd, be->mount_id, &be->recovery);
-		if (r < 0)
+		char node[256];
+		manifest_node_default(node, sizeof(node));
+		int r = manifest_open(&be->man, root_fd, node, be->mount_id, &be->recovery);
+		if (r < 0) {	/* nothing runs yet: release what was made (a refused mount) */
+			bnode_put(be->root);
+			order_free(be->order);
 			return r;
+		}
 	}
 
 	/* Probe the I/O engine once so stats can say which one runs and why. */

@@ -208,14 +208,6 @@ static int rescue_file_create(int base, const char *path)
 	return fd;
 }
 
-static const char *kind_name(enum op_kind k)
-{
-	static const char *const names[] = { "file", "mkdir", "rmdir", "unlink", "rename",
-					     "symlink", "link", "setattr", "setxattr", "removexattr",
-					     "mknod" };
-	return k < CKPT_ARRAY_LEN(names) ? names[k] : "?";
-}
-
 /* Save one version's contents as `path` below `files`: 0 or -errno; its digest in hex. */
 static int rescue_version(int files, const char *path, struct cver *v, char hex[33])
 {
@@ -280,13 +272,9 @@ long backend_rescue(struct backend *be, const char *dir, const struct rescue_ite
 			snprintf(path, sizeof(path), "unplaced/%llu", (unsigned long long)op->seq);
 		if (op->dir2 && bnode_path(be, op->dir2, op->name2, to, sizeof(to)) < 0)
 			snprintf(to, sizeof(to), "unplaced/%s", op->name2);
-		sb_printf(&b, "{\"seq\": %llu, \"op\": \"%s\", \"path\": ", (unsigned long long)op->seq,
-			  kind_name(op->kind));
-		sb_json_str(&b, path);
-		if (to[0]) {
-			sb_printf(&b, ", \"to\": ");
-			sb_json_str(&b, to);
-		}
+		sb_printf(&b, "{\"seq\": %llu, \"op\": \"%s\", ", (unsigned long long)op->seq,
+			  op_record_type(op->kind));
+		sb_json_paths(&b, path, to);
 		if (op->kind == OP_VERSION) {
 			char hex[33];
 			int r = rescue_version(files, path, op->ver, hex);
@@ -336,6 +324,6 @@ long backend_rescue(struct backend *be, const char *dir, const struct rescue_ite
 	char rec[512];
 	int n = snprintf(rec, sizeof(rec), "{\"t\": \"rescued\", \"m\": \"%s\", \"count\": %ld, \"where\": \"%s\"}",
 			 be->mount_id, saved, where);
-	manifest_append(&be->man, rec, (size_t)n);
+	(void)manifest_append(&be->man, rec, (size_t)n);
 	return saved;
 }
