@@ -214,7 +214,7 @@ struct fd_walk {
 
 static void walk_zeros(struct fd_walk *w, uint64_t len)
 {
-	if (w->kind == DIGEST_RUNS) {
+	if (w->kind != DIGEST_FLAT) {
 		digest_zeros(&w->d, len);
 	} else {
 		for (uint64_t done = 0; done < len;) {
@@ -242,7 +242,7 @@ static int walk_read(struct fd_walk *w, uint64_t len)
 			w->eof = true;
 			return 1;
 		}
-		if (w->kind == DIGEST_RUNS)
+		if (w->kind != DIGEST_FLAT)
 			digest_update(&w->d, w->buf, (size_t)n);
 		else
 			XXH3_128bits_update(w->flat, w->buf, (size_t)n);
@@ -271,7 +271,7 @@ int digest_fd_kind(int fd, enum digest_kind kind, XXH128_hash_t *out, uint64_t *
 	if (fstat(fd, &st) < 0)
 		return -errno;
 	pthread_once(&zero_once, zero_leaf_init);
-	if (kind == DIGEST_RUNS) {
+	if (kind != DIGEST_FLAT) {
 		digest_init(&w.d);
 	} else {
 		w.flat = XXH3_createState();
@@ -287,7 +287,7 @@ int digest_fd_kind(int fd, enum digest_kind kind, XXH128_hash_t *out, uint64_t *
 			walk_zeros(&w, (uint64_t)st.st_size - w.pos);	/* a hole at the end */
 	}
 	free(w.buf);
-	if (kind == DIGEST_RUNS) {
+	if (kind != DIGEST_FLAT) {
 		*out = digest_final(&w.d);
 	} else {
 		*out = XXH3_128bits_digest(w.flat);

@@ -311,6 +311,8 @@ static void replay(struct pmap *m, const struct recs *r)
 				e->path = xstrdup(to);
 				e->size = src->size;
 				memcpy(e->xxh3, src->xxh3, sizeof(e->xxh3));
+				e->kind = src->kind;
+				e->either = src->either;
 				pm_remove(m, to);
 				pm_insert(m, e);
 			}
