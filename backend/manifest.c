@@ -19,6 +19,7 @@
  * append writes anything (tail_dirty): no record ever follows a half one.
  */
 #include "backend/manifest_priv.h"
+#include "backend/digest.h"
 #include "backend/bsys.h"
 #include "cache/json.h"
 #include "cache/log.h"
@@ -40,35 +41,7 @@
 
 int hash_fd(int fd, XXH128_hash_t *out, uint64_t *size)
 {
-	const size_t bs = 4u << 20;
-	char *buf = xmalloc(bs);
-	XXH3_state_t *st = XXH3_createState();
-	uint64_t total = 0;
-	off_t off = 0;
-	int r = 0;
-
-	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	XXH3_128bits_reset(st);
-	for (;;) {
-		ssize_t n = pread(fd, buf, bs, off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			r = -errno;
-			break;
-		}
-		if (n == 0)
-			break;
-		XXH3_128bits_update(st, buf, (size_t)n);
-		off += n;
-		total += (uint64_t)n;
-	}
-	*out = XXH3_128bits_digest(st);
-	if (size)
-		*size = total;
-	XXH3_freeState(st);
-	free(buf);
-	return r;
+	return digest_fd(fd, out, size);
 }
 
 void hash_hex(XXH128_hash_t h, char out[33])

@@ -49,7 +49,7 @@
 #include <stdint.h>
 #include <xxhash.h>
 
-#define MANIFEST_FORMAT 1
+#define MANIFEST_FORMAT 2	/* 2: digests are block runs (digest.h); 1: whole-file XXH3-128 */
 #define MANIFEST_NODES_DIR ".ckptfs/nodes"
 /* Longest payload a record may have; longer length fields are refused unread. */
 #define MANIFEST_REC_MAX (1u << 20)
@@ -163,7 +163,7 @@ int manifest_scan_fd(int fd, manifest_cb cb, void *arg, struct manifest_scan *re
  */
 bool manifest_record_check(const char *line, size_t n, const char **payload, size_t *plen);
 
-/* XXH3-128 of a whole file read from fd (large sequential reads). */
+/* The digest of a whole file read from fd (digest_fd: holes are not read). */
 int hash_fd(int fd, XXH128_hash_t *out, uint64_t *size);
 void hash_hex(XXH128_hash_t h, char out[33]);
 

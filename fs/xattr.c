@@ -6,7 +6,9 @@
  *
  * Two read-only keys are ckptfs's own, on every regular file:
  *   user.ckptfs.state  dirty | flushing | durable
- *   user.ckptfs.xxh3   XXH3-128 of the published contents (hex), once durable
+ *   user.ckptfs.xxh3   the digest of the published contents (32 hex digits,
+ *                      as in the manifest and `ckptfs-ctl hash`: the
+ *                      block-run XXH3-128 of backend/digest.h), once durable
  */
 #include "fs/fs.h"
 
@@ -135,11 +137,9 @@ static int own_xattr(struct ckptfs *fs, struct fsnode *n, const char *key, char 
 	if (strcmp(key, XATTR_XXH3) == 0) {
 		if (strcmp(node_state_name(fs, n), "durable") != 0 || !atomic_load(&n->b->has_digest))
 			return -ENODATA;
-		XXH128_canonical_t c;
-		XXH128_canonicalFromHash(&c, n->b->digest);
-		for (int i = 0; i < 16; i++)
-			snprintf(buf + 2 * i, len - 2 * (size_t)i, "%02x", c.digest[i]);
-		return 32;
+		char hex[33];
+		hash_hex(n->b->digest, hex);
+		return snprintf(buf, len, "%s", hex);
 	}
 	return -ENODATA;
 }
