@@ -156,6 +156,7 @@ struct op {
 	uint64_t retry_ns;	/* BLOCKED: when to try again */
 	uint64_t blocked_ns;	/* BLOCKED: since when */
 	unsigned attempts;	/* BLOCKED: failed attempts so far */
+	int last_err;		/* the error of the last failed attempt (-errno) */
 	struct op *blocker;	/* the BLOCKED operation holding it back, or NULL (order.c) */
 };
 

@@ -35,6 +35,8 @@ struct actor_state {
 	uint64_t min_undurable;		/* first not durable (the batch counts); UINT64_MAX: none */
 	uint64_t first_blocked;		/* seq of its first operation held by a blocker */
 	struct op *blocker;
+	uint64_t first_failing;		/* seq of its first operation that failed before */
+	struct op *failing;		/* ... (possibly being retried now) */
 };
 
 struct order_state {

@@ -125,7 +125,8 @@ static int waiter_state(struct backend *be, const struct pub_waiter *w, uint64_t
 
 	if (!a || w->seq < a->min_undurable)
 		return 1;
-	if (a->first_blocked <= w->seq && a->blocker)
+	/* (A blocker just skipped goes at the next pass: wait for that.) */
+	if (a->first_blocked <= w->seq && a->blocker && !a->blocker->skipped)
 		return a->blocker->err ? a->blocker->err : -EIO;
 	if (be->sync_err && w->seq >= be->sync_first_seq)
 		return be->sync_err;
@@ -257,8 +258,10 @@ int backend_actor_error(struct backend *be, uid_t actor, uint64_t seq)
 
 	pthread_mutex_lock(&be->lock);
 	const struct actor_state *a = order_actor(be->order, actor, false);
-	if (a && a->blocker && a->first_blocked <= seq)
+	if (a && a->blocker && !a->blocker->skipped && a->first_blocked <= seq)
 		err = a->blocker->err ? a->blocker->err : -EIO;
+	else if (a && a->failing && !a->failing->skipped && a->first_failing <= seq)
+		err = a->failing->last_err ? a->failing->last_err : -EIO;
 	pthread_mutex_unlock(&be->lock);
 	return err;
 }

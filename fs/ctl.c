@@ -207,6 +207,7 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 	sb_printf(b, ", \"backend_state\": \"%s\", \"blocked_ops\": %u, \"blocked\": ",
 		  nblocked ? "blocked" : atomic_load(&be->st.degraded) ? "degraded" : "ok", nblocked);
 	sb_json_str(b, blocked);
+	sb_printf(b, ", \"blocked_attempts\": %u", nblocked ? bl.attempts : 0u);
 	sb_printf(b, ", \"blocked_seq\": %llu, \"blocked_uid\": %ld, \"blocked_for_s\": %.3f"
 		  ", \"blocked_behind\": %u, \"files_open_for_writing\": %llu",
 		  nblocked ? (unsigned long long)bl.seq : 0ull, nblocked ? (long)bl.actor : -1l,
@@ -470,7 +471,9 @@ static void ctl_command(struct ckptfs *fs, struct fshandle *h, const struct ctl_
 		unsigned n = backend_blocked(&fs->be, &bl, 1);
 		backend_retry(&fs->be);
 		log_info("retry of %u blocked operations requested through the control file", n);
-		sb_printf(&h->out, "{\"ok\": true, \"retrying\": %u}\n", n);
+		sb_printf(&h->out, "{\"ok\": true, \"retrying\": %u, \"blocked_seq\": %llu, "
+			  "\"blocked_attempts\": %u}\n", n, n ? (unsigned long long)bl.seq : 0ull,
+			  n ? bl.attempts : 0u);
 		return;
 	}
 	if (cmd->kind == CTL_CMD_SKIP) {

@@ -259,6 +259,41 @@ static int cmd_hash(int argc, char **argv)
 	return rc;
 }
 
+/*
+ * After a retry: watch the stats (no daemon thread waits for us) until the
+ * first blocked operation went through or failed once more, up to 20 s, and
+ * say which.  0 when nothing is blocked any more.
+ */
+static int retry_outcome(const char *mnt, double n, double seq, double attempts)
+{
+	printf("%s: retrying %.0f blocked operations now\n", mnt, n);
+	if (n == 0)
+		return 0;
+	for (int i = 0; i < 200; i++) {
+		char *text = cli_read_ctl(prog, mnt, "stats");
+		struct json_obj s;
+		int done = -1;
+		if (text && json_parse(text, strlen(text), &s, NULL, 0) == 0) {
+			if (json_num_or0(&s, "blocked_ops") == 0) {
+				printf("%s: nothing is blocked any more\n", mnt);
+				done = 0;
+			} else if (json_num_or0(&s, "blocked_seq") != seq ||
+				   json_num_or0(&s, "blocked_attempts") > attempts) {
+				fprintf(stderr, "%s: %s: still blocked at %s\n", prog, mnt,
+					json_str(&s, "blocked") ? json_str(&s, "blocked") : "?");
+				done = 1;
+			}
+			json_free(&s);
+		}
+		free(text);
+		if (done >= 0)
+			return done;
+		usleep(100 * 1000);
+	}
+	fprintf(stderr, "%s: %s: the retry has not finished after 20 s; see ckptfs-stat\n", prog, mnt);
+	return 1;
+}
+
 /* retry MOUNT | skip MOUNT SEQ: one command to the control file. */
 static int cmd_admin(const char *cmd, int argc, char **argv)
 {
@@ -292,7 +327,8 @@ static int cmd_admin(const char *cmd, int argc, char **argv)
 		fprintf(stderr, "%s: %s: %s\n", prog, cmd,
 			json_str(&o, "error") ? json_str(&o, "error") : answer);
 	else if (!strcmp(cmd, "retry"))
-		printf("%s: retrying %.0f blocked operations now\n", mnt, json_num_or0(&o, "retrying"));
+		r = retry_outcome(mnt, json_num_or0(&o, "retrying"), json_num_or0(&o, "blocked_seq"),
+				  json_num_or0(&o, "blocked_attempts"));
 	else
 		printf("%s", json_str(&o, "report") ? json_str(&o, "report") : "");
 	json_free(&o);
