@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -47,7 +48,7 @@ const char *const bsys_op_names[BOP_COUNT] = {
 	"openat", "close", "pread", "pwrite", "fsync", "fdatasync", "ftruncate",
 	"rename", "unlink", "mkdir", "symlink", "link", "chmod", "chown",
 	"utimens", "setxattr", "removexattr", "stat", "getxattr", "listxattr",
-	"readlink", "mknod", "readdir", "fchmod", "fchown", "futimens",
+	"readlink", "mknod", "readdir", "fchmod", "fchown", "futimens", "flock",
 };
 
 #define RET(expr) do { long r_ = (long)(expr); return r_ < 0 ? -errno : r_; } while (0)
@@ -320,6 +321,7 @@ static int d_utimensat(int d, const char *n, const struct timespec ts[2], int at
 static int d_fchmod(int fd, mode_t m) { RET(fchmod(fd, m)); }
 static int d_fchown(int fd, uid_t u, gid_t g) { RET(fchown(fd, u, g)); }
 static int d_futimens(int fd, const struct timespec ts[2]) { RET(futimens(fd, ts)); }
+static int d_flock(int fd, int op) { RET(flock(fd, op)); }
 
 /* ---- xattrs ----------------------------------------------------------------- */
 
@@ -435,7 +437,7 @@ int bsys_open_dir_path(const char *path)
 	.removexattr = d_removexattr, .getxattr = d_getxattr, .listxattr = d_listxattr,    \
 	.fstatat = d_fstatat, .readlinkat = d_readlinkat, .mknodat = d_mknodat,            \
 	.readdir = d_readdir, .fchmod = d_fchmod, .fchown = d_fchown,                      \
-	.futimens = d_futimens, .io_result = d_io_result,                                  \
+	.futimens = d_futimens, .flock = d_flock, .io_result = d_io_result,                \
 }
 
 struct bsys bsys = BSYS_LIBC;

@@ -43,7 +43,7 @@ enum bsys_op {
 	BOP_FTRUNCATE, BOP_RENAMEAT2, BOP_UNLINKAT, BOP_MKDIRAT, BOP_SYMLINKAT,
 	BOP_LINKAT, BOP_FCHMODAT, BOP_FCHOWNAT, BOP_UTIMENSAT, BOP_SETXATTR,
 	BOP_REMOVEXATTR, BOP_FSTATAT, BOP_GETXATTR, BOP_LISTXATTR, BOP_READLINKAT,
-	BOP_MKNODAT, BOP_READDIR, BOP_FCHMOD, BOP_FCHOWN, BOP_FUTIMENS, BOP_COUNT
+	BOP_MKNODAT, BOP_READDIR, BOP_FCHMOD, BOP_FCHOWN, BOP_FUTIMENS, BOP_FLOCK, BOP_COUNT
 };
 
 extern const char *const bsys_op_names[BOP_COUNT];
@@ -91,6 +91,8 @@ struct bsys {
 	int (*fchmod)(int fd, mode_t mode);
 	int (*fchown)(int fd, uid_t uid, gid_t gid);
 	int (*futimens)(int fd, const struct timespec ts[2]);
+	/* flock(2) on a file the daemon opened (its node lock, lease.c). */
+	int (*flock)(int fd, int op);
 	/* io_uring completion results: (op, fd, requested length, result) -> result */
 	int (*io_result)(enum bsys_op op, int fd, size_t len, int res);
 	/* Non-zero when a wrapper is installed: io_uring completions must consult it. */

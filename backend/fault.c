@@ -48,7 +48,7 @@ static const struct { const char *name; int err; } errnames[] = {
 	{ "EIO", EIO }, { "ENOSPC", ENOSPC }, { "EDQUOT", EDQUOT }, { "EROFS", EROFS },
 	{ "EACCES", EACCES }, { "EPERM", EPERM }, { "ENOENT", ENOENT }, { "EAGAIN", EAGAIN },
 	{ "EINTR", EINTR }, { "ESTALE", ESTALE }, { "ETIMEDOUT", ETIMEDOUT },
-	{ "ENAMETOOLONG", ENAMETOOLONG }, { "ELOOP", ELOOP },
+	{ "ENAMETOOLONG", ENAMETOOLONG }, { "ELOOP", ELOOP }, { "ENOLCK", ENOLCK },
 };
 
 static uint32_t parse_ops(const char *s)
@@ -218,6 +218,7 @@ static int f_readdir(int d, int (*fn)(void *, const char *), void *arg)
 static int f_fchmod(int fd, mode_t m) { CHECK(BOP_FCHMOD, NULL); return real.fchmod(fd, m); }
 static int f_fchown(int fd, uid_t u, gid_t g) { CHECK(BOP_FCHOWN, NULL); return real.fchown(fd, u, g); }
 static int f_futimens(int fd, const struct timespec ts[2]) { CHECK(BOP_FUTIMENS, NULL); return real.futimens(fd, ts); }
+static int f_flock(int fd, int op) { CHECK(BOP_FLOCK, NULL); return real.flock(fd, op); }
 static int f_io_result(enum bsys_op op, int fd, size_t len, int res)
 {
 	int f = fault_check(op, NULL);
@@ -259,7 +260,7 @@ int bsys_faults_from_env(void)
 		.removexattr = f_removexattr, .getxattr = f_getxattr, .listxattr = f_listxattr,
 		.fstatat = f_fstatat, .readlinkat = f_readlinkat, .mknodat = f_mknodat,
 		.readdir = f_readdir, .fchmod = f_fchmod, .fchown = f_fchown,
-		.futimens = f_futimens, .io_result = f_io_result,
+		.futimens = f_futimens, .flock = f_flock, .io_result = f_io_result,
 		.faults_active = 1,
 	};
 	return 0;

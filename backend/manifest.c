@@ -479,7 +479,18 @@ static void recover(struct manifest *m, int root_fd, struct rscan *s, struct rec
 		 (unsigned long long)rep->inflight_files, (unsigned long long)rep->orphans_removed);
 }
 
-int manifest_open(struct manifest *m, int root_fd, const char *mount_id,
+void manifest_node_default(char *buf, size_t len)
+{
+	char host[256];
+
+	if (gethostname(host, sizeof(host)) < 0 || !host[0] || host[0] == '.' || strchr(host, '/'))
+		snprintf(host, sizeof(host), "localhost");
+	host[sizeof(host) - 1] = '\0';
+	host[strcspn(host, ".")] = '\0';
+	snprintf(buf, len, "%s", host);
+}
+
+int manifest_open(struct manifest *m, int root_fd, const char *node, const char *mount_id,
 		  struct recovery_report *rep)
 {
 	struct rscan s = { 0 };
@@ -493,8 +504,7 @@ int manifest_open(struct manifest *m, int root_fd, const char *mount_id,
 	m->fd = m->dirfd = -1;
 	pthread_mutex_init(&m->lock, NULL);
 	snprintf(m->mount_id, sizeof(m->mount_id), "%s", mount_id);
-	if (gethostname(m->host, sizeof(m->host)) < 0 || !m->host[0] || strchr(m->host, '/'))
-		snprintf(m->host, sizeof(m->host), "localhost");
+	snprintf(m->host, sizeof(m->host), "%s", node);
 	if ((meta = mkdir_open(root_fd, ".ckptfs")) < 0)
 		return meta;
 	nodes = mkdir_open(meta, "nodes");

@@ -1,7 +1,7 @@
 /*
  * manifest.h — the consistency metadata ckptfs keeps on the backend.
  *
- * BACKEND/.ckptfs/nodes/<host>/manifest.log is an append-only log, one per
+ * BACKEND/.ckptfs/nodes/<node>/manifest.log is an append-only log, one per
  * node.  Each record is one line, self-checking:
  *
  *     C1 <len:8 hex> <xxh3-64 of payload:16 hex> <payload>\n
@@ -35,7 +35,7 @@ struct manifest {
 	int fd;			/* manifest.log, O_APPEND */
 	int dirfd;		/* nodes/<host> */
 	pthread_mutex_t lock;	/* appends */
-	char host[256];
+	char host[256];		/* the node name */
 	char mount_id[24];
 	uint64_t records;
 };
@@ -53,11 +53,16 @@ struct recovery_report {
 };
 
 /*
- * Open (creating) this node's log under the backend root and recover from
+ * This machine's node name: the hostname up to its first dot, or
+ * "localhost".  (The default; -o node=NAME may choose another.)
+ */
+void manifest_node_default(char *buf, size_t len);
+/*
+ * Open (creating) node `node`'s log under the backend root and recover from
  * an unclean end of the previous mount.  Returns 0, or -errno with a
  * message printed (e.g. a newer format it cannot read: -EPROTO).
  */
-int manifest_open(struct manifest *m, int root_fd, const char *mount_id,
+int manifest_open(struct manifest *m, int root_fd, const char *node, const char *mount_id,
 		  struct recovery_report *rep);
 /* A manifest that records nothing (manifest=off): appends and syncs do nothing. */
 void manifest_disabled(struct manifest *m);
