@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 enum fmt { FMT_HUMAN, FMT_JSON, FMT_PROM };
@@ -74,6 +75,12 @@ static const struct metric {
 	{ "degraded", "gauge", "1 while the backend is failing" },
 	{ "blocked_ops", "gauge", "Operations the backend refused, holding back later ones" },
 	{ "files_open_for_writing", "gauge", "Modified files still open for writing" },
+	{ "watermark_age_s", "gauge", "Age of this node's durable watermark" },
+	{ "peers_known", "gauge", "Peers whose watermark this node has read" },
+	{ "peer_behind_s", "gauge", "Age of the watermark of the peer furthest behind" },
+	{ "markers_held", "gauge", "Markers held until the peers confirm them" },
+	{ "marker_held_since_s", "gauge", "Seconds the oldest held marker has waited" },
+	{ "markers_released_by_policy", "counter", "Markers released by marker_policy=release" },
 };
 
 static void prom_escape(const char *s)
@@ -124,6 +131,34 @@ static const char *sz(double bytes, char *buf)
 	return format_size(bytes < 0 ? 0 : (uint64_t)bytes, buf, 32);
 }
 
+/* The node line, and a held marker: "marker `latest` held for node b since 12:00:01". */
+static void show_nodes_human(const struct jobj *o)
+{
+	const char *node = jobj_get(o, "node"), *held = jobj_get(o, "marker_held");
+	double peers = jobj_num(o, "peers");
+
+	if (!node)
+		return;
+	if (peers > 0)
+		printf("  node:         %s, %.0f of %.0f peers seen (furthest behind: %s, %.1f s), "
+		       "lease %s\n", node, jobj_num(o, "peers_known"), peers,
+		       jobj_get(o, "peer_behind") && *jobj_get(o, "peer_behind") ?
+		       jobj_get(o, "peer_behind") : "-", jobj_num(o, "peer_behind_s"),
+		       jobj_get(o, "lease"));
+	else
+		printf("  node:         %s, no peers, lease %s\n", node, jobj_get(o, "lease"));
+	if (held && *held) {
+		char when[32] = "?";
+		time_t t = (time_t)jobj_num(o, "marker_held_since_wall");
+		struct tm tm;
+		if (localtime_r(&t, &tm))
+			strftime(when, sizeof(when), "%H:%M:%S", &tm);
+		printf("  MARKER:       marker `%s` held for node %s since %s (%.1f s; %.0f held): %s\n",
+		       held, jobj_get(o, "marker_held_for"), when, jobj_num(o, "marker_held_since_s"),
+		       jobj_num(o, "markers_held"), jobj_get(o, "marker_held_reason"));
+	}
+}
+
 static void show_human(const struct jobj *o)
 {
 	char a[32], b[32], c[32], d[32], e[32], bb[41];
@@ -164,6 +199,7 @@ static void show_human(const struct jobj *o)
 		printf("  backend:      ok (%.0f errors so far)\n", jobj_num(o, "backend_errors"));
 	printf("  io:           %s, fsync %s, up %.0f s\n", jobj_get(o, "io_engine"),
 	       jobj_get(o, "fsync"), jobj_num(o, "uptime_s"));
+	show_nodes_human(o);
 }
 
 static void show_files_human(const char *text)
