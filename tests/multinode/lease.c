@@ -83,6 +83,11 @@ static void write_fake_lease(struct mcluster *c, const char *node, const char *h
 		 (unsigned long long)(now - (uint64_t)(age_s * 1e9)));
 	snprintf(path, sizeof(path), "%s/.ckptfs/nodes/%s/lease.json", c->backend, node);
 	cu_write_text(path, text);
+	/* Through the other node's client (a shared file system caches for a while). */
+	snprintf(path, sizeof(path), "%s/.ckptfs/nodes/%s/lease.json", c->node[1].m.backend, node);
+	for (uint64_t t0 = mono_ms(); strcmp(cu_slurp(path), text); usleep(50000))
+		if (mono_ms() - t0 > 10000)
+			FAILF("%s does not show the lease written through the first client", path);
 }
 
 int main(void)
