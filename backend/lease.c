@@ -318,9 +318,7 @@ int lease_acquire(struct nodes *nd, const char *mount_id)
 		return -EADDRINUSE;
 	}
 	nd->flock_ok = r == 0;
-	if (!nd->flock_ok)
-		log_warn("node %s: the backend has no working flock (%s): exclusivity rests on the "
-			 "lease alone (ttl %.0f s)", nd->node, strerror(-r), nd->opt.lease_ttl);
+	int flock_err = r;
 	if (lease_read(nd, &cur) == 0 && !cur.released && strcmp(cur.mount_id, mount_id) != 0) {
 		if (!holder_dead(nd, &cur, why, sizeof(why))) {
 			refuse_line(nd, &cur, "");
@@ -345,32 +343,44 @@ int lease_acquire(struct nodes *nd, const char *mount_id)
 			return -EADDRINUSE;
 		}
 	}
+	if (!nd->flock_ok)	/* said once the node is ours: a refusal is one line */
+		log_warn("node %s: the backend has no working flock (%s): exclusivity rests on the "
+			 "lease alone (ttl %.0f s)", nd->node, strerror(-flock_err), nd->opt.lease_ttl);
 	bsys.readdir(nd->dirfd, tmp_sweep_one, nd);
 	nd->last_lease_ns = now_ns();
+	nd->taken = true;
 	return 0;
 }
 
-int lease_heartbeat(struct nodes *nd)
+int lease_check(struct nodes *nd)
 {
 	struct lease_record cur;
-	const char *mid = nd->be->mount_id;
 
 	if (atomic_load(&nd->lease_lost))
 		return -EADDRINUSE;
-	if (lease_read(nd, &cur) == 0 && strcmp(cur.mount_id, mid) != 0) {
+	if (lease_read(nd, &cur) == 0 && strcmp(cur.mount_id, nd->be->mount_id) != 0) {
 		atomic_store(&nd->lease_lost, true);
 		log_err("node %s: mount %s (pid %ld on %s) has taken this node's lease: this daemon "
 			"was stopped past the lease's ttl.  It publishes nothing more; unmount it",
 			nd->node, cur.mount_id, cur.pid, cur.host);
 		return -EADDRINUSE;
 	}
+	return 0;
+}
+
+int lease_heartbeat(struct nodes *nd)
+{
+	int r = lease_check(nd);
+
+	if (r < 0)
+		return r;
 	nd->last_lease_ns = now_ns();
-	return lease_write(nd, mid, false);
+	return lease_write(nd, nd->be->mount_id, false);
 }
 
 void lease_release(struct nodes *nd)
 {
-	if (!atomic_load(&nd->lease_lost))
+	if (nd->taken && !atomic_load(&nd->lease_lost))
 		lease_write(nd, nd->be->mount_id, true);
 	if (nd->lock_fd >= 0) {
 		if (nd->flock_ok)

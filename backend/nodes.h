@@ -161,6 +161,7 @@ struct nodes {
 	int nodes_fd;		/* BACKEND/.ckptfs/nodes */
 	int lock_fd;
 	bool flock_ok;
+	bool taken;		/* the lease was taken: only then is anything written */
 	atomic_bool lease_lost;
 	uint64_t started_wall_ns;
 	struct wm_record prev;	/* this node's record left by the previous mount */
@@ -207,7 +208,10 @@ int nodes_start(struct nodes *nd, struct backend *be, int root_fd, const char *m
 		const struct nodes_opts *opt);
 /* After recovery: start the keeper (and the watcher with peers). */
 int nodes_run(struct nodes *nd);
-/* Stop the threads; clean: write the final watermark and release the lease. */
+/*
+ * Stop the threads; if the node was taken, write the final watermark (clean:
+ * "stopped") and release the lease.  Also after a failed nodes_start.
+ */
 void nodes_stop(struct nodes *nd, bool clean);
 
 /* The backend's hooks (backend.h), called through the front end's. */
@@ -224,6 +228,8 @@ void nodes_peer_summary(struct nodes *nd, unsigned *known, char *behind, size_t 
 int lease_acquire(struct nodes *nd, const char *mount_id);
 /* Rewrite lease.json with a new heartbeat; -EADDRINUSE if another daemon took it. */
 int lease_heartbeat(struct nodes *nd);
+/* Is the lease still ours?  0, or -EADDRINUSE (and lease_lost set, logged). */
+int lease_check(struct nodes *nd);
 void lease_release(struct nodes *nd);
 /* Read a small file of dirfd whole into buf (NUL-terminated): its length or -errno. */
 ssize_t nodes_read_file(int dirfd, const char *name, char *buf, size_t len);

@@ -222,10 +222,10 @@ static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, boo
 	}
 	uint64_t m = margin_ns(nd, w);
 	if (w->gap_mount[0] && w->gap_from_ns < tm + m && w->gap_to_ns + m > tm) {
-		snprintf(why, len, "node %s stopped uncleanly (mount %s) and never confirmed what it "
-			 "sealed from %.3f s before the marker (%llu files lost): only the "
-			 "marker_policy releases it", p->name, w->gap_mount, secs(tm, w->gap_from_ns),
-			 (unsigned long long)w->lost_files);
+		snprintf(why, len, "node %s stopped uncleanly (mount %s) without confirming what it "
+			 "sealed from %.3f s before the marker on (%llu files lost): only "
+			 "marker_policy=release lets it go", p->name, w->gap_mount,
+			 secs(tm, w->gap_from_ns), (unsigned long long)w->lost_files);
 		return false;
 	}
 	if (w->before_ns >= tm + m)
@@ -234,11 +234,11 @@ static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, boo
 		return true;
 	const struct lease_record *l = &p->lease;
 	if (l->valid && !l->released && now > l->heartbeat_ns && now - l->heartbeat_ns > l->ttl_ns)
-		snprintf(why, len, "node %s has confirmed %.3f s less than the marker needs, and its "
-			 "lease expired %.1f s ago (is its daemon dead?)", p->name,
+		snprintf(why, len, "node %s's durable watermark is %.3f s short of the marker, and "
+			 "its lease expired %.1f s ago (is its daemon dead?)", p->name,
 			 secs(tm + m, w->before_ns), secs(now, l->heartbeat_ns + l->ttl_ns));
 	else
-		snprintf(why, len, "node %s has confirmed %.3f s less than the marker needs (margin "
+		snprintf(why, len, "node %s's durable watermark is %.3f s short of the marker (margin "
 			 "%.3f s)", p->name, secs(tm + m, w->before_ns), (double)m / 1e9);
 	return false;
 }

@@ -672,15 +672,21 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 	be->nodes = xcalloc(1, sizeof(*be->nodes));
 	int r = nodes_start(be->nodes, be, root_fd, be->mount_id,
 			    opt->nodes ? opt->nodes : &no_nodes_opts);
-	if (r < 0)
-		return r;
-	if (opt->no_manifest)
+	if (r == 0 && opt->no_manifest)
 		manifest_disabled(&be->man);
-	else if ((r = manifest_open(&be->man, root_fd, be->nodes->node, be->mount_id,
-				    &be->recovery)) < 0)
+	else if (r == 0)
+		r = manifest_open(&be->man, root_fd, be->nodes->node, be->mount_id, &be->recovery);
+	if (r == 0)
+		r = nodes_run(be->nodes);
+	if (r < 0) {	/* not started: leave nothing behind */
+		nodes_stop(be->nodes, false);
+		free(be->nodes);
+		be->nodes = NULL;
+		order_free(be->order);
+		be->order = NULL;
+		bnode_put(be->root);
 		return r;
-	if ((r = nodes_run(be->nodes)) < 0)
-		return r;
+	}
 
 	/* Probe the I/O engine once so stats can say which one runs and why. */
 	const char *why;

@@ -120,8 +120,9 @@ static int wm_write(struct nodes *nd, bool stopped)
 	uint64_t seq, before;
 	int r;
 
-	if (atomic_load(&nd->lease_lost))
-		return -EADDRINUSE;	/* N2: not ours to write any more */
+	/* N2: not ours to write any more.  Without flock, a stopped daemon may have lost it. */
+	if (atomic_load(&nd->lease_lost) || (!nd->flock_ok && lease_check(nd) < 0))
+		return -EADDRINUSE;
 	nodes_clock_sample(nd);
 	pthread_mutex_lock(&be->lock);
 	before = durable_wall_locked(nd, &seq);
@@ -273,16 +274,12 @@ void nodes_stop(struct nodes *nd, bool clean)
 		pthread_join(nd->keeper, NULL);
 		nd->keeper_started = false;
 	}
-	if (nd->dirfd >= 0) {
-		if (clean)
-			wm_write(nd, true);
-		lease_release(nd);
+	if (nd->taken && clean)
+		wm_write(nd, true);
+	lease_release(nd);		/* writes only a lease it holds; closes the lock */
+	if (nd->dirfd >= 0)
 		bsys.close(nd->dirfd);
-		nd->dirfd = -1;
-	} else if (nd->lock_fd >= 0) {
-		bsys.close(nd->lock_fd);
-		nd->lock_fd = -1;
-	}
+	nd->dirfd = -1;
 	if (nd->nodes_fd >= 0)
 		bsys.close(nd->nodes_fd);
 	nd->nodes_fd = -1;

@@ -228,6 +228,10 @@ int main(int argc, char **argv)
 		if (rc == 1)
 			fprintf(stderr, "ckptfs: cannot start: %s\n", strerror(-r));
 		daemon_report(&status_fd, (unsigned char)rc);
+		cache_destroy(&fs->cache);
+		free(fs->zeros);
+		opts_free(&fs->opt);
+		free(fs);
 		return rc;
 	}
 	ctl_init(fs);

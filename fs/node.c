@@ -351,7 +351,8 @@ static int backend_list(struct ckptfs *fs, struct bnode *dir, bool at_root, stru
 		blist_free(l);
 		return r;
 	}
-	qsort(l->v, l->n, sizeof(*l->v), bent_cmp);
+	if (l->n)
+		qsort(l->v, l->n, sizeof(*l->v), bent_cmp);
 	return 0;
 }
 
@@ -544,6 +545,7 @@ static void dent_drop(struct ckptfs *fs, struct fsnode *dir, struct fsdent *d)
 {
 	struct fsnode *n = d->node;
 
+	log_debug("revalidation: '%s' left the backend or was replaced there", d->name);
 	node_ref(n);
 	bnode_set_unloaded(&fs->be, n->b, dir->b, d->name);
 	dent_remove(fs, d);
