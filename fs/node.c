@@ -356,14 +356,27 @@ static int backend_list(struct ckptfs *fs, struct bnode *dir, bool at_root, stru
 	return 0;
 }
 
+/* A node's attributes and identity as the backend has them. */
+static void attrs_from_backend(struct fsnode *n, const struct stat *st)
+{
+	pthread_mutex_lock(&n->alock);
+	n->mode = st->st_mode;
+	n->uid = st->st_uid;
+	n->gid = st->st_gid;
+	n->atime = st->st_atim;
+	n->mtime = st->st_mtim;
+	n->ctime = st->st_ctim;
+	pthread_mutex_unlock(&n->alock);
+	stamp_of(st, &n->bid);
+	n->bknown = true;
+}
+
 static struct fsnode *node_from_bent(struct ckptfs *fs, struct fsnode *dir, const struct bent *e)
 {
 	const struct stat *st = &e->st;
 	struct fsnode *n = node_new(fs, st->st_mode, st->st_uid, st->st_gid);
 
-	n->atime = st->st_atim;
-	n->mtime = st->st_mtim;
-	n->ctime = st->st_ctim;
+	attrs_from_backend(n, st);
 	if (S_ISREG(st->st_mode)) {
 		n->ever_sealed = true;
 		n->loaded_size = (uint64_t)st->st_size;
@@ -372,8 +385,6 @@ static struct fsnode *node_from_bent(struct ckptfs *fs, struct fsnode *dir, cons
 	} else if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode)) {
 		n->rdev = st->st_rdev;
 	}
-	stamp_of(st, &n->bid);
-	n->bknown = true;
 	bnode_set_loaded(&fs->be, n->b, dir->b, e->name);
 	return n;
 }
@@ -569,20 +580,6 @@ static bool same_object(struct fsnode *n, const struct bent *e)
 			return false;
 	}
 	return true;
-}
-
-static void attrs_from_backend(struct fsnode *n, const struct stat *st)
-{
-	pthread_mutex_lock(&n->alock);
-	n->mode = st->st_mode;
-	n->uid = st->st_uid;
-	n->gid = st->st_gid;
-	n->atime = st->st_atim;
-	n->mtime = st->st_mtim;
-	n->ctime = st->st_ctim;
-	pthread_mutex_unlock(&n->alock);
-	stamp_of(st, &n->bid);
-	n->bknown = true;
 }
 
 /* A local entry as the refresher saw it before listing (to confirm identities off the lock). */

@@ -140,7 +140,7 @@ static void show_nodes_human(const struct jobj *o)
 	if (!node)
 		return;
 	if (peers > 0)
-		printf("  node:         %s, %.0f of %.0f peers seen (furthest behind: %s, %.1f s), "
+		printf("  node:         %s, peers %.0f/%.0f seen, furthest behind %s by %.1f s, "
 		       "lease %s\n", node, jobj_num(o, "peers_known"), peers,
 		       jobj_get(o, "peer_behind") && *jobj_get(o, "peer_behind") ?
 		       jobj_get(o, "peer_behind") : "-", jobj_num(o, "peer_behind_s"),

@@ -26,11 +26,7 @@
 
 static uint64_t mix(uint64_t x)
 {
-	x ^= x >> 31;
-	x *= 0x9E3779B97F4A7C15ull;
-	x ^= x >> 29;
-	x *= 0xBF58476D1CE4E5B9ull;
-	return x ^ (x >> 32);
+	return it_hash64(&x, sizeof(x));
 }
 
 static uint64_t shard_seed(int node, unsigned step) { return mix((uint64_t)step << 4 | (unsigned)node); }
