@@ -28,6 +28,21 @@
 void flush_temp_mark_published(struct cfd *out);
 const char *flush_temp_name(struct cfd *out, struct bnode **dir);
 
+const char *op_record_type(enum op_kind k)
+{
+	return k == OP_VERSION ? "file" : op_kind_name(k);
+}
+
+void sb_json_paths(struct strbuf *b, const char *path, const char *to)
+{
+	sb_printf(b, "\"path\": ");
+	sb_json_str(b, path);
+	if (to && to[0]) {
+		sb_printf(b, ", \"to\": ");
+		sb_json_str(b, to);
+	}
+}
+
 const char *op_kind_name(enum op_kind k)
 {
 	static const char *const names[] = { "version", "mkdir", "rmdir", "unlink", "rename",
@@ -229,14 +244,10 @@ static int record_op(struct backend *be, struct op *op)
 			return 0;
 		break;
 	}
-	sb_printf(&b, "{\"t\": \"%s\", \"m\": \"%s\", \"seq\": %llu, \"try\": %u, \"time\": %llu, "
-		  "\"path\": ", op->kind == OP_VERSION ? "file" : op_kind_name(op->kind), be->mount_id,
-		  (unsigned long long)op->seq, op->attempts, (unsigned long long)wall_ns());
-	sb_json_str(&b, path);
-	if (to[0]) {
-		sb_printf(&b, ", \"to\": ");
-		sb_json_str(&b, to);
-	}
+	sb_printf(&b, "{\"t\": \"%s\", \"m\": \"%s\", \"seq\": %llu, \"try\": %u, \"time\": %llu, ",
+		  op_record_type(op->kind), be->mount_id, (unsigned long long)op->seq, op->records,
+		  (unsigned long long)wall_ns());
+	sb_json_paths(&b, path, to);
 	if (op->kind == OP_VERSION) {
 		char hex[33];
 		hash_hex(op->digest, hex);
@@ -282,7 +293,7 @@ void record_void(struct backend *be, const struct op *op, const char *why)
 	struct strbuf b = { 0 };
 
 	sb_printf(&b, "{\"t\": \"void\", \"m\": \"%s\", \"seq\": %llu, \"try\": %u, \"time\": %llu, "
-		  "\"why\": ", be->mount_id, (unsigned long long)op->seq, op->attempts,
+		  "\"why\": ", be->mount_id, (unsigned long long)op->seq, op->records - 1,
 		  (unsigned long long)wall_ns());
 	sb_json_str(&b, why);
 	sb_printf(&b, ", \"op\": \"%s\", \"uid\": %u}", op_kind_name(op->kind), (unsigned)op->actor);
@@ -427,24 +438,61 @@ static int apply_change(struct backend *be, struct op *op, struct touched *t)
 	return r;
 }
 
-int apply_op(struct backend *be, struct op *op, struct touched *t)
+int record_attempt(struct backend *be, struct op *op)
 {
 	int r;
 
-	if (!op->recorded) {	/* once per attempt */
-		if ((r = record_op(be, op)) < 0)
-			return r;
-		op->recorded = true;
-	}
-	r = op->kind == OP_VERSION ? apply_version(be, op, t) : apply_change(be, op, t);
-	if (r < 0 && !op->renamed) {
-		/* This attempt did not happen: say so, and record the next one anew. */
-		char why[128];
-		snprintf(why, sizeof(why), "attempt failed: %s", strerror(-r));
-		record_void(be, op, why);
-		op->recorded = false;
-	}
+	if (op->recorded)
+		return 0;
+	if ((r = record_op(be, op)) < 0)
+		return r;
+	op->recorded = true;
+	op->records++;
+	return 0;
+}
+
+void void_attempt(struct backend *be, struct op *op, int err)
+{
+	char why[128];
+
+	if (!op->recorded || op->renamed)	/* renamed: it did happen, in part */
+		return;
+	snprintf(why, sizeof(why), err ? "attempt failed: %s" : "attempt deferred%s",
+		 err ? strerror(-err) : "");
+	record_void(be, op, why);
+	op->recorded = false;
+}
+
+int apply_op(struct backend *be, struct op *op, struct touched *t)
+{
+	int r = record_attempt(be, op);
+
+	if (r == 0)
+		r = op->kind == OP_VERSION ? apply_version(be, op, t) : apply_change(be, op, t);
+	if (r < 0)
+		void_attempt(be, op, r);	/* the next attempt is recorded anew */
 	return r;
+}
+
+bool touched_covers(const struct touched *t, const struct op *op)
+{
+	const struct bnode *dirs[2] = { op->dir, op->kind == OP_RENAME || op->kind == OP_LINK ?
+					op->dir2 : NULL };
+
+	if (!op->dir && op->node) {	/* attributes: the object itself is synced */
+		for (unsigned i = 0; i < t->nfiles; i++)
+			if (t->files[i] == op->node)
+				return true;
+		dirs[0] = op->node;	/* a directory's own attributes: its fsync */
+	}
+	for (unsigned k = 0; k < 2; k++) {
+		bool found = !dirs[k];
+		for (unsigned i = 0; i < t->n && !found; i++)
+			found = t->dirs[i] == dirs[k];
+		if (!found)
+			return false;
+	}
+	return true;
 }
 
 /*

@@ -144,6 +144,7 @@ struct op {
 	bool xattr_blob;	/* value holds the version's xattrs (fs/xattr.c format) */
 	bool recorded;		/* its manifest record is written */
 	bool renamed;		/* versions: the temporary file has its final name */
+	unsigned records;	/* write-ahead records written (each attempt's "try") */
 	char *path_hint;	/* versions: the mount path at seal, for the intent record */
 	XXH128_hash_t digest;
 	uint64_t enqueued_ns;
@@ -285,12 +286,20 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 void backend_stop(struct backend *be);
 /* Stop the threads at once, leaving unpublished operations queued. */
 void backend_abort(struct backend *be);
+/* A file still open for writing at exit: what was written, never closed. */
+struct rescue_item {
+	char *path;		/* in the mount */
+	struct cver *ver;	/* its contents, sealed for the rescue only */
+};
 /*
- * After backend_abort: write every queued file version to
- * <dir>/<host>-<mount id>/ with a manifest.jsonl of all queued operations.
- * Returns the number of operations saved, or -errno; *where gets the path.
+ * At exit (after backend_abort, or after a drain with nothing left queued):
+ * write every queued file version to <dir>/<host>-<mount id>/files/, the
+ * partial contents of files still open for writing to .../partial/, and a
+ * manifest.jsonl of all of them and every queued operation.  Returns the
+ * number of items saved, or -errno; *where gets the path.
  */
-long backend_rescue(struct backend *be, const char *dir, char *where, size_t wlen);
+long backend_rescue(struct backend *be, const char *dir, const struct rescue_item *partial,
+		    unsigned npartial, char *where, size_t wlen);
 /*
  * Check the rescue directory as the rescue will (rescue.c R1), creating it
  * 0700 if missing: 0, or -errno with one line naming the problem in why.
@@ -316,10 +325,31 @@ static inline uint64_t backend_durable_seq(struct backend *be)
 }
 
 /*
+ * A number that changes whenever the backend moves forward: operations
+ * applied, and bytes written while it is healthy (a failing backend that
+ * rewrites a version on every retry is not moving).  For "no progress for
+ * drain_timeout" decisions; lock-free.
+ */
+static inline uint64_t backend_progress(struct backend *be)
+{
+	uint64_t p = atomic_load(&be->st.ops_applied);
+	if (!atomic_load(&be->st.degraded))
+		p += atomic_load(&be->st.written_bytes);
+	return p;
+}
+/* The errno the backend last failed with (positive), 0 while healthy. */
+static inline int backend_last_error(struct backend *be)
+{
+	return atomic_load(&be->st.last_error);
+}
+
+/*
  * Call w->done once everything up to w->seq is durable (err 0), or when an
  * operation at or below... before it fails (err < 0).  May call at once.
  */
 void backend_wait_async(struct backend *be, struct pub_waiter *w);
+/* Answer every waiter not answered yet with err (< 0), now (cancel.c). */
+void backend_cancel_waiters(struct backend *be, int err);
 /*
  * Block until everyone's operations up to seq are durable; timeout_ns 0 =
  * forever.  0, -ETIMEDOUT or the blocker's -errno.
@@ -359,6 +389,10 @@ void backend_retry(struct backend *be);
 long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report);
 
 const char *op_kind_name(enum op_kind k);
+/* The manifest's name for it ("file" for a version). */
+const char *op_record_type(enum op_kind k);
+/* Append `"path": P` and, if `to` is set, `, "to": T` (JSON strings). */
+void sb_json_paths(struct strbuf *b, const char *path, const char *to);
 
 /* Called by the cache when writers wait for space. */
 void backend_want_spill(void *be);

@@ -23,10 +23,11 @@
  *
  * The default entries call libc.  fault.c can wrap them (CKPTFS_FAULT in the
  * environment, see docs/testing.md) to inject errors, short writes and
- * delays; io_uring completions pass through `io_result` for the same reason.
- * `bsys_direct` is the same libc table, never wrapped: for files the daemon
- * keeps outside the backend (the rescue directory), which faults injected
- * into the backend must not reach.
+ * delays, and powerloss.c (CKPTFS_POWERLOSS) to record what a power cut
+ * would leave; io_uring completions pass through `io_result` for the same
+ * reason.  `bsys_direct` is the same libc table, never wrapped: for files
+ * the daemon keeps outside the backend (the rescue directory, the power-loss
+ * shadow), which faults injected into the backend must not reach.
  *
  * The table is filled before any thread starts and only read afterwards.
  */
@@ -43,7 +44,8 @@ enum bsys_op {
 	BOP_FTRUNCATE, BOP_RENAMEAT2, BOP_UNLINKAT, BOP_MKDIRAT, BOP_SYMLINKAT,
 	BOP_LINKAT, BOP_FCHMODAT, BOP_FCHOWNAT, BOP_UTIMENSAT, BOP_SETXATTR,
 	BOP_REMOVEXATTR, BOP_FSTATAT, BOP_GETXATTR, BOP_LISTXATTR, BOP_READLINKAT,
-	BOP_MKNODAT, BOP_READDIR, BOP_FCHMOD, BOP_FCHOWN, BOP_FUTIMENS, BOP_FLOCK, BOP_COUNT
+	BOP_MKNODAT, BOP_READDIR, BOP_FCHMOD, BOP_FCHOWN, BOP_FUTIMENS, BOP_APPEND,
+	BOP_FLOCK, BOP_COUNT
 };
 
 extern const char *const bsys_op_names[BOP_COUNT];
@@ -91,6 +93,13 @@ struct bsys {
 	int (*fchmod)(int fd, mode_t mode);
 	int (*fchown)(int fd, uid_t uid, gid_t gid);
 	int (*futimens)(int fd, const struct timespec ts[2]);
+	/*
+	 * Writes to the daemon's own metadata files (the manifest log, its
+	 * compaction, the state file) at off, the end of what was written
+	 * (ignored on an O_APPEND fd): a separate door from pwrite, so faults
+	 * can hit the manifest (op=append) or the data (op=pwrite) alone.
+	 */
+	ssize_t (*append)(int fd, const void *buf, size_t n, off_t off);
 	/* flock(2) on a file the daemon opened (its node lock, lease.c). */
 	int (*flock)(int fd, int op);
 	/* io_uring completion results: (op, fd, requested length, result) -> result */
@@ -112,5 +121,12 @@ int bsys_open_dir_path(const char *path);
 
 /* Install fault wrappers from CKPTFS_FAULT; 0, or -EINVAL with a message. */
 int bsys_faults_from_env(void);
+/*
+ * Install the power-loss recorder (powerloss.c) from CKPTFS_POWERLOSS; call
+ * it before bsys_faults_from_env, so that faults wrap it.  It records the
+ * backend rooted at `backend` as it is now.  0 (also when unset), or -EINVAL
+ * with a message.
+ */
+int bsys_powerloss_from_env(const char *backend);
 
 #endif

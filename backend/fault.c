@@ -6,8 +6,10 @@
  *                      fdatasync, fsync, openat), "meta" (rename, unlink,
  *                      mkdir, symlink, link, mknod, chmod, chown, utimens,
  *                      fchmod, fchown, futimens), "any"
- *   err=ERRNO|short    error to return (EIO, ENOSPC, EDQUOT, ...) or, for
- *                      writes, write only half
+ *   err=ERRNO|short|kill  error to return (EIO, ENOSPC, EDQUOT, ...) or, for
+ *                      writes, write only half; kill: the process SIGKILLs
+ *                      itself instead of making the call (a crash at that
+ *                      exact step)
  *   delay_ms=N         sleep before the call (a slow backend)
  *   after=N            let the first N matching calls through
  *   count=N            inject at most N times
@@ -22,6 +24,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +32,7 @@
 #include <unistd.h>
 
 #define FAULT_SHORT (-1)
+#define FAULT_KILL (-2)
 
 struct fault_rule {
 	uint32_t ops;		/* bit per enum bsys_op */
@@ -98,8 +102,8 @@ static int parse_rule(char *spec, struct fault_rule *r)
 				return -EINVAL;
 		} else if (!strcmp(kv, "err")) {
 			unsigned i;
-			if (!strcmp(eq, "short")) {
-				r->err = FAULT_SHORT;
+			if (!strcmp(eq, "short") || !strcmp(eq, "kill")) {
+				r->err = eq[0] == 's' ? FAULT_SHORT : FAULT_KILL;
 				continue;
 			}
 			for (i = 0; i < CKPT_ARRAY_LEN(errnames); i++)
@@ -143,6 +147,8 @@ static int fault_check(enum bsys_op op, const char *name)
 			continue;
 		if (r->delay_ms)
 			usleep(r->delay_ms * 1000u);
+		if (r->err == FAULT_KILL)
+			raise(SIGKILL);
 		if (r->err && !inject)
 			inject = r->err;
 	}
@@ -219,6 +225,13 @@ static int f_fchmod(int fd, mode_t m) { CHECK(BOP_FCHMOD, NULL); return real.fch
 static int f_fchown(int fd, uid_t u, gid_t g) { CHECK(BOP_FCHOWN, NULL); return real.fchown(fd, u, g); }
 static int f_futimens(int fd, const struct timespec ts[2]) { CHECK(BOP_FUTIMENS, NULL); return real.futimens(fd, ts); }
 static int f_flock(int fd, int op) { CHECK(BOP_FLOCK, NULL); return real.flock(fd, op); }
+static ssize_t f_append(int fd, const void *b, size_t n, off_t o)
+{
+	CHECK(BOP_APPEND, NULL);
+	if (f_ == FAULT_SHORT && n > 1)
+		n /= 2;
+	return real.append(fd, b, n, o);
+}
 static int f_io_result(enum bsys_op op, int fd, size_t len, int res)
 {
 	int f = fault_check(op, NULL);
@@ -226,7 +239,7 @@ static int f_io_result(enum bsys_op op, int fd, size_t len, int res)
 		return -f;
 	if (f == FAULT_SHORT && res > 1)
 		return res / 2;
-	return res;
+	return real.io_result(op, fd, len, res);	/* a layer beneath (powerloss.c) */
 }
 
 int bsys_faults_from_env(void)
@@ -260,7 +273,7 @@ int bsys_faults_from_env(void)
 		.removexattr = f_removexattr, .getxattr = f_getxattr, .listxattr = f_listxattr,
 		.fstatat = f_fstatat, .readlinkat = f_readlinkat, .mknodat = f_mknodat,
 		.readdir = f_readdir, .fchmod = f_fchmod, .fchown = f_fchown,
-		.futimens = f_futimens, .flock = f_flock, .io_result = f_io_result,
+		.futimens = f_futimens, .io_result = f_io_result, .append = f_append, .flock = f_flock,
 		.faults_active = 1,
 	};
 	return 0;

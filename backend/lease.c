@@ -154,8 +154,8 @@ int nodes_write_file(int dirfd, const char *name, const char *tmp, const char *b
 
 	if (fd < 0)
 		return fd;
-	while (r == 0 && done < len) {
-		ssize_t n = bsys.pwrite(fd, buf + done, len - done, (off_t)done);
+	while (r == 0 && done < len) {	/* the daemon's own metadata: the append door */
+		ssize_t n = bsys.append(fd, buf + done, len - done, (off_t)done);
 		if (n < 0 && n != -EINTR)
 			r = (int)n;
 		else if (n > 0)

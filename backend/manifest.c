@@ -1,35 +1,36 @@
 /*
- * manifest.c — the per-node manifest log and state file, and recovery from
- * an unclean end of the previous mount (see manifest.h, docs/manifest.md).
+ * manifest.c — the per-node manifest log and state file: record framing,
+ * appends, the line-by-line scan, and the metadata directories and files
+ * with their ownership checks (see manifest.h, docs/manifest.md).
+ * Recovery is in recover.c, compaction in compact.c.
  *
- * Recovery, when the previous mount of this node left no "unmount" record:
- *  1. cut a torn tail off the log (records are length- and hash-checked);
- *  2. decide which of its operations after its last "durable" record were
- *     really applied.  They were applied in sequence order (P1), so they
- *     form a prefix, and the prefix ends at the last operation whose effect
- *     is visible on the backend: scanning backwards, the first one with
- *     positive evidence (a file version whose size and XXH3 match, a mkdir
- *     whose directory exists, a rename or unlink whose source is gone).  An
- *     earlier operation's effect may have been overwritten by a later one,
- *     so absence of evidence alone proves nothing.  A "recovered" record
- *     then voids the rest for readers;
- *  3. report versions that were queued ("intent") but never published: the
- *     files that were in flight and were never acknowledged durable;
- *  4. remove that mount's temporary files (".ckptfs.<k>.<mount id>.<n>").
+ * The scan reads the log in blocks into a buffer of bounded size and takes
+ * it one line at a time: a line is a record if its header parses (hex by
+ * hand, exact widths), its length field is at most MANIFEST_REC_MAX and
+ * equals the line's length, and its hash matches.  Every byte is searched
+ * for the newline once and hashed at most once, so a scan is linear in the
+ * log's size whatever the log holds, and a line too long to be a record is
+ * skipped without being buffered.
+ *
+ * An append builds the record in one buffer and writes it at the end (the
+ * fd is O_APPEND) under m->lock; if the write fails part way, the file is
+ * cut back to the end of the last whole record before the error is
+ * returned, and if even that fails the cut is retried before the next
+ * append writes anything (tail_dirty): no record ever follows a half one.
  */
-#include "backend/manifest.h"
+#include "backend/manifest_priv.h"
 #include "backend/bsys.h"
+#include "cache/json.h"
 #include "cache/log.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -80,36 +81,206 @@ void hash_hex(XXH128_hash_t h, char out[33])
 
 /* ---- framing ------------------------------------------------------------ */
 
+#define SCAN_BLOCK (1u << 20)
+
+static struct ckpt_ratelimit append_rl;
+
+void manifest_frame(struct strbuf *b, const char *payload, size_t len)
+{
+	size_t need = REC_HDR_LEN + len + 2;
+
+	if (b->cap < need) {
+		b->s = xrealloc(b->s, need);
+		b->cap = need;
+	}
+	snprintf(b->s, REC_HDR_LEN + 1, "C1 %08x %016llx ", (unsigned)len,
+		 (unsigned long long)XXH3_64bits(payload, len));
+	memcpy(b->s + REC_HDR_LEN, payload, len);
+	b->s[REC_HDR_LEN + len] = '\n';
+	b->s[REC_HDR_LEN + len + 1] = '\0';
+	b->len = REC_HDR_LEN + len + 1;
+}
+
+/* n lowercase hex digits at p, exactly. */
+static bool hex_field(const char *p, int n, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < n; i++) {
+		unsigned d;
+		if (p[i] >= '0' && p[i] <= '9')
+			d = (unsigned)(p[i] - '0');
+		else if (p[i] >= 'a' && p[i] <= 'f')
+			d = (unsigned)(p[i] - 'a' + 10);
+		else
+			return false;
+		v = v << 4 | d;
+	}
+	*out = v;
+	return true;
+}
+
+bool manifest_record_check(const char *line, size_t n, const char **payload, size_t *plen)
+{
+	uint64_t len, h;
+
+	if (n < REC_HDR_LEN + 1 || memcmp(line, "C1 ", 3) != 0 || line[11] != ' ' || line[28] != ' ')
+		return false;
+	if (!hex_field(line + 3, 8, &len) || !hex_field(line + 12, 16, &h))
+		return false;
+	/* The length is checked against the line before anything trusts it. */
+	if (len > MANIFEST_REC_MAX || n != REC_HDR_LEN + len + 1 || line[n - 1] != '\n')
+		return false;
+	if (memchr(line + REC_HDR_LEN, '\n', (size_t)len))
+		return false;
+	if (XXH3_64bits(line + REC_HDR_LEN, (size_t)len) != h)
+		return false;
+	*payload = line + REC_HDR_LEN;
+	*plen = (size_t)len;
+	return true;
+}
+
+int manifest_scan_fd(int fd, manifest_cb cb, void *arg, struct manifest_scan *res)
+{
+	const size_t maxline = REC_HDR_LEN + MANIFEST_REC_MAX + 1, cap = maxline + SCAN_BLOCK;
+	char *buf = xmalloc(cap);
+	size_t lo = 0, hi = 0, srch = 0;	/* window [lo, hi); searched up to srch */
+	uint64_t base = 0;			/* file offset of buf[0] */
+	uint64_t pend_lines = 0, pend_bytes = 0; /* failing lines since the last record */
+	uint64_t skip_from = 0;
+	bool skipping = false, eof = false;
+	int r = 0;
+
+	memset(res, 0, sizeof(*res));
+	while (r == 0) {
+		char *nl = hi > srch ? memchr(buf + srch, '\n', hi - srch) : NULL;
+		if (nl) {
+			size_t end = (size_t)(nl - buf) + 1;
+			const char *payload;
+			size_t plen;
+			if (skipping) {		/* the end of a line too long to be a record */
+				pend_lines++;
+				pend_bytes += base + end - skip_from;
+				skipping = false;
+			} else if (manifest_record_check(buf + lo, end - lo, &payload, &plen)) {
+				res->corrupt_records += pend_lines;
+				res->corrupt_bytes += pend_bytes;
+				pend_lines = pend_bytes = 0;
+				res->records++;
+				if (cb)
+					r = cb(arg, payload, plen, base + lo);
+				res->good_end = base + end;
+			} else {
+				pend_lines++;
+				pend_bytes += end - lo;
+			}
+			lo = srch = end;
+			continue;
+		}
+		srch = hi;
+		if (eof)
+			break;
+		if (hi - lo >= maxline) {
+			/* Longer than any record can be: drop it as it streams by. */
+			if (!skipping)
+				skip_from = base + lo;
+			skipping = true;
+			base += hi;
+			lo = hi = srch = 0;
+		} else if (cap - hi < SCAN_BLOCK && lo) {
+			memmove(buf, buf + lo, hi - lo);
+			base += lo;
+			hi -= lo;
+			srch -= lo;
+			lo = 0;
+		}
+		ssize_t n = bsys.pread(fd, buf + hi, cap - hi, (off_t)(base + hi));
+		if (n == -EINTR)
+			continue;
+		if (n < 0)
+			r = (int)n;
+		else if (n == 0)
+			eof = true;
+		else
+			hi += (size_t)n;
+	}
+	res->size = base + hi;
+	free(buf);
+	return r;
+}
+
+/* Cut the log back to its last whole record; m->lock held. */
+static int tail_cut_locked(struct manifest *m)
+{
+	int r = bsys.ftruncate(m->fd, (off_t)m->size);
+	m->tail_dirty = r < 0;
+	return r;
+}
+
 int manifest_append(struct manifest *m, const char *payload, size_t len)
 {
+	size_t done = 0;
 	int r = 0;
-	char hdr[REC_HDR_LEN + 1];
-	struct iovec iov[3];
 
-	snprintf(hdr, sizeof(hdr), "C1 %08x %016llx ", (unsigned)len,
-		 (unsigned long long)XXH3_64bits(payload, len));
-	iov[0] = (struct iovec){ hdr, REC_HDR_LEN };
-	iov[1] = (struct iovec){ (void *)payload, len };
-	iov[2] = (struct iovec){ "\n", 1 };
 	if (m->fd < 0)
-		return 0;	/* manifest=off */
+		return 0;		/* manifest=off */
+	if (len > MANIFEST_REC_MAX)
+		return -EMSGSIZE;
+	if (memchr(payload, '\n', len))
+		return -EINVAL;		/* a record is one line */
 	pthread_mutex_lock(&m->lock);
-	/* One writev on an O_APPEND fd: a record is never interleaved. */
-	ssize_t n = writev(m->fd, iov, 3);
-	if (n < 0)
-		r = -errno;
-	else if ((size_t)n != REC_HDR_LEN + len + 1)
-		r = -EIO;
-	if (r < 0)
-		ckpt_log(LOG_WARNING, "manifest append failed: %s", strerror(-r));
-	m->records++;
+	if (m->tail_dirty && (r = tail_cut_locked(m)) < 0)
+		goto out;
+	manifest_frame(&m->rec, payload, len);
+	/* One record, written whole at the end of the log (O_APPEND). */
+	while (done < m->rec.len) {
+		ssize_t n = bsys.append(m->fd, m->rec.s + done, m->rec.len - done,
+					(off_t)(m->size + done));
+		if (n == -EINTR)
+			continue;
+		if (n <= 0) {
+			r = n < 0 ? (int)n : -EIO;
+			break;
+		}
+		done += (size_t)n;
+	}
+	if (r == 0) {
+		m->size += done;
+		m->records++;
+	} else if (done) {
+		tail_cut_locked(m);	/* no record may follow a half one */
+	}
+out:
 	pthread_mutex_unlock(&m->lock);
+	if (r < 0)
+		ckpt_log_limited(&append_rl, 5000000000ull, LOG_ERR,
+				 "manifest: appending a record to %s/" MANIFEST_LOG " failed: %s; "
+				 "the operation is not durable", m->where ? m->where : "?", strerror(-r));
 	return r;
 }
 
 int manifest_sync(struct manifest *m)
 {
-	return m->fd < 0 ? 0 : bsys.fdatasync(m->fd);
+	int fd, r;
+	bool dir;
+
+	if (m->fd < 0)
+		return 0;
+	/* Only the publisher syncs and compacts, so fd stays valid meanwhile. */
+	pthread_mutex_lock(&m->lock);
+	fd = m->fd;
+	dir = m->dir_unsynced;
+	pthread_mutex_unlock(&m->lock);
+	if ((r = bsys.fdatasync(fd)) < 0)
+		return r;
+	if (dir) {
+		if ((r = bsys.fsync(m->dirfd)) < 0)
+			return r;
+		pthread_mutex_lock(&m->lock);
+		m->dir_unsynced = false;
+		pthread_mutex_unlock(&m->lock);
+	}
+	return 0;
 }
 
 void manifest_disabled(struct manifest *m)
@@ -118,455 +289,415 @@ void manifest_disabled(struct manifest *m)
 	m->fd = m->dirfd = -1;
 }
 
-/* Parse a record at p (avail bytes); returns its total length or 0 if invalid. */
-static size_t record_parse(const char *p, size_t avail, const char **payload, size_t *plen)
+bool manifest_wants_compaction(const struct manifest *m)
 {
-	unsigned len;
-	unsigned long long h;
-
-	if (avail < REC_HDR_LEN + 1 || memcmp(p, "C1 ", 3) != 0 || p[11] != ' ' || p[28] != ' ')
-		return 0;
-	if (sscanf(p + 3, "%8x", &len) != 1 || sscanf(p + 12, "%16llx", &h) != 1)
-		return 0;
-	if (avail < REC_HDR_LEN + (size_t)len + 1 || p[REC_HDR_LEN + len] != '\n')
-		return 0;
-	if (XXH3_64bits(p + REC_HDR_LEN, len) != h)
-		return 0;
-	*payload = p + REC_HDR_LEN;
-	*plen = len;
-	return REC_HDR_LEN + (size_t)len + 1;
+	return m->fd >= 0 &&
+	       ((m->records >= m->compact_records && m->records >= 2 * m->base_records) ||
+		(m->size >= m->compact_bytes && m->size >= 2 * m->base_bytes));
 }
 
-int manifest_scan_fd(int fd, manifest_cb cb, void *arg, uint64_t *good_end, uint64_t *corrupt)
+/* ---- the metadata directories and files ---------------------------------- */
+
+static bool node_name_ok(const char *s)
 {
-	struct stat st;
-	char *data;
-	size_t size, pos = 0;
-	int r = 0;
+	size_t n = strlen(s);
 
-	*good_end = 0;
-	*corrupt = 0;
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	size = (size_t)st.st_size;
-	data = xmalloc(size + 1);
-	for (size_t got = 0; got < size;) {
-		ssize_t n = pread(fd, data + got, size - got, (off_t)got);
-		if (n <= 0) {
-			size = got;
-			break;
-		}
-		got += (size_t)n;
-	}
-	while (pos < size && r == 0) {
-		const char *payload;
-		size_t plen, k = record_parse(data + pos, size - pos, &payload, &plen);
-		if (k) {
-			r = cb(arg, payload, plen, pos);
-			pos += k;
-			*good_end = pos;
-			continue;
-		}
-		/* Bad record: resync at the next line that starts a record. */
-		char *next = memmem(data + pos + 1, size - pos - 1, "\nC1 ", 4);
-		if (!next)
-			break;		/* nothing valid after it: a torn tail */
-		(*corrupt)++;
-		pos = (size_t)(next + 1 - data);
-	}
-	free(data);
-	return r;
-}
-
-/* ---- paths below the backend root ------------------------------------- */
-
-static int open_beneath(int root_fd, const char *path, int flags)
-{
-	struct open_how how = {
-		.flags = (uint64_t)(flags | O_CLOEXEC | O_NOFOLLOW),
-		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-	};
-	long fd = syscall(SYS_openat2, root_fd, path, &how, sizeof(how));
-	return fd < 0 ? -errno : (int)fd;
-}
-
-static bool path_exists(int root_fd, const char *path)
-{
-	int fd = open_beneath(root_fd, path, O_PATH);
-	if (fd < 0)
+	if (!n || n > 255 || s[0] == '.')
 		return false;
-	close(fd);
-	return true;
-}
-
-/* ---- the state file ----------------------------------------------------- */
-
-static void state_write(struct manifest *m, bool clean, uint64_t seq)
-{
-	char buf[512];
-	int fd, n;
-
-	n = snprintf(buf, sizeof(buf),
-		     "{\"format\": %d, \"host\": \"%s\", \"mount_id\": \"%s\", \"clean\": %s, "
-		     "\"seq_durable\": %llu, \"time_ns\": %llu}\n",
-		     MANIFEST_FORMAT, m->host, m->mount_id, clean ? "true" : "false",
-		     (unsigned long long)seq, (unsigned long long)wall_ns());
-	fd = openat(m->dirfd, "state.json.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return;
-	if (write_full(fd, buf, (size_t)n) == 0 && fsync(fd) == 0)
-		renameat(m->dirfd, "state.json.tmp", m->dirfd, "state.json");
-	close(fd);
-	fsync(m->dirfd);
-}
-
-/* The format number in state.json, or 0 if there is none. */
-static int state_format(int dirfd)
-{
-	char buf[512] = { 0 };
-	int fd = openat(dirfd, "state.json", O_RDONLY | O_CLOEXEC), fmt = 0;
-	const char *p;
-
-	if (fd < 0)
-		return 0;
-	if (read(fd, buf, sizeof(buf) - 1) > 0 && (p = strstr(buf, "\"format\":")))
-		fmt = atoi(p + 9);
-	close(fd);
-	return fmt;
-}
-
-/* ---- recovery ------------------------------------------------------------ */
-
-/* A record, as recovery needs it. */
-struct rrec {
-	char t[16];
-	uint64_t seq;
-	char *path, *to, *xxh3;
-	uint64_t size;
-	bool exchange;
-};
-
-struct rscan {
-	char prev[24];		/* the last mount of this log */
-	bool prev_clean;
-	uint64_t prev_durable;
-	struct rrec *ops;	/* operations of prev after its last durable record */
-	size_t nops;
-	struct rrec *intents;
-	size_t nintents;
-};
-
-/* Minimal field extraction from our own flat JSON payloads. */
-static bool field(const char *p, size_t len, const char *key, char *out, size_t outlen)
-{
-	char pat[40];
-	const char *s, *end = p + len;
-	size_t k = 0;
-
-	snprintf(pat, sizeof(pat), "\"%s\": ", key);
-	if (!(s = memmem(p, len, pat, strlen(pat))))
-		return false;
-	s += strlen(pat);
-	if (*s == '"') {
-		for (s++; s < end && *s != '"' && k + 1 < outlen; s++) {
-			if (*s == '\\' && s + 1 < end)
-				s++;
-			out[k++] = *s;
-		}
-	} else {
-		while (s < end && *s != ',' && *s != '}' && k + 1 < outlen)
-			out[k++] = *s++;
-	}
-	out[k] = '\0';
-	return true;
-}
-
-static void rrec_free(struct rrec *r)
-{
-	free(r->path);
-	free(r->to);
-	free(r->xxh3);
-}
-
-static void rscan_reset_ops(struct rscan *s)
-{
-	for (size_t i = 0; i < s->nops; i++)
-		rrec_free(&s->ops[i]);
-	for (size_t i = 0; i < s->nintents; i++)
-		rrec_free(&s->intents[i]);
-	s->nops = s->nintents = 0;
-}
-
-static int rscan_cb(void *arg, const char *p, size_t len, uint64_t off)
-{
-	struct rscan *s = arg;
-	char t[16], mid[24], buf[4096];
-	struct rrec r = { 0 };
-
-	if (!field(p, len, "t", t, sizeof(t)) || !field(p, len, "m", mid, sizeof(mid)))
-		return 0;
-	if (!strcmp(t, "mount")) {
-		rscan_reset_ops(s);
-		snprintf(s->prev, sizeof(s->prev), "%s", mid);
-		s->prev_clean = false;
-		s->prev_durable = 0;
-		return 0;
-	}
-	if (strcmp(mid, s->prev) != 0)
-		return 0;	/* another daemon's records: not ours to recover */
-	if (field(p, len, "seq", buf, sizeof(buf)))
-		r.seq = strtoull(buf, NULL, 10);
-	if (!strcmp(t, "unmount")) {
-		s->prev_clean = true;
-		return 0;
-	}
-	if (!strcmp(t, "void")) {	/* an operation that was skipped, never applied */
-		size_t k = 0;
-		for (size_t i = 0; i < s->nops; i++) {
-			if (s->ops[i].seq != r.seq)
-				s->ops[k++] = s->ops[i];
-			else
-				rrec_free(&s->ops[i]);
-		}
-		s->nops = k;
-		return 0;
-	}
-	if (!strcmp(t, "durable")) {
-		s->prev_durable = r.seq;
-		/* Everything up to it is settled. */
-		size_t k = 0;
-		for (size_t i = 0; i < s->nops; i++) {
-			if (s->ops[i].seq > r.seq)
-				s->ops[k++] = s->ops[i];
-			else
-				rrec_free(&s->ops[i]);
-		}
-		s->nops = k;
-		return 0;
-	}
-	snprintf(r.t, sizeof(r.t), "%s", t);
-	if (field(p, len, "path", buf, sizeof(buf)))
-		r.path = xstrdup(buf);
-	if (field(p, len, "to", buf, sizeof(buf)))
-		r.to = xstrdup(buf);
-	if (field(p, len, "xxh3", buf, sizeof(buf)))
-		r.xxh3 = xstrdup(buf);
-	if (field(p, len, "size", buf, sizeof(buf)))
-		r.size = strtoull(buf, NULL, 10);
-	if (field(p, len, "exchange", buf, sizeof(buf)))
-		r.exchange = !strcmp(buf, "true");
-	if (!strcmp(t, "intent")) {
-		s->intents = xrealloc(s->intents, (s->nintents + 1) * sizeof(r));
-		s->intents[s->nintents++] = r;
-	} else {
-		s->ops = xrealloc(s->ops, (s->nops + 1) * sizeof(r));
-		s->ops[s->nops++] = r;
-	}
-	return 0;
-}
-
-/*
- * Does the backend show that this operation was applied?  Only positive
- * evidence counts: the name an unlink or rename removes existed before it,
- * the name a mkdir creates did not, a file version's hash is its own.
- */
-static bool rec_applied(int root_fd, const struct rrec *r)
-{
-	if (!strcmp(r->t, "file")) {
-		int fd = open_beneath(root_fd, r->path, O_RDONLY);
-		XXH128_hash_t h;
-		uint64_t size;
-		char hex[33];
-		bool ok = false;
-		if (fd < 0)
+	for (; *s; s++)
+		if (*s == '/' || (unsigned char)*s < 0x20 || *s == 0x7f)
 			return false;
-		if (hash_fd(fd, &h, &size) == 0 && size == r->size) {
-			hash_hex(h, hex);
-			ok = r->xxh3 && !strcmp(hex, r->xxh3);
-		}
-		close(fd);
-		return ok;
-	}
-	if (!strcmp(r->t, "mkdir") || !strcmp(r->t, "symlink"))
-		return path_exists(root_fd, r->path);
-	if (!strcmp(r->t, "rmdir") || !strcmp(r->t, "unlink"))
-		return !path_exists(root_fd, r->path);
-	if (!strcmp(r->t, "rename"))
-		return !r->exchange && !path_exists(root_fd, r->path);
-	if (!strcmp(r->t, "link"))
-		return r->to && path_exists(root_fd, r->to);
-	return false;	/* attributes leave no evidence of their own */
-}
-
-/* Remove temporary files of mount `id` below dirfd (recursively). */
-static uint64_t remove_orphans(int dirfd, const char *id, int depth)
-{
-	char needle[40];
-	uint64_t n = 0;
-	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d;
-	struct dirent *de;
-
-	if (fd < 0 || depth > 256 || !(d = fdopendir(fd))) {
-		if (fd >= 0)
-			close(fd);
-		return 0;
-	}
-	snprintf(needle, sizeof(needle), ".%s.", id);
-	while ((de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-		    (depth == 0 && !strcmp(de->d_name, ".ckptfs")))
-			continue;
-		if (!strncmp(de->d_name, ".ckptfs.", 8) && strstr(de->d_name, needle)) {
-			if (unlinkat(dirfd, de->d_name, 0) == 0)
-				n++;
-			continue;
-		}
-		if (de->d_type == DT_DIR || de->d_type == DT_UNKNOWN) {
-			int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (sub >= 0) {
-				n += remove_orphans(sub, id, depth + 1);
-				close(sub);
-			}
-		}
-	}
-	closedir(d);
-	return n;
-}
-
-static int mkdir_open(int parent, const char *name)
-{
-	if (mkdirat(parent, name, 0755) < 0 && errno != EEXIST)
-		return -errno;
-	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	return fd < 0 ? -errno : fd;
-}
-
-static void recover(struct manifest *m, int root_fd, struct rscan *s, struct recovery_report *rep)
-{
-	char buf[512];
-	size_t k = 0;
-	int n;
-
-	rep->unclean = true;
-	snprintf(rep->prev_mount_id, sizeof(rep->prev_mount_id), "%s", s->prev);
-	rep->prev_seq_applied = s->prev_durable;
-	/* Applied operations form a prefix (P1): it ends at the last with evidence. */
-	for (k = s->nops; k > 0 && !rec_applied(root_fd, &s->ops[k - 1]); k--)
-		;
-	if (k)
-		rep->prev_seq_applied = s->ops[k - 1].seq;
-	n = snprintf(buf, sizeof(buf), "{\"t\": \"recovered\", \"m\": \"%s\", \"seq\": %llu, \"by\": \"%s\"}",
-		     s->prev, (unsigned long long)rep->prev_seq_applied, m->mount_id);
-	manifest_append(m, buf, (size_t)n);
-	for (size_t i = 0; i < s->nintents; i++) {
-		bool dup = false;
-		if (s->intents[i].seq <= rep->prev_seq_applied)
-			continue;
-		for (size_t j = 0; j < i; j++)
-			dup |= s->intents[j].seq == s->intents[i].seq;
-		if (dup)
-			continue;
-		rep->inflight_files++;
-		ckpt_log(LOG_WARNING, "in flight when the previous mount stopped, never persisted: %s "
-			 "(operation %llu)", s->intents[i].path ? s->intents[i].path : "?",
-			 (unsigned long long)s->intents[i].seq);
-	}
-	rep->orphans_removed = remove_orphans(root_fd, s->prev, 0);
-	ckpt_log(LOG_WARNING, "recovered from an unclean stop of mount %s: %llu operations applied, "
-		 "%zu after them voided, %llu files in flight lost, %llu temporary files removed",
-		 s->prev, (unsigned long long)rep->prev_seq_applied, s->nops - k,
-		 (unsigned long long)rep->inflight_files, (unsigned long long)rep->orphans_removed);
+	return true;
 }
 
 void manifest_node_default(char *buf, size_t len)
 {
-	char host[256];
+	char host[HOST_NAME_MAX + 2] = "";
 
-	if (gethostname(host, sizeof(host)) < 0 || !host[0] || host[0] == '.' || strchr(host, '/'))
-		snprintf(host, sizeof(host), "localhost");
-	host[sizeof(host) - 1] = '\0';
-	host[strcspn(host, ".")] = '\0';
-	snprintf(buf, len, "%s", host);
+	if (gethostname(host, sizeof(host) - 1) == 0)
+		host[strcspn(host, ".")] = '\0';
+	snprintf(buf, len, "%s", node_name_ok(host) ? host : "localhost");
+}
+
+/* Is the open object fd the daemon's own?  0 or -MANIFEST_EREFUSED (message printed). */
+static int owned_check(int fd, const char *shown, bool dir)
+{
+	struct stat st;
+	int r = bsys.fstatat(fd, "", &st);
+
+	if (r < 0) {
+		fprintf(stderr, "ckptfs: %s: %s\n", shown, strerror(-r));
+		return r;
+	}
+	if (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
+		fprintf(stderr, "ckptfs: %s is not a %s; refusing to mount\n", shown,
+			dir ? "directory" : "regular file");
+		return -MANIFEST_EREFUSED;
+	}
+	if (st.st_uid != geteuid()) {
+		fprintf(stderr, "ckptfs: %s is owned by uid %u, not by uid %u who mounts; "
+			"refusing to mount\n", shown, (unsigned)st.st_uid, (unsigned)geteuid());
+		return -MANIFEST_EREFUSED;
+	}
+	if (st.st_mode & 022) {
+		fprintf(stderr, "ckptfs: %s is writable by group or others (mode %04o); "
+			"refusing to mount\n", shown, (unsigned)(st.st_mode & 07777));
+		return -MANIFEST_EREFUSED;
+	}
+	if (!dir && st.st_nlink != 1) {
+		fprintf(stderr, "ckptfs: %s has %lu hard links; refusing to mount\n", shown,
+			(unsigned long)st.st_nlink);
+		return -MANIFEST_EREFUSED;
+	}
+	return 0;
+}
+
+int manifest_file_check(int fd, const char *shown)
+{
+	return owned_check(fd, shown, false);
+}
+
+static int refuse_kind(const char *shown, mode_t mode)
+{
+	fprintf(stderr, "ckptfs: %s is %s, not the daemon's own; refusing to mount (remove it)\n",
+		shown, S_ISLNK(mode) ? "a symlink" : "of the wrong type");
+	return -MANIFEST_EREFUSED;
+}
+
+/*
+ * Refuse a name that is not of the kind expected before opening it (so the
+ * one line the user gets is this one); 0 if it is absent or of that kind.
+ * Opening still never follows: a name swapped meanwhile fails the open.
+ */
+static int kind_check(int parent, const char *name, const char *shown, bool dir)
+{
+	struct stat st;
+
+	if (bsys.fstatat(parent, name, &st) < 0 || (dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)))
+		return 0;
+	return refuse_kind(shown, st.st_mode);
+}
+
+/* Say why opening `name` (without following) failed: a symlink is refused. */
+static int open_refused(int parent, const char *name, const char *shown, int err)
+{
+	struct stat st;
+
+	if ((err == -ELOOP || err == -ENOTDIR || err == -ENXIO) &&
+	    bsys.fstatat(parent, name, &st) == 0)
+		return refuse_kind(shown, st.st_mode);
+	fprintf(stderr, "ckptfs: cannot open %s: %s\n", shown, strerror(-err));
+	return err;
+}
+
+/* Create (0755) and open a metadata directory below parent, and check it. */
+static int meta_dir(int parent, const char *name, const char *shown)
+{
+	int fd, r = bsys.mkdirat(parent, name, 0755);
+
+	if (r < 0 && r != -EEXIST) {
+		fprintf(stderr, "ckptfs: cannot create %s: %s\n", shown, strerror(-r));
+		return r;
+	}
+	if ((r = kind_check(parent, name, shown, true)) < 0)
+		return r;
+	fd = bsys.openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0);
+	if (fd < 0)
+		return open_refused(parent, name, shown, fd);
+	if ((r = owned_check(fd, shown, true)) < 0) {
+		bsys.close(fd);
+		return r;
+	}
+	return fd;
+}
+
+/* Open a metadata file of the node directory without following, and check it. */
+static int meta_file(struct manifest *m, const char *name, int flags, char *shown, size_t len)
+{
+	int fd, r;
+
+	snprintf(shown, len, "%s/%s", m->where, name);
+	if ((r = kind_check(m->dirfd, name, shown, false)) < 0)
+		return r;
+	fd = bsys.openat(m->dirfd, name, flags | O_NOFOLLOW | O_NONBLOCK, 0644);
+	if (fd < 0)
+		return fd == -ENOENT ? fd : open_refused(m->dirfd, name, shown, fd);
+	if ((r = owned_check(fd, shown, false)) < 0) {
+		bsys.close(fd);
+		return r;
+	}
+	return fd;
+}
+
+/* ---- the state file ------------------------------------------------------ */
+
+static int state_write(struct manifest *m, bool clean, uint64_t seq)
+{
+	struct strbuf b = { 0 };
+	int fd, r;
+
+	sb_printf(&b, "{\"format\": %d, \"host\": ", MANIFEST_FORMAT);
+	sb_json_str(&b, m->host);
+	sb_printf(&b, ", \"mount_id\": ");
+	sb_json_str(&b, m->mount_id);
+	sb_printf(&b, ", \"clean\": %s, \"seq_durable\": %llu, \"time_ns\": %llu}\n",
+		  clean ? "true" : "false", (unsigned long long)seq, (unsigned long long)wall_ns());
+	/* A stale temp file (or anything planted there) goes; ours is born new. */
+	bsys.unlinkat(m->dirfd, MANIFEST_STATE_TMP, 0);
+	fd = bsys.openat(m->dirfd, MANIFEST_STATE_TMP, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+	if (fd < 0) {
+		sb_free(&b);
+		return fd;
+	}
+	r = 0;
+	for (size_t done = 0; done < b.len && r == 0;) {
+		ssize_t n = bsys.append(fd, b.s + done, b.len - done, (off_t)done);
+		if (n < 0 && n != -EINTR)
+			r = (int)n;
+		else if (n > 0)
+			done += (size_t)n;
+	}
+	if (r == 0)
+		r = bsys.fsync(fd);
+	if (r == 0)
+		r = bsys.renameat2(m->dirfd, MANIFEST_STATE_TMP, m->dirfd, MANIFEST_STATE, 0);
+	bsys.close(fd);
+	if (r == 0)
+		r = bsys.fsync(m->dirfd);
+	else
+		bsys.unlinkat(m->dirfd, MANIFEST_STATE_TMP, 0);
+	sb_free(&b);
+	return r;
+}
+
+/* The format number in state.json (0 if there is none); or -errno. */
+static int state_format(struct manifest *m)
+{
+	char shown[PATH_MAX + 64], buf[4096];
+	struct json_obj o;
+	uint64_t fmt = 0;
+	ssize_t n;
+	int fd = meta_file(m, MANIFEST_STATE, O_RDONLY, shown, sizeof(shown));
+
+	if (fd == -ENOENT)
+		return 0;
+	if (fd < 0)
+		return fd;
+	n = bsys.pread(fd, buf, sizeof(buf), 0);
+	bsys.close(fd);
+	if (n < 0)
+		return (int)n;
+	if (json_parse(buf, (size_t)n, &o, NULL, 0) < 0) {
+		ckpt_log(LOG_WARNING, "manifest: %s is not a JSON object; ignoring it", shown);
+		return 0;
+	}
+	if (!json_u64(&o, "format", &fmt) || fmt > INT32_MAX)
+		fmt = 0;
+	json_free(&o);
+	return (int)fmt;
+}
+
+/* ---- open and close ------------------------------------------------------ */
+
+/* Compaction thresholds: the defaults, or CKPTFS_MANIFEST_COMPACT="records=N,bytes=SIZE". */
+static void thresholds(struct manifest *m)
+{
+	const char *env = getenv("CKPTFS_MANIFEST_COMPACT");
+	char *dup, *save, *kv;
+
+	m->compact_records = MANIFEST_COMPACT_RECORDS;
+	m->compact_bytes = MANIFEST_COMPACT_BYTES;
+	if (!env || !*env)
+		return;
+	dup = xstrdup(env);
+	for (kv = strtok_r(dup, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+		uint64_t v;
+		if (!strncmp(kv, "records=", 8) && parse_size(kv + 8, &v) == 0)
+			m->compact_records = v;
+		else if (!strncmp(kv, "bytes=", 6) && parse_size(kv + 6, &v) == 0)
+			m->compact_bytes = v;
+		else
+			ckpt_log(LOG_WARNING, "CKPTFS_MANIFEST_COMPACT: ignoring '%s'", kv);
+	}
+	free(dup);
+}
+
+/* "<backend>/.ckptfs/nodes/<node>" (the backend as the kernel names it). */
+static char *where_of(int root_fd, const char *node)
+{
+	char fdname[24], dir[48], root[PATH_MAX] = "BACKEND";
+	struct strbuf b = { 0 };
+	ssize_t n = -1;
+	int proc;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)getpid());	/* /proc/self is a symlink */
+	proc = bsys_open_dir_path(dir);
+
+	snprintf(fdname, sizeof(fdname), "%d", root_fd);
+	if (proc >= 0) {
+		n = bsys.readlinkat(proc, fdname, root, sizeof(root) - 1);
+		bsys.close(proc);
+	}
+	root[n > 0 ? n : 7] = '\0';
+	sb_printf(&b, "%s/" MANIFEST_NODES_DIR "/%s", root, node);
+	return b.s;
+}
+
+static void manifest_release(struct manifest *m)
+{
+	if (m->fd >= 0)
+		bsys.close(m->fd);
+	if (m->dirfd >= 0)
+		bsys.close(m->dirfd);
+	m->fd = m->dirfd = -1;
+	free(m->where);
+	m->where = NULL;
+	sb_free(&m->rec);
+	pthread_mutex_destroy(&m->lock);
+}
+
+/* Open the three metadata directories (creating them) and check each. */
+static int open_node_dir(struct manifest *m, int root_fd, const char *node)
+{
+	size_t wl = strlen(m->where), nl = strlen(node);
+	char *shown = xstrdup(m->where);
+	int meta, nodes;
+
+	/* shown: ".../.ckptfs/nodes/<node>", then cut back for the parents. */
+	shown[wl - nl - 7] = '\0';
+	meta = meta_dir(root_fd, ".ckptfs", shown);
+	shown[wl - nl - 7] = '/';
+	shown[wl - nl - 1] = '\0';
+	nodes = meta < 0 ? meta : meta_dir(meta, "nodes", shown);
+	if (meta >= 0)
+		bsys.close(meta);
+	shown[wl - nl - 1] = '/';
+	m->dirfd = nodes < 0 ? nodes : meta_dir(nodes, node, shown);
+	if (nodes >= 0)
+		bsys.close(nodes);
+	free(shown);
+	return m->dirfd < 0 ? m->dirfd : 0;
 }
 
 int manifest_open(struct manifest *m, int root_fd, const char *node, const char *mount_id,
 		  struct recovery_report *rep)
 {
-	struct rscan s = { 0 };
-	uint64_t good_end, corrupt;
-	struct stat st;
-	int meta, nodes, fmt, r;
-	char buf[512];
+	struct manifest_scan scan;
+	struct rscan *s = NULL;
+	char shown[PATH_MAX + 64];
+	struct strbuf b = { 0 };
+	bool clean;
+	int fmt, r;
 
 	memset(m, 0, sizeof(*m));
 	memset(rep, 0, sizeof(*rep));
 	m->fd = m->dirfd = -1;
 	pthread_mutex_init(&m->lock, NULL);
+	thresholds(m);
 	snprintf(m->mount_id, sizeof(m->mount_id), "%s", mount_id);
+	if (!node_name_ok(node)) {
+		fprintf(stderr, "ckptfs: node name '%s' cannot name a directory under %s "
+			"(1-255 bytes, no '/', no control characters, not starting with '.')\n",
+			node, MANIFEST_NODES_DIR);
+		pthread_mutex_destroy(&m->lock);
+		return -MANIFEST_EREFUSED;
+	}
 	snprintf(m->host, sizeof(m->host), "%s", node);
-	if ((meta = mkdir_open(root_fd, ".ckptfs")) < 0)
-		return meta;
-	nodes = mkdir_open(meta, "nodes");
-	close(meta);
-	if (nodes < 0)
-		return nodes;
-	m->dirfd = mkdir_open(nodes, m->host);
-	close(nodes);
-	if (m->dirfd < 0)
-		return m->dirfd;
-	if ((fmt = state_format(m->dirfd)) > MANIFEST_FORMAT) {
+	m->where = where_of(root_fd, node);
+	if ((r = open_node_dir(m, root_fd, node)) < 0)
+		goto fail;
+	/* Leftovers of an interrupted compaction or state update. */
+	bsys.unlinkat(m->dirfd, MANIFEST_LOG_TMP, 0);
+	bsys.unlinkat(m->dirfd, MANIFEST_STATE_TMP, 0);
+	if ((fmt = r = state_format(m)) < 0)
+		goto fail;
+	if (fmt > MANIFEST_FORMAT) {
 		fprintf(stderr, "ckptfs: the backend's metadata is format %d, newer than this "
 			"ckptfs understands (%d); upgrade ckptfs\n", fmt, MANIFEST_FORMAT);
-		return -EPROTO;
+		r = -EPROTO;
+		goto fail;
 	}
-	m->fd = openat(m->dirfd, "manifest.log", O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-	if (m->fd < 0)
-		return -errno;
-	if ((r = manifest_scan_fd(m->fd, rscan_cb, &s, &good_end, &corrupt)) < 0)
-		return r;
-	if (fstat(m->fd, &st) == 0 && (uint64_t)st.st_size > good_end) {
-		rep->torn_bytes = (uint64_t)st.st_size - good_end;
-		if (ftruncate(m->fd, (off_t)good_end) == 0)
-			ckpt_log(LOG_WARNING, "manifest: cut a torn tail of %llu bytes at offset %llu",
-				 (unsigned long long)rep->torn_bytes, (unsigned long long)good_end);
+	m->fd = meta_file(m, MANIFEST_LOG, O_RDWR | O_APPEND | O_CREAT, shown, sizeof(shown));
+	if (m->fd < 0) {
+		r = m->fd;
+		if (r == -ENOENT)	/* other errors were reported by meta_file */
+			fprintf(stderr, "ckptfs: cannot open %s: %s\n", shown, strerror(-r));
+		goto fail;
 	}
-	rep->corrupt_records = corrupt;
-	if (corrupt)
-		ckpt_log(LOG_ERR, "manifest: %llu corrupt records skipped", (unsigned long long)corrupt);
-	rep->previous = s.prev[0] != '\0';
-	if (rep->previous && !s.prev_clean)
-		recover(m, root_fd, &s, rep);
-	rscan_reset_ops(&s);
-	free(s.ops);
-	free(s.intents);
+	s = rscan_new();
+	if ((r = manifest_scan_fd(m->fd, rscan_cb, s, &scan)) < 0) {
+		fprintf(stderr, "ckptfs: cannot read %s: %s\n", shown, strerror(-r));
+		goto fail;
+	}
+	m->size = scan.good_end;
+	m->records = scan.records;
+	rscan_compacted(s, &m->base_records, &m->base_bytes);
+	if (scan.size > scan.good_end) {
+		rep->torn_bytes = scan.size - scan.good_end;
+		pthread_mutex_lock(&m->lock);
+		r = tail_cut_locked(m);
+		pthread_mutex_unlock(&m->lock);
+		ckpt_log(LOG_WARNING, "manifest: %s torn tail of %llu bytes at offset %llu%s",
+			 r == 0 ? "cut a" : "could not cut a", (unsigned long long)rep->torn_bytes,
+			 (unsigned long long)scan.good_end, r == 0 ? "" : " (retried at the next append)");
+	}
+	rep->corrupt_records = scan.corrupt_records;
+	if (scan.corrupt_records)
+		ckpt_log(LOG_ERR, "manifest: %s: %llu corrupt records skipped (%llu bytes)", shown,
+			 (unsigned long long)scan.corrupt_records, (unsigned long long)scan.corrupt_bytes);
+	rep->previous = rscan_previous(s, &clean);
+	if (rep->previous && !clean && (r = manifest_recover(m, root_fd, s, rep)) < 0)
+		goto fail;
+	rscan_free(s);
+	s = NULL;
 
-	r = snprintf(buf, sizeof(buf), "{\"t\": \"mount\", \"m\": \"%s\", \"host\": \"%s\", "
-		     "\"format\": %d, \"time\": %llu}", m->mount_id, m->host, MANIFEST_FORMAT,
-		     (unsigned long long)wall_ns());
-	manifest_append(m, buf, (size_t)r);
-	manifest_sync(m);
-	state_write(m, false, 0);
+	sb_printf(&b, "{\"t\": \"mount\", \"m\": ");
+	sb_json_str(&b, m->mount_id);
+	sb_printf(&b, ", \"host\": ");
+	sb_json_str(&b, m->host);
+	sb_printf(&b, ", \"format\": %d, \"time\": %llu}", MANIFEST_FORMAT,
+		  (unsigned long long)wall_ns());
+	r = manifest_append(m, b.s, b.len);
+	sb_free(&b);
+	if (r == 0)
+		r = manifest_sync(m);
+	if (r < 0) {
+		fprintf(stderr, "ckptfs: cannot write %s: %s\n", shown, strerror(-r));
+		goto fail;
+	}
+	if ((r = state_write(m, false, 0)) < 0)
+		ckpt_log(LOG_WARNING, "manifest: cannot write %s/" MANIFEST_STATE ": %s", m->where,
+			 strerror(-r));
+	if (manifest_wants_compaction(m) && (r = manifest_compact(m, 0)) < 0)
+		ckpt_log(LOG_WARNING, "manifest: compaction at mount failed (%s); the log stays "
+			 "as it was", strerror(-r));
 	return 0;
+fail:
+	if (s)
+		rscan_free(s);
+	manifest_release(m);
+	return r;
 }
 
 void manifest_close(struct manifest *m, uint64_t seq_durable, bool clean)
 {
-	char buf[256];
-	int n;
+	struct strbuf b = { 0 };
 
 	if (m->fd < 0)
 		return;
 	if (clean) {
-		n = snprintf(buf, sizeof(buf), "{\"t\": \"unmount\", \"m\": \"%s\", \"seq\": %llu, "
-			     "\"time\": %llu}", m->mount_id, (unsigned long long)seq_durable,
-			     (unsigned long long)wall_ns());
-		manifest_append(m, buf, (size_t)n);
+		sb_printf(&b, "{\"t\": \"unmount\", \"m\": ");
+		sb_json_str(&b, m->mount_id);
+		sb_printf(&b, ", \"seq\": %llu, \"time\": %llu}", (unsigned long long)seq_durable,
+			  (unsigned long long)wall_ns());
+		if (manifest_append(m, b.s, b.len) < 0)
+			clean = false;
+		sb_free(&b);
 	}
-	manifest_sync(m);
-	state_write(m, clean, seq_durable);
-	close(m->fd);
-	close(m->dirfd);
-	m->fd = m->dirfd = -1;
-	pthread_mutex_destroy(&m->lock);
+	if (manifest_sync(m) < 0)
+		ckpt_log(LOG_ERR, "manifest: the last records of %s/" MANIFEST_LOG " may not be durable",
+			 m->where);
+	if (state_write(m, clean, seq_durable) < 0)
+		ckpt_log(LOG_WARNING, "manifest: cannot write %s/" MANIFEST_STATE, m->where);
+	manifest_release(m);
 }

@@ -93,8 +93,18 @@ struct touched {
 	unsigned nfiles;
 };
 
-/* Record (once) and apply one operation: 0 or -errno. */
+/*
+ * Append op's write-ahead record for this attempt unless it has one (P7):
+ * 0 or -errno.  Its durability is the caller's: fsync the manifest before
+ * applying.
+ */
+int record_attempt(struct backend *be, struct op *op);
+/* This attempt will not happen (err, or 0: deferred): void its record. */
+void void_attempt(struct backend *be, struct op *op, int err);
+/* Record (if needed) and apply one operation: 0 or -errno (its attempt voided). */
 int apply_op(struct backend *be, struct op *op, struct touched *t);
+/* Does t already cover every directory op touches (so no sync is needed first)? */
+bool touched_covers(const struct touched *t, const struct op *op);
 /* fsync the manifest and everything touched; keeps the set on failure. */
 int sync_touched(struct backend *be, struct touched *t);
 /* Manifest records of operations that will never happen. */

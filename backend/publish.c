@@ -477,20 +477,57 @@ static void blocked_log(struct backend *be)
 	ckpt_log_limited(&err_rl, 30ull * 1000000000, LOG_WARNING, "still blocked at %s", line);
 }
 
-/* Apply a batch; failures and what depends on them stay behind.  Returns applied count. */
+/*
+ * Apply a batch so that what becomes durable is always a prefix of it
+ * (P1, P3, P7), even after a power cut:
+ *  1. every operation's write-ahead record is appended, then the manifest
+ *     is fsync'd once: none is applied before its record is durable;
+ *  2. operations are applied in order, and before one that touches a
+ *     directory the operations since the last sync did not, those are synced
+ *     first — a directory fsync makes all of that directory's entries
+ *     durable at once, so syncing every directory at the end, in first-touch
+ *     order, would let a later operation in one directory become durable
+ *     before an earlier one in another;
+ *  3. an operation that fails stays behind with its dependants and its
+ *     actor's later operations; their records are voided.
+ * Returns how many were applied (moved to the front of batch); the caller
+ * syncs what remains touched.  A sync failing in between stops the batch
+ * there; the caller retries it before anything else.
+ */
 static unsigned batch_apply(struct backend *be, struct op **batch, unsigned n, struct touched *t,
 			    struct op **failed, int *ferr, unsigned *nfailed)
 {
 	struct fpset bad = { 0 };
 	uid_t bad_actors[PUB_BATCH];
-	unsigned applied = 0, nbad = 0;
+	unsigned applied = 0, nbad = 0, nrec = 0;
+	int r = 0;
 
 	*nfailed = 0;
-	for (unsigned i = 0; i < n; i++) {
+	for (; nrec < n && r == 0; nrec++)
+		if ((r = record_attempt(be, batch[nrec])) < 0) {
+			failed[0] = batch[nrec];	/* the rest wait for the next round */
+			ferr[0] = r;
+			*nfailed = 1;
+			break;
+		}
+	if (nrec && (r = manifest_sync(&be->man)) < 0) {
+		for (unsigned i = 0; i < nrec; i++)
+			void_attempt(be, batch[i], 0);
+		failed[0] = batch[0];
+		ferr[0] = r;
+		*nfailed = 1;
+		return 0;
+	}
+	for (unsigned i = 0; i < nrec; i++) {
 		struct op *op = batch[i], *unused = NULL;
 		bool after_failure = fpset_conflicts(&bad, op, &unused);
 		for (unsigned k = 0; k < nbad && !after_failure; k++)
 			after_failure = bad_actors[k] == op->actor;
+		if (!after_failure && t->n && !touched_covers(t, op) && sync_touched(be, t) < 0) {
+			for (unsigned k = i; k < nrec; k++)	/* the caller retries the sync */
+				void_attempt(be, batch[k], 0);
+			break;
+		}
 		int err = after_failure ? 1 : apply_op(be, op, t);
 		if (err == 0) {
 			batch[applied++] = op;
@@ -499,6 +536,8 @@ static unsigned batch_apply(struct backend *be, struct op **batch, unsigned n, s
 		if (err < 0) {
 			failed[*nfailed] = op;
 			ferr[(*nfailed)++] = err;
+		} else {
+			void_attempt(be, op, 0);	/* deferred behind a failure */
 		}
 		fpset_add_op(&bad, op, NULL);	/* it stays behind: so do its dependants */
 		bad_actors[nbad++] = op->actor;

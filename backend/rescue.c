@@ -10,8 +10,11 @@
  * were to follow) to RESCUE_DIR/<host>-<mount id>/manifest.jsonl, in
  * sequence order, so an administrator can finish the job by hand.  Each
  * rescued operation is also noted in the backend's manifest when possible.
- * Nothing is dropped silently: the daemon logs where the data went and
- * exits non-zero.
+ * Files still open for writing at exit are never published (contract item
+ * 4); what was written to them goes to RESCUE_DIR/<host>-<mount id>/partial/
+ * <mount path>, listed in the manifest as "partial".  Nothing is dropped
+ * silently: the daemon logs where the data went (and exits non-zero if
+ * anything closed could not be persisted).
  *
  * The daemon runs as root and the default RESCUE_DIR lies in a world-writable
  * directory, so (invariants):
@@ -205,18 +208,30 @@ static int rescue_file_create(int base, const char *path)
 	return fd;
 }
 
-static const char *kind_name(enum op_kind k)
+/* Save one version's contents as `path` below `files`: 0 or -errno; its digest in hex. */
+static int rescue_version(int files, const char *path, struct cver *v, char hex[33])
 {
-	static const char *const names[] = { "file", "mkdir", "rmdir", "unlink", "rename",
-					     "symlink", "link", "setattr", "setxattr", "removexattr",
-					     "mknod" };
-	return k < CKPT_ARRAY_LEN(names) ? names[k] : "?";
+	XXH128_hash_t h = { 0 };
+	int fd = rescue_file_create(files, path), r = fd;
+
+	if (fd >= 0) {
+		r = flush_copy_version(v, fd, &h);
+		int s = D.fsync(fd);
+		if (!r)
+			r = s;
+		D.close(fd);
+	}
+	hash_hex(h, hex);
+	if (r < 0)
+		log_err("rescue: could not save %s: %s", path, strerror(-r));
+	return r;
 }
 
-long backend_rescue(struct backend *be, const char *dir, char *where, size_t wlen)
+long backend_rescue(struct backend *be, const char *dir, const struct rescue_item *partial,
+		    unsigned npartial, char *where, size_t wlen)
 {
 	char host[256] = "localhost", name[300], why[512];
-	int top, base, files, mf;
+	int top, base, files, mf, pfiles = -1;
 	long saved = 0;
 
 	gethostname(host, sizeof(host) - 1);
@@ -257,30 +272,15 @@ long backend_rescue(struct backend *be, const char *dir, char *where, size_t wle
 			snprintf(path, sizeof(path), "unplaced/%llu", (unsigned long long)op->seq);
 		if (op->dir2 && bnode_path(be, op->dir2, op->name2, to, sizeof(to)) < 0)
 			snprintf(to, sizeof(to), "unplaced/%s", op->name2);
-		sb_printf(&b, "{\"seq\": %llu, \"op\": \"%s\", \"path\": ", (unsigned long long)op->seq,
-			  kind_name(op->kind));
-		sb_json_str(&b, path);
-		if (to[0]) {
-			sb_printf(&b, ", \"to\": ");
-			sb_json_str(&b, to);
-		}
+		sb_printf(&b, "{\"seq\": %llu, \"op\": \"%s\", ", (unsigned long long)op->seq,
+			  op_record_type(op->kind));
+		sb_json_paths(&b, path, to);
 		if (op->kind == OP_VERSION) {
-			XXH128_hash_t h = { 0 };
 			char hex[33];
-			int fd = rescue_file_create(files, path), r = fd;
-			if (fd >= 0) {
-				r = flush_copy_version(op->ver, fd, &h);
-				int s = D.fsync(fd);
-				if (!r)
-					r = s;
-				D.close(fd);
-			}
-			hash_hex(h, hex);
+			int r = rescue_version(files, path, op->ver, hex);
 			sb_printf(&b, ", \"size\": %llu, \"mode\": %u, \"xxh3\": \"%s\", \"saved\": %s",
 				  (unsigned long long)op->ver->size, (unsigned)op->mode, hex,
 				  r == 0 ? "true" : "false");
-			if (r < 0)
-				log_err("rescue: could not save %s: %s", path, strerror(-r));
 		} else if (op->kind == OP_SYMLINK) {
 			sb_printf(&b, ", \"target\": ");
 			sb_json_str(&b, op->target);
@@ -294,6 +294,27 @@ long backend_rescue(struct backend *be, const char *dir, char *where, size_t wle
 		sb_free(&b);
 		saved++;
 	}
+	for (unsigned i = 0; i < npartial; i++) {
+		struct strbuf b = { 0 };
+		char hex[33];
+		int r = pfiles >= 0 ? 0 : (pfiles = subdir(base, "partial", false));
+		if (r >= 0)
+			r = rescue_version(pfiles, partial[i].path, partial[i].ver, hex);
+		else
+			hash_hex((XXH128_hash_t){ 0 }, hex);
+		sb_printf(&b, "{\"seq\": 0, \"op\": \"partial\", \"path\": ");
+		sb_json_str(&b, partial[i].path);
+		sb_printf(&b, ", \"size\": %llu, \"xxh3\": \"%s\", \"saved\": %s, \"note\": "
+			  "\"open for writing at exit: what was written so far, never closed\"}\n",
+			  (unsigned long long)partial[i].ver->size, hex, r == 0 ? "true" : "false");
+		write_full(mf, b.s, b.len);
+		sb_free(&b);
+		saved++;
+	}
+	if (pfiles >= 0) {
+		D.fsync(pfiles);
+		D.close(pfiles);
+	}
 	D.fsync(mf);
 	D.close(mf);
 	D.fsync(files);
@@ -303,6 +324,6 @@ long backend_rescue(struct backend *be, const char *dir, char *where, size_t wle
 	char rec[512];
 	int n = snprintf(rec, sizeof(rec), "{\"t\": \"rescued\", \"m\": \"%s\", \"count\": %ld, \"where\": \"%s\"}",
 			 be->mount_id, saved, where);
-	manifest_append(&be->man, rec, (size_t)n);
+	(void)manifest_append(&be->man, rec, (size_t)n);
 	return saved;
 }

@@ -179,10 +179,15 @@ static bool evict_one_locked(struct cache *c)
 	return false;
 }
 
-struct chunk *cache_chunk_alloc(struct cache *c, struct cfile *owner, bool small, bool wait)
+/* How long a waiting allocator sleeps before it re-checks evictable chunks and wait_check. */
+#define WAIT_SLICE_NS (50ull * 1000000)
+
+int cache_chunk_alloc(struct cache *c, struct cfile *owner, bool small, bool wait,
+		      struct chunk **out)
 {
 	struct chunk *ch;
 	uint64_t t0 = 0;
+	int r = 0;
 
 	small = small && c->nslots;
 	pthread_mutex_lock(&c->lock);
@@ -190,34 +195,52 @@ struct chunk *cache_chunk_alloc(struct cache *c, struct cfile *owner, bool small
 		if (evict_one_locked(c))
 			continue;	/* it may have freed what we need */
 		if (!wait) {
-			pthread_mutex_unlock(&c->lock);
-			return NULL;
+			r = -EAGAIN;
+			break;
 		}
 		if (!t0) {
 			t0 = now_ns();
 			atomic_fetch_add(&c->st.backpressure_waits, 1);
 		}
+		uint64_t wakes = c->wakes;
 		c->waiters++;
 		pthread_mutex_unlock(&c->lock);
 		if (c->spill_wanted)
 			c->spill_wanted(c->spill_arg);
+		if (c->wait_check)
+			r = c->wait_check(c->wait_arg, now_ns() - t0);
 		pthread_mutex_lock(&c->lock);
-		if (!c->nfree)	/* wake now and then to re-check evictable chunks */
-			cond_wait_ns(&c->freed, &c->lock, 50 * 1000000);
+		/* Wake now and then to re-check evictable chunks and wait_check. */
+		if (r == 0 && !c->nfree && c->wakes == wakes)
+			cond_wait_ns(&c->freed, &c->lock, WAIT_SLICE_NS);
 		c->waiters--;
+		if (r < 0)
+			break;
 	}
-	ch->owner = owner;
-	ch->index = 0;
-	ch->lo = ch->hi = 0;
-	ch->vrefs = ch->pins = 0;
-	ch->in_map = 0;
-	ch->state = CH_DIRTY;
-	atomic_fetch_add(&c->st.used_bytes, ch->cap);
-	atomic_fetch_add(&c->st.dirty_bytes, ch->cap);
+	if (ch) {
+		ch->owner = owner;
+		ch->index = 0;
+		ch->lo = ch->hi = 0;
+		ch->vrefs = ch->pins = 0;
+		ch->in_map = 0;
+		ch->state = CH_DIRTY;
+		atomic_fetch_add(&c->st.used_bytes, ch->cap);
+		atomic_fetch_add(&c->st.dirty_bytes, ch->cap);
+	}
 	pthread_mutex_unlock(&c->lock);
 	if (t0)
 		atomic_fetch_add(&c->st.backpressure_ns, now_ns() - t0);
-	return ch;
+	*out = ch;
+	return r;
+}
+
+void cache_wake_waiters(struct cache *c)
+{
+	pthread_mutex_lock(&c->lock);
+	c->wakes++;
+	if (c->waiters)
+		pthread_cond_broadcast(&c->freed);
+	pthread_mutex_unlock(&c->lock);
 }
 
 void cache_chunk_free(struct cache *c, struct chunk *ch)
@@ -272,12 +295,20 @@ struct chunk *cache_spill_pick(struct cache *c, struct cfile **owner)
 	struct chunk *ch = NULL;
 
 	pthread_mutex_lock(&c->lock);
-	if (!list_empty(&c->spill)) {
-		ch = list_entry(c->spill.next, struct chunk, link);
+	for (struct list *e = c->spill.next; e != &c->spill; e = e->next) {
+		struct chunk *cand = list_entry(e, struct chunk, link);
+		/*
+		 * Its owner's memory is valid while the chunk is listed (cache.h),
+		 * but a final put may be on its way to unlisting it: such a file
+		 * is going away with its chunks, and is not ours to keep alive.
+		 */
+		if (!(*owner = cfile_tryget(cand->owner)))
+			continue;
 		/* Rotate it so a chunk that cannot be spilled yet does not block others. */
-		list_del(&ch->link);
-		list_add_tail(&c->spill, &ch->link);
-		*owner = cfile_get(ch->owner);
+		list_del(&cand->link);
+		list_add_tail(&c->spill, &cand->link);
+		ch = cand;
+		break;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return ch;

@@ -23,6 +23,17 @@
  * Lock order: cfile->lock -> cache->lock.  The allocator's eviction goes the
  * other way only with trylock.  cache_chunk_alloc(wait=true) must be called
  * with no cfile lock held: it may sleep until the flushers free space.
+ *
+ * Every wait is bounded: a waiting writer asks wait_check (the upper layer's
+ * policy: a backend that stopped making progress, an interrupted request, a
+ * daemon shutting down) every slice and gives up with its -errno.  The cache
+ * itself knows nothing of the backend or of FUSE; cache_wake_waiters() lets
+ * that policy cut a slice short.
+ *
+ * A chunk on a list always has a live owner: the owner's last cfile_put
+ * takes its chunks off the lists (under cache->lock) before it frees the
+ * file, so cache->lock makes ch->owner safe to look at; a reference may be
+ * taken on it only while its count is not zero (cfile_tryget).
  */
 #ifndef CKPTFS_CACHE_H
 #define CKPTFS_CACHE_H
@@ -88,10 +99,18 @@ struct cache {
 	struct list clean;	/* oldest first */
 	struct list spill;	/* oldest first */
 	uint32_t waiters;
+	uint64_t wakes;		/* cache_wake_waiters() calls: a waiter re-checks at once */
 
 	/* Called (without locks) when writers wait and nothing is evictable. */
 	void (*spill_wanted)(void *arg);
 	void *spill_arg;
+	/*
+	 * Called (without locks, in the waiting thread) every wait slice, with
+	 * how long this wait has lasted: 0 keeps waiting, -errno gives up.
+	 * NULL: wait as long as it takes.
+	 */
+	int (*wait_check)(void *arg, uint64_t waited_ns);
+	void *wait_arg;
 	bool hugepages;
 
 	struct cache_stats st;
@@ -111,11 +130,15 @@ static inline char *cache_chunk_mem(const struct cache *c, const struct chunk *c
 }
 
 /*
- * A free chunk (small: a slot, if slots exist) for `owner`, evicting clean
- * ones if needed.  With wait, sleeps (counted as backpressure) until space
- * is freed; without, returns NULL.
+ * A free chunk (small: a slot, if slots exist) for `owner` into *out,
+ * evicting clean ones if needed.  With wait, sleeps (counted as
+ * backpressure) until space is freed or wait_check gives up; without,
+ * returns -EAGAIN at once.  0, or -errno (nothing allocated).
  */
-struct chunk *cache_chunk_alloc(struct cache *c, struct cfile *owner, bool small, bool wait);
+int cache_chunk_alloc(struct cache *c, struct cfile *owner, bool small, bool wait,
+		      struct chunk **out);
+/* Make every waiting allocator re-ask wait_check now (any thread, no locks held). */
+void cache_wake_waiters(struct cache *c);
 /* Return an owned chunk to the free stack (owner lock held or chunk private). */
 void cache_chunk_free(struct cache *c, struct chunk *ch);
 

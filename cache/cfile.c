@@ -192,7 +192,6 @@ struct cfile *cfile_new(struct cache *c, void *owner)
 {
 	struct cfile *cf = xcalloc(1, sizeof(*cf));
 	pthread_mutex_init(&cf->lock, NULL);
-	pthread_cond_init(&cf->spilled, NULL);
 	atomic_init(&cf->refs, 1);
 	cf->cache = c;
 	cf->owner = owner;
@@ -203,6 +202,17 @@ struct cfile *cfile_new(struct cache *c, void *owner)
 struct cfile *cfile_get(struct cfile *cf)
 {
 	atomic_fetch_add(&cf->refs, 1);
+	return cf;
+}
+
+struct cfile *cfile_tryget(struct cfile *cf)
+{
+	unsigned n = atomic_load(&cf->refs);
+
+	do {
+		if (n == 0)
+			return NULL;	/* its last put is freeing it */
+	} while (!atomic_compare_exchange_weak(&cf->refs, &n, n + 1));
 	return cf;
 }
 
@@ -223,7 +233,6 @@ void cfile_put(struct cfile *cf)
 	free(cf->layers);
 	free(cf->map);
 	pthread_mutex_destroy(&cf->lock);
-	pthread_cond_destroy(&cf->spilled);
 	free(cf);
 }
 
@@ -529,6 +538,22 @@ static void spares_add(struct spares *sp, struct chunk *ch)
 	sp->v[sp->n++] = ch;
 }
 
+/* Allocate until sp holds what need asks for: 0, or the allocator's -errno. */
+static int spares_fill(struct cache *c, struct cfile *cf, struct spares *sp, const uint32_t need[3])
+{
+	struct chunk *ch;
+	int r;
+
+	while (sp->n < need[NEED_FULL]) {
+		if ((r = cache_chunk_alloc(c, cf, false, true, &ch)) < 0)
+			return r;
+		spares_add(sp, ch);
+	}
+	if (need[NEED_SLOT] && !sp->slot)
+		return cache_chunk_alloc(c, cf, true, true, &sp->slot);
+	return 0;
+}
+
 int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, void *arg)
 {
 	const uint64_t cs = cf->cache->chunk_size;
@@ -547,17 +572,16 @@ int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, 
 		pthread_mutex_unlock(&cf->lock);
 		return -EAGAIN;
 	}
-	/* Gather new chunks without holding the lock: allocation may wait. */
+	/* Gather new chunks without holding the lock: allocation may wait, and fail. */
 	for (;;) {
 		chunks_needed(cf, off, end, need);
 		if (need[NEED_FULL] <= sp.n && (!need[NEED_SLOT] || sp.slot))
 			break;
 		pthread_mutex_unlock(&cf->lock);
-		while (sp.n < need[NEED_FULL])
-			spares_add(&sp, cache_chunk_alloc(cf->cache, cf, false, true));
-		if (need[NEED_SLOT] && !sp.slot)
-			sp.slot = cache_chunk_alloc(cf->cache, cf, true, true);
+		r = spares_fill(cf->cache, cf, &sp, need);
 		pthread_mutex_lock(&cf->lock);
+		if (r < 0)
+			break;	/* nothing changed yet: the spares go back below */
 	}
 
 	for (uint64_t i = off / cs; i * cs < end && r == 0; i++) {
@@ -665,11 +689,9 @@ struct cver *cfile_seal(struct cfile *cf, uint64_t seq)
 	struct segbuf b = { 0 };
 	struct cver *v;
 	struct clayer *stage;
+	struct cfd *sf = NULL;
 
 	pthread_mutex_lock(&cf->lock);
-	/* A spill still writing into the stage could land past the sealed size. */
-	while (cf->spills)
-		pthread_cond_wait(&cf->spilled, &cf->lock);
 	if (map_range(cf, 0, cf->size, &b) < 0) {
 		pthread_mutex_unlock(&cf->lock);
 		free(b.v);
@@ -683,8 +705,17 @@ struct cver *cfile_seal(struct cfile *cf, uint64_t seq)
 	v->segs = b.v;
 	v->nseg = b.n;
 	if ((stage = live_stage(cf))) {
+		/*
+		 * The stage is retired either way: later spills start a new one.
+		 * It becomes the version's output only if no spill is still
+		 * writing into it, which could land past the sealed size; the
+		 * version does not read the range such a spill writes (its chunk
+		 * is in the map, or was truncated away), so a fresh file is safe.
+		 */
 		stage->ver = seq;
-		v->out = cfd_get(stage->f);
+		sf = stage->f;
+		if (!cf->spills)
+			v->out = cfd_get(sf);
 	}
 	for (uint32_t i = 0; i < b.n; i++) {
 		struct cseg *s = &b.v[i];
@@ -694,7 +725,7 @@ struct cver *cfile_seal(struct cfile *cf, uint64_t seq)
 			v->bytes_cached += s->len;
 		} else if (s->kind == CSEG_FD) {
 			cfd_get(s->f);
-			if (v->out && s->f == v->out)
+			if (s->f == sf)
 				v->bytes_cached += s->len;
 		}
 	}
@@ -834,8 +865,7 @@ void cfile_spill_end(struct cfile *cf, struct spill_job *job, int err)
 
 	pthread_mutex_lock(&cf->lock);
 	ch->vrefs--;
-	if (--cf->spills == 0)
-		pthread_cond_broadcast(&cf->spilled);
+	cf->spills--;
 	if (!err && job->gen == cf->trunc_gen) {
 		struct clayer *l = NULL;
 		for (uint32_t i = 0; i < cf->nlayers; i++)

@@ -82,7 +82,6 @@ struct cfile {
 	struct list versions;	/* pending versions, oldest first */
 	uint64_t trunc_gen;	/* bumped by every shrinking truncate */
 	uint32_t spills;	/* spill writes in flight to the live stage */
-	pthread_cond_t spilled;	/* signalled when spills drops to 0 */
 	bool dirty;		/* modified since the last seal */
 	bool base_lazy;		/* last layer is a base whose fd is not open yet */
 	void *owner;		/* the upper layer's object (opaque here) */
@@ -104,6 +103,8 @@ struct cver {
 
 struct cfile *cfile_new(struct cache *c, void *owner);
 struct cfile *cfile_get(struct cfile *cf);
+/* A reference if cf is still live (count not zero), else NULL: for cache.c's lists. */
+struct cfile *cfile_tryget(struct cfile *cf);
 void cfile_put(struct cfile *cf);
 
 /*
@@ -122,7 +123,8 @@ struct cfd *cfile_base_ref(struct cfile *cf);
 /*
  * Write len bytes at off.  `copy` fills dst (len bytes of the write starting
  * at src_off) and returns 0 or -errno; it runs under cf->lock.  May sleep for
- * cache space (backpressure).  Returns 0 or -errno.
+ * cache space (backpressure); if that wait gives up (cache.h wait_check),
+ * returns its -errno with the file untouched.  Returns 0 or -errno.
  */
 typedef int (*cfile_copy_fn)(void *arg, char *dst, size_t len, size_t src_off);
 int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, void *arg);
@@ -137,7 +139,12 @@ void cfile_truncate(struct cfile *cf, uint64_t size);
 int cfile_map(struct cfile *cf, uint64_t off, uint64_t len, struct cseg **segs, uint32_t *nseg);
 void cfile_unmap(struct cfile *cf, struct cseg *segs, uint32_t nseg);
 
-/* Seal the current contents as version `seq`; the file becomes clean. */
+/*
+ * Seal the current contents as version `seq`; the file becomes clean.
+ * Never waits: with a spill still writing into the live stage, the version
+ * goes to a fresh file instead of that stage (a late spill write could land
+ * past the sealed size).
+ */
 struct cver *cfile_seal(struct cfile *cf, uint64_t seq);
 /* The version's output is durable under the final name: `out` is the file. */
 void cfile_published(struct cver *v, struct cfd *out);

@@ -185,19 +185,81 @@ void sb_printf(struct strbuf *b, const char *fmt, ...)
 	}
 }
 
+static void sb_put(struct strbuf *b, const char *s, size_t n)
+{
+	if (b->len + n + 1 > b->cap) {
+		b->cap = CKPT_MAX(b->cap * 2, b->len + n + 64);
+		b->s = xrealloc(b->s, b->cap);
+	}
+	memcpy(b->s + b->len, s, n);
+	b->len += n;
+	b->s[b->len] = '\0';
+}
+
+size_t utf8_valid_len(const char *str, size_t avail)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	unsigned char c = s[0];
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xC2 && c <= 0xDF)
+		return avail >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
+	if (c >= 0xE0 && c <= 0xEF) {
+		unsigned char lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+		return avail >= 3 && s[1] >= lo && s[1] <= hi && (s[2] & 0xC0) == 0x80 ? 3 : 0;
+	}
+	if (c >= 0xF0 && c <= 0xF4) {
+		unsigned char lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+		return avail >= 4 && s[1] >= lo && s[1] <= hi && (s[2] & 0xC0) == 0x80 &&
+		       (s[3] & 0xC0) == 0x80 ? 4 : 0;
+	}
+	return 0;
+}
+
+/*
+ * Any bytes make valid JSON: quotes, backslashes and control characters
+ * are escaped, well-formed UTF-8 is copied, and every byte that is not
+ * part of well-formed UTF-8 is written as the lone surrogate \udcXX (as
+ * Python's "surrogateescape" does), which cache/json.c decodes back to the
+ * byte.  NUL bytes (sb_json_strn only) are written as \u0000.
+ */
 void sb_json_str(struct strbuf *b, const char *s)
 {
-	sb_printf(b, "\"");
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			sb_printf(b, "\\%c", c);
-		else if (c < 0x20)
-			sb_printf(b, "\\u%04x", c);
-		else
-			sb_printf(b, "%c", c);
+	sb_json_strn(b, s, strlen(s));
+}
+
+void sb_json_strn(struct strbuf *b, const char *s, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)s, *end = p + len;
+	char esc[8];
+
+	sb_put(b, "\"", 1);
+	while (p < end) {
+		size_t run = 0, k;
+		/* Copy the longest run that needs no escaping at once. */
+		while (p + run < end && p[run] >= 0x20 && p[run] != '"' && p[run] != '\\' &&
+		       (k = utf8_valid_len((const char *)p + run, (size_t)(end - p) - run)))
+			run += k;
+		if (run) {
+			sb_put(b, (const char *)p, run);
+			p += run;
+			continue;
+		}
+		switch (*p) {
+		case '"': sb_put(b, "\\\"", 2); break;
+		case '\\': sb_put(b, "\\\\", 2); break;
+		case '\n': sb_put(b, "\\n", 2); break;
+		case '\t': sb_put(b, "\\t", 2); break;
+		case '\r': sb_put(b, "\\r", 2); break;
+		case '\b': sb_put(b, "\\b", 2); break;
+		case '\f': sb_put(b, "\\f", 2); break;
+		default:
+			snprintf(esc, sizeof(esc), "\\u%04x", *p < 0x20 ? *p : 0xDC00u + *p);
+			sb_put(b, esc, 6);
+		}
+		p++;
 	}
-	sb_printf(b, "\"");
+	sb_put(b, "\"", 1);
 }
 
 void sb_free(struct strbuf *b)

@@ -54,8 +54,18 @@ struct strbuf {
 	size_t len, cap;
 };
 void sb_printf(struct strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Append s as a JSON string literal, quotes included. */
+/*
+ * Append s as a JSON string literal, quotes included.  Any bytes give valid
+ * JSON: bytes that are not well-formed UTF-8 become \udc80..\udcff, which
+ * cache/json.h decodes back to the same bytes (docs/manifest.md).
+ */
 void sb_json_str(struct strbuf *b, const char *s);
+void sb_json_strn(struct strbuf *b, const char *s, size_t len);
+/*
+ * Length of the well-formed UTF-8 sequence at s (at most avail bytes; Unicode
+ * Table 3-7: no overlong forms, no surrogates, nothing above U+10FFFF), or 0.
+ */
+size_t utf8_valid_len(const char *s, size_t avail);
 void sb_free(struct strbuf *b);
 
 /* Intrusive doubly linked list with a sentinel head. */

@@ -15,116 +15,30 @@
 
 #define CKPTFS_FSTYPE "fuse.ckptfs"
 
-static const char *skip_ws(const char *p)
+void cli_put_path(FILE *f, const char *s)
 {
-	while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
-		p++;
-	return p;
-}
+	const char *p = s, *end = s + strlen(s);
 
-/* A JSON string at p (after the quote); returns the end quote or NULL. */
-static const char *json_string(const char *p, struct strbuf *out)
-{
-	for (; *p && *p != '"'; p++) {
-		if (*p != '\\') {
-			sb_printf(out, "%c", *p);
+	while (p < end) {
+		unsigned char c = (unsigned char)*p;
+		size_t k = utf8_valid_len(p, (size_t)(end - p));
+		if (c == '\\')
+			fputs("\\\\", f);
+		else if (c == '\n')
+			fputs("\\n", f);
+		else if (c == '\t')
+			fputs("\\t", f);
+		else if (c == '\r')
+			fputs("\\r", f);
+		else if (!k || c < 0x20 || c == 0x7f)
+			fprintf(f, "\\x%02x", c);
+		else {
+			fwrite(p, 1, k, f);
+			p += k;
 			continue;
 		}
 		p++;
-		switch (*p) {
-		case 'n': sb_printf(out, "\n"); break;
-		case 't': sb_printf(out, "\t"); break;
-		case 'u': {
-			unsigned v = 0;
-			if (sscanf(p + 1, "%4x", &v) != 1)
-				return NULL;
-			sb_printf(out, "%c", v < 0x80 ? (char)v : '?');
-			p += 4;
-			break;
-		}
-		case '\0': return NULL;
-		default: sb_printf(out, "%c", *p);
-		}
 	}
-	return *p == '"' ? p : NULL;
-}
-
-bool jobj_parse(const char *text, struct jobj *o)
-{
-	const char *p = skip_ws(text);
-
-	memset(o, 0, sizeof(*o));
-	if (*p++ != '{')
-		return false;
-	for (;;) {
-		struct strbuf k = { 0 }, v = { 0 };
-		bool str = false;
-		p = skip_ws(p);
-		if (*p == '}')
-			return true;
-		if (*p++ != '"' || !(p = json_string(p, &k)))
-			goto bad;
-		p = skip_ws(p + 1);
-		if (*p++ != ':')
-			goto bad;
-		p = skip_ws(p);
-		if (*p == '"') {
-			if (!(p = json_string(p + 1, &v)))
-				goto bad;
-			p++;
-			str = true;
-		} else {
-			const char *s = p;
-			while (*p && *p != ',' && *p != '}' && *p != ' ' && *p != '\n')
-				p++;
-			sb_printf(&v, "%.*s", (int)(p - s), s);
-		}
-		o->keys = xrealloc(o->keys, (size_t)(o->n + 1) * sizeof(char *));
-		o->vals = xrealloc(o->vals, (size_t)(o->n + 1) * sizeof(char *));
-		o->is_str = xrealloc(o->is_str, (size_t)(o->n + 1) * sizeof(bool));
-		o->keys[o->n] = k.s ? k.s : xstrdup("");
-		o->vals[o->n] = v.s ? v.s : xstrdup("");
-		o->is_str[o->n] = str;
-		o->n++;
-		p = skip_ws(p);
-		if (*p == ',') {
-			p++;
-			continue;
-		}
-		if (*p == '}')
-			return true;
-		return false;
-bad:
-		sb_free(&k);
-		sb_free(&v);
-		return false;
-	}
-}
-
-void jobj_free(struct jobj *o)
-{
-	for (int i = 0; i < o->n; i++) {
-		free(o->keys[i]);
-		free(o->vals[i]);
-	}
-	free(o->keys);
-	free(o->vals);
-	free(o->is_str);
-	memset(o, 0, sizeof(*o));
-}
-
-const char *jobj_get(const struct jobj *o, const char *key)
-{
-	for (int i = 0; i < o->n; i++)
-		if (strcmp(o->keys[i], key) == 0)
-			return o->vals[i];
-	return NULL;
-}
-
-double jobj_num(const struct jobj *o, const char *key)
-{
-	const char *v = jobj_get(o, key);
-	return v ? strtod(v, NULL) : 0;
 }
 
 int cli_mount(const char *prog, const char *path, char *mnt, size_t mlen, char *backend,

@@ -1,6 +1,7 @@
 /*
  * cli.h — what ckptfs-stat and ckptfs-ctl share: finding ckptfs mounts,
- * reading their control files, and reading the flat JSON the daemon writes.
+ * reading their control files, and writing names on one line.  The flat
+ * JSON the daemon writes is read with cache/json.h.
  * The CLIs use only the public interface (MOUNT/.ckptfs/ and the backend).
  */
 #ifndef CKPTFS_CLI_H
@@ -8,21 +9,18 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #define CLI_USAGE 2
 
-/* A flat JSON object: keys and values as text (strings unescaped). */
-struct jobj {
-	int n;
-	char **keys;
-	char **vals;
-	bool *is_str;
-};
-/* Parse one flat object; false if it is not one. */
-bool jobj_parse(const char *text, struct jobj *o);
-void jobj_free(struct jobj *o);
-const char *jobj_get(const struct jobj *o, const char *key);
-double jobj_num(const struct jobj *o, const char *key);
+/*
+ * Write a path (or any name) for a line-oriented output: printable UTF-8 as
+ * it is; a backslash as \\; newline, tab and carriage return as \n, \t,
+ * \r; any other control byte, DEL, and every byte that is not part of
+ * well-formed UTF-8 as \xNN.  So one name stays on one line and its bytes
+ * can be recovered (documented in ckptfs-ctl(1)).
+ */
+void cli_put_path(FILE *f, const char *s);
 
 /*
  * Resolve path to the ckptfs mount it names exactly.  On success fills

@@ -15,6 +15,7 @@
  *          everyone's operations, other users for their own;
  *   ctl    commands: sync, flush PATH, retry, skip SEQ — writable only by
  *          root or the user who mounted; reading back returns the result.
+ *          What a write to ctl or drain may say is parsed by ctl_parse.c.
  *
  * Permissions: stats is world-readable (counters and the blocked operation,
  * whose path it names); files shows a user their own files; drain answers
@@ -28,6 +29,7 @@
  */
 #include "fs/fs.h"
 #include "backend/marker.h"
+#include "fs/ctl_parse.h"
 #include "cache/log.h"
 
 #include <errno.h>
@@ -398,12 +400,6 @@ struct drain_wait {
 	uint64_t progress;	/* the backend's progress when the deadline was set */
 };
 
-/* Anything the backend did: a drain without a timeout fails only without it. */
-static uint64_t backend_progress(struct backend *be)
-{
-	return atomic_load(&be->st.ops_applied) + atomic_load(&be->st.written_bytes);
-}
-
 static bool drain_cancelled(struct pub_waiter *w)
 {
 	return fuse_req_interrupted(CKPT_CONTAINER_OF(w, struct drain_wait, w)->req);
@@ -509,16 +505,20 @@ void ctl_read(struct ckptfs *fs, fuse_req_t req, struct fshandle *h, size_t size
 	backend_wait_async(&fs->be, &dw->w);
 }
 
-/* Run one command line from the ctl file; the result replaces h->out. */
-static void ctl_command(struct ckptfs *fs, struct fshandle *h, char *line)
+/* Run one parsed command from the ctl file (NULL: perr says why not); the result replaces h->out. */
+static void ctl_command(struct ckptfs *fs, struct fshandle *h, const struct ctl_cmd *cmd,
+			const char *perr)
 {
-	char *arg = strchr(line, ' ');
 	struct seal_report rep;
 
-	if (arg)
-		*arg++ = '\0';
 	h->out.len = 0;
-	if (!strcmp(line, "retry") && !arg) {
+	if (!cmd || cmd->kind == CTL_CMD_TIMEOUT) {
+		sb_printf(&h->out, "{\"ok\": false, \"error\": ");
+		sb_json_str(&h->out, cmd ? "timeout= is for the drain file" : perr);
+		sb_printf(&h->out, "}\n");
+		return;
+	}
+	if (cmd->kind == CTL_CMD_RETRY) {
 		struct backend_blocked bl;
 		unsigned n = backend_blocked(&fs->be, &bl, 1);
 		backend_retry(&fs->be);
@@ -526,11 +526,10 @@ static void ctl_command(struct ckptfs *fs, struct fshandle *h, char *line)
 		sb_printf(&h->out, "{\"ok\": true, \"retrying\": %u}\n", n);
 		return;
 	}
-	if (!strcmp(line, "skip") && arg && *arg) {
-		char *end;
-		unsigned long long seq = strtoull(arg, &end, 10);
+	if (cmd->kind == CTL_CMD_SKIP) {
+		unsigned long long seq = (unsigned long long)cmd->seq;
 		struct strbuf report = { 0 };
-		long n = *end || !seq ? -EINVAL : backend_skip(&fs->be, seq, &report);
+		long n = backend_skip(&fs->be, cmd->seq, &report);
 		if (n < 0) {
 			sb_printf(&h->out, "{\"ok\": false, \"error\": ");
 			sb_json_str(&h->out, n == -EINVAL ? "skip needs the sequence number of a blocked operation"
@@ -548,12 +547,12 @@ static void ctl_command(struct ckptfs *fs, struct fshandle *h, char *line)
 		return;
 	}
 	pthread_mutex_lock(&fs->ns);
-	if (!strcmp(line, "sync") && !arg) {
+	if (cmd->kind == CTL_CMD_SYNC) {
 		uint64_t seq = seal_all_locked(fs, &rep);
 		sb_printf(&h->out, "{\"ok\": %s, \"seq\": %llu, \"open_for_writing\": %u}\n",
 			  rep.err ? "false" : "true", (unsigned long long)seq, rep.open_files);
-	} else if (!strcmp(line, "flush") && arg && *arg) {
-		struct fsnode *n = lookup_path(fs, arg);
+	} else {
+		struct fsnode *n = lookup_path(fs, cmd->path);
 		int err = 0;
 		if (!n || !S_ISREG(n->mode) || n->ctl) {
 			sb_printf(&h->out, "{\"ok\": false, \"error\": \"not a regular file in the mount\"}\n");
@@ -568,36 +567,33 @@ static void ctl_command(struct ckptfs *fs, struct fshandle *h, char *line)
 				  (unsigned long long)(seq > before ? seq - before - 1 : 0));
 			h->drain_seq = seq;
 		}
-	} else {
-		sb_printf(&h->out, "{\"ok\": false, \"error\": \"unknown command; try: sync | flush PATH | "
-			  "retry | skip SEQ\"}\n");
 	}
 	pthread_mutex_unlock(&fs->ns);
 }
+
 void ctl_write(struct ckptfs *fs, fuse_req_t req, struct fshandle *h, const char *buf,
 	       size_t len, off_t off)
 {
-	char line[4096];
-	size_t n = CKPT_MIN(len, sizeof(line) - 1);
+	struct ctl_cmd *cmd = xmalloc(sizeof(*cmd));
+	char err[160];
+	int r = ctl_cmd_parse(buf, len, cmd, err, sizeof(err));
 
-	memcpy(line, buf, n);
-	line[n] = '\0';
-	line[strcspn(line, "\n")] = '\0';
 	if (h->node->ctl == CTL_DRAIN) {
-		char *v = strncmp(line, "timeout=", 8) == 0 ? line + 8 : line, *end;
-		double t = strtod(v, &end);
-		if (end == v || t < 0) {
+		if (r < 0 || cmd->kind != CTL_CMD_TIMEOUT) {
+			free(cmd);
 			fuse_reply_err(req, EINVAL);
 			return;
 		}
-		h->timeout_ns = (uint64_t)(t * 1e9);
+		h->timeout_ns = cmd->timeout_ns;
 		if (!h->timeout_ns)
 			h->timeout_ns = 1;	/* "timeout=0": do not wait at all */
 	} else if (h->node->ctl == CTL_CMD) {
-		ctl_command(fs, h, line);
+		ctl_command(fs, h, r < 0 ? NULL : cmd, err);
 	} else {
+		free(cmd);
 		fuse_reply_err(req, EBADF);
 		return;
 	}
+	free(cmd);
 	fuse_reply_write(req, len);
 }

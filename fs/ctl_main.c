@@ -15,6 +15,7 @@
  * failure; 2 usage errors.
  */
 #include "fs/cli.h"
+#include "cache/json.h"
 #include "cache/util.h"
 
 #include <errno.h>
@@ -83,30 +84,30 @@ static char *ctl_exchange(const char *mnt, const char *name, const char *msg)
 /* Report a drain answer; 0 when everything is durable. */
 static int drain_report(const char *mnt, const char *answer)
 {
-	struct jobj o;
+	struct json_obj o;
 	int rc;
 
 	if (!answer)
 		return 1;
-	if (!jobj_parse(answer, &o)) {
+	if (json_parse(answer, strlen(answer), &o, NULL, 0) < 0) {
 		fprintf(stderr, "%s: unexpected answer from %s: %s\n", prog, mnt, answer);
 		return 1;
 	}
-	double open_files = jobj_num(&o, "open_for_writing");
+	double open_files = json_num_or0(&o, "open_for_writing");
 	if (open_files > 0)
 		printf("%s: %.0f file%s open for writing, not included (their last closed "
 		       "versions are)\n", mnt, open_files, open_files == 1 ? "" : "s");
-	if (!strcmp(jobj_get(&o, "ok") ? jobj_get(&o, "ok") : "", "true")) {
+	if (json_is_true(&o, "ok")) {
 		printf("%s: durable up to operation %.0f (waited %.3f s)\n", mnt,
-		       jobj_num(&o, "seq"), jobj_num(&o, "waited_s"));
+		       json_num_or0(&o, "seq"), json_num_or0(&o, "waited_s"));
 		rc = 0;
 	} else {
 		fprintf(stderr, "%s: %s: not durable: %s (durable up to %.0f of %.0f)\n", prog, mnt,
-			jobj_get(&o, "error") ? jobj_get(&o, "error") : "unknown error",
-			jobj_num(&o, "seq_durable"), jobj_num(&o, "seq"));
+			json_str(&o, "error") ? json_str(&o, "error") : "unknown error",
+			json_num_or0(&o, "seq_durable"), json_num_or0(&o, "seq"));
 		rc = 1;
 	}
-	jobj_free(&o);
+	json_free(&o);
 	return rc;
 }
 
@@ -149,7 +150,7 @@ static int cmd_drain(int argc, char **argv)
 static int cmd_flush(int argc, char **argv)
 {
 	char mnt[PATH_MAX], real[PATH_MAX], msg[PATH_MAX + 16];
-	struct jobj o;
+	struct json_obj o;
 	int r;
 
 	if (argc != 2) {
@@ -171,15 +172,15 @@ static int cmd_flush(int argc, char **argv)
 	char *answer = ctl_exchange(mnt, "ctl", msg);
 	if (!answer)
 		return 1;
-	if (!jobj_parse(answer, &o) || strcmp(jobj_get(&o, "ok") ? jobj_get(&o, "ok") : "", "true")) {
+	if (json_parse(answer, strlen(answer), &o, NULL, 0) < 0 || !json_is_true(&o, "ok")) {
 		fprintf(stderr, "%s: flush %s: %s\n", prog, argv[1],
-			jobj_get(&o, "error") ? jobj_get(&o, "error") : answer);
-		jobj_free(&o);
+			json_str(&o, "error") ? json_str(&o, "error") : answer);
+		json_free(&o);
 		free(answer);
 		return 1;
 	}
-	double ahead = jobj_num(&o, "ahead");
-	jobj_free(&o);
+	double ahead = json_num_or0(&o, "ahead");
+	json_free(&o);
 	free(answer);
 	if (ahead > 0)
 		printf("%s: %.0f earlier operations are published first, to keep their order\n",
@@ -194,7 +195,7 @@ static int cmd_flush(int argc, char **argv)
 static int cmd_admin(const char *cmd, int argc, char **argv)
 {
 	char mnt[PATH_MAX], msg[64];
-	struct jobj o;
+	struct json_obj o;
 	int r;
 
 	if (argc != (!strcmp(cmd, "skip") ? 2 : 1)) {
@@ -213,20 +214,20 @@ static int cmd_admin(const char *cmd, int argc, char **argv)
 	char *answer = ctl_exchange(mnt, "ctl", msg);
 	if (!answer)
 		return 1;
-	if (!jobj_parse(answer, &o)) {
+	if (json_parse(answer, strlen(answer), &o, NULL, 0) < 0) {
 		fprintf(stderr, "%s: unexpected answer from %s: %s\n", prog, mnt, answer);
 		free(answer);
 		return 1;
 	}
-	r = strcmp(jobj_get(&o, "ok") ? jobj_get(&o, "ok") : "", "true") ? 1 : 0;
+	r = json_is_true(&o, "ok") ? 0 : 1;
 	if (r)
 		fprintf(stderr, "%s: %s: %s\n", prog, cmd,
-			jobj_get(&o, "error") ? jobj_get(&o, "error") : answer);
+			json_str(&o, "error") ? json_str(&o, "error") : answer);
 	else if (!strcmp(cmd, "retry"))
-		printf("%s: retrying %.0f blocked operations now\n", mnt, jobj_num(&o, "retrying"));
+		printf("%s: retrying %.0f blocked operations now\n", mnt, json_num_or0(&o, "retrying"));
 	else
-		printf("%s", jobj_get(&o, "report") ? jobj_get(&o, "report") : "");
-	jobj_free(&o);
+		printf("%s", json_str(&o, "report") ? json_str(&o, "report") : "");
+	json_free(&o);
 	free(answer);
 	return r;
 }

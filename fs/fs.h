@@ -113,6 +113,7 @@ struct fsnode {
 enum ctl_kind { CTL_NONE = 0, CTL_DIR, CTL_STATS, CTL_FILES, CTL_DRAIN, CTL_CMD };
 
 struct fshandle {
+	struct list link;	/* fs->handles (ns) */
 	struct fsnode *node;
 	int flags;
 	bool writable;
@@ -151,6 +152,7 @@ struct ckptfs {
 	size_t hsize, hcount;
 	struct list all_nodes;
 	uint64_t nodes;
+	struct list handles;	/* open file handles (ns): those never released are freed at exit */
 
 	struct fsnode *ctl_dir;	/* MOUNT/.ckptfs, not in the root's entries */
 	pthread_mutex_t rate_lock;
@@ -163,6 +165,13 @@ struct ckptfs {
 	bool splice_loop;	/* requests arrive through loop.c's pipes */
 	atomic_bool inited;	/* the kernel's INIT has been answered */
 	unsigned max_read;	/* the max_read mount option in effect */
+
+	struct {		/* bounded waits (wait.c) */
+		atomic_bool stopping;	/* the session is ending: blocked handlers give up */
+		pthread_mutex_t lock;	/* the two below */
+		uint64_t progress;	/* backend_progress() as a waiter last saw it */
+		uint64_t progress_ns;	/* when it last changed (0: never sampled) */
+	} waits;
 
 	char *zeros;		/* ZERO segments of read replies */
 	size_t zeros_len;
@@ -235,8 +244,34 @@ bool node_path(struct ckptfs *fs, struct fsnode *n, char *buf, size_t len);
 
 /* Can this process size a pipe for the splice loop (1 MiB)? */
 bool fs_splice_loop_possible(void);
-/* Serve requests with nthreads splice workers until the session exits; unmounts. */
-int fs_splice_loop(struct fuse_session *se, unsigned nthreads);
+/*
+ * Serve requests (the splice loop, or libfuse's multi-threaded loop) until
+ * the session exits (unmount, SIGTERM, SIGINT); then make blocked handlers
+ * give up, join the workers within a bound, and unmount.  Returns the
+ * number of workers still blocked after the bound (left behind; the caller
+ * must not free what they use), or -1 if no worker could start.
+ */
+int fs_serve(struct ckptfs *fs);
+
+/* ---- bounded waits (wait.c) --------------------------------------------- */
+
+/* Install the cache's wait_check hook; fs_waits_destroy() undoes it. */
+void fs_waits_init(struct ckptfs *fs);
+void fs_waits_destroy(struct ckptfs *fs);
+/* The session is ending: every blocked wait gives up (ESHUTDOWN). */
+void fs_waits_stop(struct ckptfs *fs);
+bool fs_stopping(struct ckptfs *fs);
+/* Around a handler's wait for cache space: interrupts of req end the wait (EINTR). */
+void fs_req_wait_begin(struct ckptfs *fs, fuse_req_t req);
+void fs_req_wait_end(fuse_req_t req);
+/*
+ * 0 while the backend has made progress within drain_timeout (or the last
+ * waited_ns of the caller's wait); else its last error as -errno (-EIO).
+ */
+int fs_backend_stalled(struct ckptfs *fs, uint64_t waited_ns);
+/* The cache's wait_check hook (arg: the ckptfs). */
+int fs_cache_wait_check(void *arg, uint64_t waited_ns);
+
 /* max_write for the splice loop: 254 pages, so a request fits a 1 MiB pipe. */
 #define SPLICE_MAX_WRITE (254u * 4096u)
 /* Read requests are capped likewise, so spliced replies fit a 1 MiB pipe. */
@@ -260,6 +295,9 @@ uint64_t seal_all_locked(struct ckptfs *fs, struct seal_report *rep);
 const char *node_state_name(struct ckptfs *fs, struct fsnode *n);
 
 /* ---- handlers (ops.c) ------------------------------------------------- */
+
+/* Free a handle after it left fs->handles (its RELEASE, or exit). */
+void handle_free(struct fshandle *h);
 
 extern const struct fuse_lowlevel_ops ckptfs_ops;
 

@@ -78,44 +78,117 @@ static void detach_stdio(void)
 }
 
 /*
+ * Take the namespace lock for the final seal, waiting at most drain_timeout
+ * (0: as long as it takes): a request worker left blocked in a backend call
+ * may hold it.  false if it could not be taken.
+ */
+static bool ns_lock_bounded(struct ckptfs *fs)
+{
+	struct timespec ts;
+
+	if (fs->opt.drain_timeout <= 0) {
+		pthread_mutex_lock(&fs->ns);
+		return true;
+	}
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)(fs->opt.drain_timeout * 1e9);
+	ts.tv_sec += (time_t)(ns / 1000000000);
+	ts.tv_nsec = (long)(ns % 1000000000);
+	return pthread_mutex_timedlock(&fs->ns, &ts) == 0;
+}
+
+/*
+ * Files still open for writing at exit: their contents as written so far,
+ * sealed for the rescue directory only — never published (contract 4).
+ * ns held.
+ */
+static unsigned partial_collect_locked(struct ckptfs *fs, struct rescue_item **out)
+{
+	unsigned n = 0;
+
+	*out = NULL;
+	for (struct list *e = fs->all_nodes.next; e != &fs->all_nodes; e = e->next) {
+		struct fsnode *f = list_entry(e, struct fsnode, all);
+		char path[4096];
+		if (!f->writers || !node_needs_seal(f) || !node_path(fs, f, path, sizeof(path)))
+			continue;
+		struct cfile *cf = node_cfile(fs, f);
+		if (cfile_base_lazy(cf))
+			node_open_base(fs, f);	/* exiting: I/O under the lock is fine */
+		struct cver *v = cfile_seal(cf, 0);
+		if (!v)
+			continue;
+		*out = xrealloc(*out, (n + 1) * sizeof(**out));
+		(*out)[n].path = xstrdup(path);
+		(*out)[n++].ver = v;
+	}
+	return n;
+}
+
+static void partial_free(struct rescue_item *p, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		free(p[i].path);
+		cver_free(p[i].ver);
+	}
+	free(p);
+}
+
+/*
  * Seal everything and wait until it is durable.  While the backend makes
- * progress, wait; once it has made none for drain_timeout seconds, give up
+ * progress (backend_progress: operations applied, bytes written), wait;
+ * once it has made none for drain_timeout seconds of this drain, give up
  * and save what is left in the rescue directory.  0, or -errno.
  */
 static int drain_or_rescue(struct ckptfs *fs)
 {
-	uint64_t seq, last = backend_durable_seq(&fs->be), since = now_ns();
-	struct seal_report rep;
+	uint64_t seq, t0 = now_ns();
+	struct seal_report rep = { 0 };
+	struct rescue_item *partial = NULL;
+	unsigned npartial = 0;
 	char where[4096];
-	int r;
+	int r = 0, stalled;
 
-	pthread_mutex_lock(&fs->ns);
-	seq = seal_all_locked(fs, &rep);
-	pthread_mutex_unlock(&fs->ns);
-	r = rep.err;
-	if (rep.open_files)
-		log_warn("%u files were still open for writing: their last closed versions are "
-			 "kept, what was written since is not published", rep.open_files);
+	if (ns_lock_bounded(fs)) {
+		seq = seal_all_locked(fs, &rep);
+		npartial = partial_collect_locked(fs, &partial);
+		pthread_mutex_unlock(&fs->ns);
+		r = rep.err;
+	} else {
+		log_err("a blocked request holds the namespace: files it has not sealed "
+			"cannot be saved; draining what was sealed before");
+		seq = backend_last_seq(&fs->be);
+		r = -EIO;
+	}
 	for (;;) {
 		int w = backend_wait(&fs->be, seq, 1000000000ull);
-		if (w == 0)
+		if (w == 0) {
+			if (!npartial)
+				return r;
+			long n = backend_rescue(&fs->be, fs->opt.rescue_dir, partial, npartial, where,
+						sizeof(where));
+			if (n < 0)
+				log_err("could not write the rescue directory %s: %s; what %u files still "
+					"open for writing held is lost", fs->opt.rescue_dir,
+					strerror((int)-n), npartial);
+			else
+				log_warn("%u files were still open for writing: their last closed versions "
+					 "are on the backend; what was written to them since is saved in %s "
+					 "(partial/, see manifest.jsonl)", npartial, where);
+			partial_free(partial, npartial);
 			return r;
+		}
 		if (w != -ETIMEDOUT)
 			usleep(200000);	/* failing: the publisher is backing off */
-		uint64_t d = backend_durable_seq(&fs->be);
-		if (d != last) {
-			last = d;
-			since = now_ns();
-		}
-		if (fs->opt.drain_timeout > 0 &&
-		    (double)(now_ns() - since) / 1e9 > fs->opt.drain_timeout)
+		if ((stalled = fs_backend_stalled(fs, now_ns() - t0)) < 0)
 			break;
 	}
 	log_err("the backend made no progress for %.0f s (%s); giving up on it",
-		fs->opt.drain_timeout, atomic_load(&fs->be.st.last_error) ?
-		strerror(atomic_load(&fs->be.st.last_error)) : "no error reported");
+		fs->opt.drain_timeout, backend_last_error(&fs->be) ?
+		strerror(-stalled) : "no error reported");
 	backend_abort(&fs->be);
-	long n = backend_rescue(&fs->be, fs->opt.rescue_dir, where, sizeof(where));
+	long n = backend_rescue(&fs->be, fs->opt.rescue_dir, partial, npartial, where, sizeof(where));
+	partial_free(partial, npartial);
 	if (n < 0)
 		log_err("could not write the rescue directory %s: %s; unpersisted data is lost",
 			fs->opt.rescue_dir, strerror((int)-n));
@@ -171,14 +244,13 @@ int main(int argc, char **argv)
 {
 	struct ckptfs *fs = xcalloc(1, sizeof(*fs));
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
-	struct fuse_loop_config *lcfg;
 	int status_fd = -1, r, rc = 1;
 	char sz[32];
 
 	r = opts_parse(argc, argv, &fs->opt);
 	if (!r)
 		r = opts_validate(&fs->opt);
-	if (!r && bsys_faults_from_env() < 0)
+	if (!r && (bsys_powerloss_from_env(fs->opt.backend_real) < 0 || bsys_faults_from_env() < 0))
 		r = CKPTFS_USAGE_ERROR;
 	if (r) {
 		opts_free(&fs->opt);
@@ -203,6 +275,8 @@ int main(int argc, char **argv)
 		daemon_report(&status_fd, 1);
 		return 1;
 	}
+	fs_waits_init(fs);
+	list_init(&fs->handles);
 	fs->splice_loop = fs->opt.splice && fs_splice_loop_possible();
 	if (fs->opt.splice && !fs->splice_loop)
 		log_warn("cannot size a 1 MiB pipe (fs.pipe-max-size): write data is copied twice");
@@ -221,10 +295,12 @@ int main(int argc, char **argv)
 	};
 	struct backend_hooks hooks = { .stage_dir = fs_stage_dir, .hold = fs_hold,
 				       .published = fs_published, .arg = fs };
-	if ((r = backend_start(&fs->be, fs->root_fd, &fs->cache, &bo, &hooks)) < 0 ||
-	    (r = fs_init_namespace(fs)) < 0) {
-		/* The node is another live daemon's: the line naming it is printed. */
-		rc = r == -EADDRINUSE ? CKPTFS_USAGE_ERROR : 1;
+	if ((r = backend_start(&fs->be, fs->root_fd, &fs->cache, &bo, &hooks)) < 0) {
+		/*
+		 * Metadata on the backend that is not ours, or a node another live
+		 * daemon holds: the line is printed already.
+		 */
+		rc = r == -MANIFEST_EREFUSED || r == -EADDRINUSE ? CKPTFS_USAGE_ERROR : 1;
 		if (rc == 1)
 			fprintf(stderr, "ckptfs: cannot start: %s\n", strerror(-r));
 		daemon_report(&status_fd, (unsigned char)rc);
@@ -233,6 +309,11 @@ int main(int argc, char **argv)
 		opts_free(&fs->opt);
 		free(fs);
 		return rc;
+	}
+	if ((r = fs_init_namespace(fs)) < 0) {
+		fprintf(stderr, "ckptfs: cannot start: %s\n", strerror(-r));
+		daemon_report(&status_fd, 1);
+		return 1;
 	}
 	ctl_init(fs);
 
@@ -270,20 +351,11 @@ int main(int argc, char **argv)
 		 fs->opt.fsync_lazy ? "lazy" : "durable");
 	daemon_report(&status_fd, 0);
 	pthread_t ra;
-	if (fs->opt.readahead && pthread_create(&ra, NULL, readahead_setter, fs) == 0)
-		pthread_detach(ra);
+	bool ra_started = fs->opt.readahead && pthread_create(&ra, NULL, readahead_setter, fs) == 0;
 
-	if (fs->splice_loop) {
-		r = fs_splice_loop(fs->se, fs->opt.max_threads);
-	} else {
-		lcfg = fuse_loop_cfg_create();
-		fuse_loop_cfg_set_clone_fd(lcfg, 1);
-		fuse_loop_cfg_set_max_threads(lcfg, fs->opt.max_threads);
-		fuse_loop_cfg_set_idle_threads(lcfg, fs->opt.max_threads / 2);
-		r = fuse_session_loop_mt(fs->se, lcfg);
-		fuse_loop_cfg_destroy(lcfg);
-		fuse_session_unmount(fs->se);
-	}
+	int stuck = fs_serve(fs);
+	if (ra_started)
+		pthread_join(ra, NULL);	/* bounded: it gives up after 2 s, and stat()s an unmounted path */
 
 	log_info("unmounted %s; draining %llu pending operations to %s", fs->opt.mountpoint_real,
 		 (unsigned long long)(backend_last_seq(&fs->be) - backend_durable_seq(&fs->be)),
@@ -291,15 +363,32 @@ int main(int argc, char **argv)
 	r = drain_or_rescue(fs);
 	if (r == 0)
 		log_info("drained: everything is durable on %s", fs->opt.backend_real);
-	rc = r < 0 ? 1 : 0;
+	rc = r < 0 || stuck < 0 ? 1 : 0;
 	fuse_remove_signal_handlers(fs->se);
+	if (stuck > 0) {
+		/*
+		 * Workers left blocked still use the session, the namespace, the
+		 * cache and the backend's locks: free nothing.  Without
+		 * backend_stop the manifest is not marked clean, so the next
+		 * mount runs recovery; what was drained is durable all the same.
+		 */
+		log_err("exiting with a request worker still blocked; the next mount runs recovery");
+		_exit(rc);
+	}
 out_session:
 	fuse_session_destroy(fs->se);
 	fs_refresher_stop(fs);
 	backend_stop(&fs->be);
 	pthread_mutex_lock(&fs->ns);
+	/* Files still open when the session ended never get their RELEASE. */
+	while (!list_empty(&fs->handles)) {
+		struct fshandle *h = list_entry(fs->handles.next, struct fshandle, link);
+		list_del(&h->link);
+		handle_free(h);
+	}
 	fs_free_namespace(fs);
 	pthread_mutex_unlock(&fs->ns);
+	fs_waits_destroy(fs);
 	cache_destroy(&fs->cache);
 	fuse_opt_free_args(&args);
 	free(fs->zeros);

@@ -663,6 +663,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 
 /* ---- files -------------------------------------------------------------- */
 
+/* A handle on n, listed in fs->handles until handle_drop (ns held). */
 static struct fshandle *handle_new(fuse_req_t req, struct fsnode *n, int flags)
 {
 	struct fshandle *h = xcalloc(1, sizeof(*h));
@@ -675,7 +676,23 @@ static struct fshandle *handle_new(fuse_req_t req, struct fsnode *n, int flags)
 		n->writers++;
 		n->writer_uid = h->uid;
 	}
+	list_add_tail(&FS(req)->handles, &h->link);
 	return h;
+}
+
+/* Undo handle_new (ns held); free h after dropping the lock with handle_free. */
+static void handle_drop(struct ckptfs *fs, struct fshandle *h)
+{
+	list_del(&h->link);
+	if (h->writable)
+		h->node->writers--;
+	node_unref(fs, h->node);
+}
+
+void handle_free(struct fshandle *h)
+{
+	sb_free(&h->out);
+	free(h);
 }
 
 /*
@@ -743,9 +760,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (n->ctl) {
 		h = handle_new(req, n, fi->flags);
 		if ((r = ctl_open(fs, req, h)) < 0) {
-			node_unref(fs, n);
-			sb_free(&h->out);
-			free(h);
+			handle_drop(fs, h);
+			handle_free(h);
 			h = NULL;
 		}
 	} else if (S_ISDIR(n->mode)) {
@@ -771,12 +787,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	if (fuse_reply_open(req, fi) == -ENOENT) {	/* the opener was interrupted */
 		pthread_mutex_lock(&fs->ns);
-		if (h->writable)
-			n->writers--;
-		node_unref(fs, n);
+		handle_drop(fs, h);
 		pthread_mutex_unlock(&fs->ns);
-		sb_free(&h->out);
-		free(h);
+		handle_free(h);
 	}
 }
 
@@ -866,9 +879,11 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	fs_req_wait_begin(fs, req);	/* waiting for space ends on interrupt (wait.c) */
 	while ((r = cfile_write(n->cf, (uint64_t)off, len, copy_from_bufvec, bufv)) == -EAGAIN)
 		if ((r = node_open_base(fs, n)) < 0)
 			break;
+	fs_req_wait_end(req);
 	if (r < 0) {
 		fuse_reply_err(req, -r);
 		return;
@@ -975,12 +990,9 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct fshandle *h = (struct fshandle *)(uintptr_t)fi->fh;
 
 	pthread_mutex_lock(&fs->ns);
-	if (h->writable)
-		h->node->writers--;
-	node_unref(fs, h->node);
+	handle_drop(fs, h);
 	pthread_mutex_unlock(&fs->ns);
-	sb_free(&h->out);
-	free(h);
+	handle_free(h);
 	fuse_reply_err(req, 0);
 }
 

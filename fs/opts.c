@@ -63,8 +63,9 @@ void opts_usage(FILE *f)
 "  readahead=SIZE       kernel readahead on the mount, for restores (default 4M;\n"
 "                       needs root, 0 keeps the kernel's)\n"
 "  drain_timeout=SEC    at unmount, give up on a failing backend after SEC\n"
-"                       seconds without progress and rescue the data (default\n"
-"                       60; 0 waits forever)\n"
+"                       seconds without progress and rescue the data; a write\n"
+"                       waiting that long for cache space gets the backend's\n"
+"                       error (default 60; 0 waits forever)\n"
 "  rescue_dir=PATH      where data the backend refused is saved at exit\n"
 "                       (default /var/tmp/ckptfs-rescue)\n"
 "\n"
@@ -205,7 +206,8 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 	if (!strcmp(opt, "attr_timeout") || !strcmp(opt, "drain_timeout")) {
 		char *end;
 		double t = val ? strtod(val, &end) : -1;
-		if (!val || *end || t < 0 || t > 86400 * 7)
+		/* !(in range) also refuses NaN; an empty value is no number (tests/fuzz). */
+		if (!val || !*val || *end || !(t >= 0 && t <= 86400 * 7))
 			return usage_error("option '%s' needs seconds from 0 to 604800, not '%s'", opt,
 					   val ? val : "");
 		if (opt[0] == 'a')

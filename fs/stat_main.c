@@ -12,6 +12,7 @@
  * is not a ckptfs mount.
  */
 #include "fs/cli.h"
+#include "cache/json.h"
 #include "cache/util.h"
 
 #include <getopt.h>
@@ -83,27 +84,53 @@ static const struct metric {
 	{ "markers_released_by_policy", "counter", "Markers released by marker_policy=release" },
 };
 
+/*
+ * A label value as the exposition format wants it: UTF-8, with backslash,
+ * double quote and line feed escaped.  Other control characters and bytes
+ * that are not well-formed UTF-8 cannot be written there; each becomes
+ * U+FFFD (the label is for display: the mount is named exactly in --json).
+ */
 static void prom_escape(const char *s)
 {
-	for (; *s; s++) {
-		if (*s == '"' || *s == '\\')
-			putchar('\\');
-		if (*s == '\n') {
+	const char *end = s + strlen(s);
+
+	while (s < end) {
+		unsigned char c = (unsigned char)*s;
+		size_t k = utf8_valid_len(s, (size_t)(end - s));
+		if (c == '"' || c == '\\')
+			printf("\\%c", c);
+		else if (c == '\n')
 			fputs("\\n", stdout);
+		else if (!k || c < 0x20 || c == 0x7f)
+			fputs("\xef\xbf\xbd", stdout);
+		else {
+			fwrite(s, 1, k, stdout);
+			s += k;
 			continue;
 		}
-		putchar(*s);
+		s++;
 	}
 }
 
-/* Every metric as one group (HELP, TYPE, then a sample per mount), as the format asks. */
-static void show_prom(const struct jobj *o, char *const *mnt, int n)
+/* A sample's value: a number as the daemon wrote it, a boolean as 1 or 0. */
+static bool prom_value(const struct json_obj *o, const char *key, char *out, size_t len)
 {
+	const struct json_member *m = json_get(o, key);
+	if (!m || (m->type != JSON_NUM && m->type != JSON_BOOL))
+		return false;
+	snprintf(out, len, "%s", m->type == JSON_BOOL ? (m->b ? "1" : "0") : m->str);
+	return true;
+}
+
+/* Every metric as one group (HELP, TYPE, then a sample per mount), as the format asks. */
+static void show_prom(const struct json_obj *o, char *const *mnt, int n)
+{
+	char v[80];
+
 	for (size_t i = 0; i < CKPT_ARRAY_LEN(metrics); i++) {
 		bool header = false;
 		for (int k = 0; k < n; k++) {
-			const char *v = jobj_get(&o[k], metrics[i].key);
-			if (!v)
+			if (!prom_value(&o[k], metrics[i].key, v, sizeof(v)))
 				continue;
 			if (!header)
 				printf("# HELP ckptfs_%s %s\n# TYPE ckptfs_%s %s\n", metrics[i].key,
@@ -111,7 +138,7 @@ static void show_prom(const struct jobj *o, char *const *mnt, int n)
 			header = true;
 			printf("ckptfs_%s{mount=\"", metrics[i].key);
 			prom_escape(mnt[k]);
-			printf("\"} %s\n", !strcmp(v, "true") ? "1" : !strcmp(v, "false") ? "0" : v);
+			printf("\"} %s\n", v);
 		}
 	}
 }
@@ -131,74 +158,80 @@ static const char *sz(double bytes, char *buf)
 	return format_size(bytes < 0 ? 0 : (uint64_t)bytes, buf, 32);
 }
 
+#define NUM(o, key) json_num_or0(o, key)
+
 /* The node line, and a held marker: "marker `latest` held for node b since 12:00:01". */
-static void show_nodes_human(const struct jobj *o)
+static void show_nodes_human(const struct json_obj *o)
 {
-	const char *node = jobj_get(o, "node"), *held = jobj_get(o, "marker_held");
-	double peers = jobj_num(o, "peers");
+	const char *node = json_str(o, "node"), *held = json_str(o, "marker_held");
+	const char *behind = json_str(o, "peer_behind"), *lease = json_str(o, "lease");
+	double peers = NUM(o, "peers");
 
 	if (!node)
 		return;
 	if (peers > 0)
 		printf("  node:         %s, peers %.0f/%.0f seen, furthest behind %s by %.1f s, "
-		       "lease %s\n", node, jobj_num(o, "peers_known"), peers,
-		       jobj_get(o, "peer_behind") && *jobj_get(o, "peer_behind") ?
-		       jobj_get(o, "peer_behind") : "-", jobj_num(o, "peer_behind_s"),
-		       jobj_get(o, "lease"));
+		       "lease %s\n", node, NUM(o, "peers_known"), peers, behind && *behind ? behind : "-",
+		       NUM(o, "peer_behind_s"), lease ? lease : "?");
 	else
-		printf("  node:         %s, no peers, lease %s\n", node, jobj_get(o, "lease"));
+		printf("  node:         %s, no peers, lease %s\n", node, lease ? lease : "?");
 	if (held && *held) {
+		const char *for_node = json_str(o, "marker_held_for");
+		const char *why = json_str(o, "marker_held_reason");
 		char when[32] = "?";
-		time_t t = (time_t)jobj_num(o, "marker_held_since_wall");
+		time_t t = (time_t)NUM(o, "marker_held_since_wall");
 		struct tm tm;
 		if (localtime_r(&t, &tm))
 			strftime(when, sizeof(when), "%H:%M:%S", &tm);
 		printf("  MARKER:       marker `%s` held for node %s since %s (%.1f s; %.0f held): %s\n",
-		       held, jobj_get(o, "marker_held_for"), when, jobj_num(o, "marker_held_since_s"),
-		       jobj_num(o, "markers_held"), jobj_get(o, "marker_held_reason"));
+		       held, for_node ? for_node : "?", when, NUM(o, "marker_held_since_s"),
+		       NUM(o, "markers_held"), why ? why : "");
 	}
 }
 
-static void show_human(const struct jobj *o)
+static void show_human(const struct json_obj *o)
 {
 	char a[32], b[32], c[32], d[32], e[32], bb[41];
-	double cap = jobj_num(o, "cache_capacity_bytes"), used = jobj_num(o, "cache_used_bytes");
-	double dirty = jobj_num(o, "cache_dirty_bytes"), fl = jobj_num(o, "cache_flushing_bytes");
-	double absorbed = jobj_num(o, "absorbed_bytes"), persisted = jobj_num(o, "persisted_bytes");
-	const char *err = jobj_get(o, "last_error");
+	double cap = NUM(o, "cache_capacity_bytes"), used = NUM(o, "cache_used_bytes");
+	double dirty = NUM(o, "cache_dirty_bytes"), fl = NUM(o, "cache_flushing_bytes");
+	double absorbed = NUM(o, "absorbed_bytes"), persisted = NUM(o, "persisted_bytes");
+	const char *err = json_str(o, "last_error"), *engine = json_str(o, "io_engine");
+	const char *fsync = json_str(o, "fsync");
 
-	printf("%s  (backend %s)\n", jobj_get(o, "mount"), jobj_get(o, "backend"));
+	cli_put_path(stdout, json_str(o, "mount") ? json_str(o, "mount") : "?");
+	printf("  (backend ");
+	cli_put_path(stdout, json_str(o, "backend") ? json_str(o, "backend") : "?");
+	printf(")\n");
 	bar(cap > 0 ? used / cap : 0, bb, 30);
 	printf("  cache:        [%s] %3.0f%%  %s of %s\n", bb, cap > 0 ? 100 * used / cap : 0,
 	       sz(used, a), sz(cap, b));
 	printf("  held:         dirty %s, flushing %s, clean %s\n", sz(dirty, a), sz(fl, b),
-	       sz(jobj_num(o, "cache_clean_bytes"), c));
+	       sz(NUM(o, "cache_clean_bytes"), c));
 	bar(absorbed > 0 ? persisted / absorbed : 1, bb, 30);
 	printf("  durable:      [%s] %3.0f%%  %s of %s absorbed\n", bb,
 	       absorbed > 0 ? 100 * persisted / absorbed : 100, sz(persisted, d), sz(absorbed, e));
 	printf("  pending:      %.0f files, %.0f operations, oldest %.1f s\n",
-	       jobj_num(o, "files_pending"), jobj_num(o, "ops_pending"),
-	       jobj_num(o, "oldest_pending_age_s"));
-	printf("  rates:        absorb %s/s, persist %s/s\n", sz(jobj_num(o, "absorb_rate_bps"), a),
-	       sz(jobj_num(o, "persist_rate_bps"), b));
-	printf("  sequence:     %.0f durable of %.0f\n", jobj_num(o, "seq_durable"),
-	       jobj_num(o, "seq_current"));
-	printf("  backpressure: %.0f waits, %.3f s\n", jobj_num(o, "backpressure_waits"),
-	       jobj_num(o, "backpressure_wait_s"));
-	const char *state = jobj_get(o, "backend_state");
-	if (state && !strcmp(state, "blocked"))
-		printf("  backend:      BLOCKED at %s (uid %.0f, for %.0f s, %.0f operations behind "
-		       "it); retrying; data stays cached — fix the cause and run `ckptfs-ctl retry`, "
-		       "or `ckptfs-ctl skip %.0f`\n", jobj_get(o, "blocked"), jobj_num(o, "blocked_uid"),
-		       jobj_num(o, "blocked_for_s"), jobj_num(o, "blocked_behind"),
-		       jobj_num(o, "blocked_seq"));
-	else if (!strcmp(jobj_get(o, "degraded") ? jobj_get(o, "degraded") : "", "true"))
+	       NUM(o, "files_pending"), NUM(o, "ops_pending"), NUM(o, "oldest_pending_age_s"));
+	printf("  rates:        absorb %s/s, persist %s/s\n", sz(NUM(o, "absorb_rate_bps"), a),
+	       sz(NUM(o, "persist_rate_bps"), b));
+	printf("  sequence:     %.0f durable of %.0f\n", NUM(o, "seq_durable"), NUM(o, "seq_current"));
+	printf("  backpressure: %.0f waits, %.3f s\n", NUM(o, "backpressure_waits"),
+	       NUM(o, "backpressure_wait_s"));
+	const char *state = json_str(o, "backend_state"), *blocked = json_str(o, "blocked");
+	if (state && !strcmp(state, "blocked")) {
+		printf("  backend:      BLOCKED at ");
+		cli_put_path(stdout, blocked ? blocked : "?");
+		printf(" (uid %.0f, for %.0f s, %.0f operations behind it); retrying; data stays "
+		       "cached — fix the cause and run `ckptfs-ctl retry`, or `ckptfs-ctl skip %.0f`\n",
+		       NUM(o, "blocked_uid"), NUM(o, "blocked_for_s"), NUM(o, "blocked_behind"),
+		       NUM(o, "blocked_seq"));
+	} else if (json_is_true(o, "degraded"))
 		printf("  backend:      DEGRADED: %s (%.0f errors, %.0f retries); data stays cached\n",
-		       err ? err : "?", jobj_num(o, "backend_errors"), jobj_num(o, "backend_retries"));
+		       err ? err : "?", NUM(o, "backend_errors"), NUM(o, "backend_retries"));
 	else
-		printf("  backend:      ok (%.0f errors so far)\n", jobj_num(o, "backend_errors"));
-	printf("  io:           %s, fsync %s, up %.0f s\n", jobj_get(o, "io_engine"),
-	       jobj_get(o, "fsync"), jobj_num(o, "uptime_s"));
+		printf("  backend:      ok (%.0f errors so far)\n", NUM(o, "backend_errors"));
+	printf("  io:           %s, fsync %s, up %.0f s\n", engine ? engine : "?", fsync ? fsync : "?",
+	       NUM(o, "uptime_s"));
 	show_nodes_human(o);
 }
 
@@ -208,28 +241,29 @@ static void show_files_human(const char *text)
 	for (const char *line = text; *line;) {
 		const char *nl = strchr(line, '\n');
 		size_t len = nl ? (size_t)(nl - line) : strlen(line);
-		char *one = xmalloc(len + 1);
-		struct jobj o;
+		struct json_obj o;
 		char s[32];
-		memcpy(one, line, len);
-		one[len] = '\0';
-		if (jobj_parse(one, &o)) {
-			printf("  %-10s %12s %8.1fs  %s\n", jobj_get(&o, "state"),
-			       sz(jobj_num(&o, "size"), s), jobj_num(&o, "age_s"), jobj_get(&o, "path"));
-			jobj_free(&o);
+		if (json_parse(line, len, &o, NULL, 0) == 0) {
+			const char *st = json_str(&o, "state"), *path = json_str(&o, "path");
+			printf("  %-10s %12s %8.1fs  ", st ? st : "?", sz(NUM(&o, "size"), s),
+			       NUM(&o, "age_s"));
+			cli_put_path(stdout, path ? path : "?");
+			putchar('\n');
+			json_free(&o);
 		}
-		free(one);
 		line += len + (nl ? 1 : 0);
 	}
 }
 
 /* Read and parse one mount's stats: 0, or 1 with a message. */
-static int read_stats(const char *mnt, struct jobj *o, char **text)
+static int read_stats(const char *mnt, struct json_obj *o, char **text)
 {
+	char err[96];
+
 	if (!(*text = cli_read_ctl(prog, mnt, "stats")))
 		return 1;
-	if (!jobj_parse(*text, o)) {
-		fprintf(stderr, "%s: %s/.ckptfs/stats is not valid JSON\n", prog, mnt);
+	if (json_parse(*text, strlen(*text), o, err, sizeof(err)) < 0) {
+		fprintf(stderr, "%s: %s/.ckptfs/stats is not a flat JSON object (%s)\n", prog, mnt, err);
 		free(*text);
 		*text = NULL;
 		return 1;
@@ -241,7 +275,7 @@ static int read_stats(const char *mnt, struct jobj *o, char **text)
 static int show_mount(const char *mnt, enum fmt fmt, bool files)
 {
 	char *text, *ftext = NULL;
-	struct jobj o;
+	struct json_obj o;
 	int rc = 0;
 
 	if (read_stats(mnt, &o, &text))
@@ -257,7 +291,7 @@ static int show_mount(const char *mnt, enum fmt fmt, bool files)
 		if (ftext)
 			show_files_human(ftext);
 	}
-	jobj_free(&o);
+	json_free(&o);
 	free(text);
 	free(ftext);
 	return rc;
@@ -266,7 +300,7 @@ static int show_mount(const char *mnt, enum fmt fmt, bool files)
 /* All mounts in the Prometheus format; returns 0 or 1. */
 static int show_all_prom(char **mounts, int nm)
 {
-	struct jobj *o = xcalloc((size_t)nm, sizeof(*o));
+	struct json_obj *o = xcalloc((size_t)nm, sizeof(*o));
 	char **names = xcalloc((size_t)nm, sizeof(char *));
 	int n = 0, rc = 0;
 
@@ -281,7 +315,7 @@ static int show_all_prom(char **mounts, int nm)
 	}
 	show_prom(o, names, n);
 	for (int i = 0; i < n; i++)
-		jobj_free(&o[i]);
+		json_free(&o[i]);
 	free(o);
 	free(names);
 	return rc;

@@ -20,6 +20,8 @@
 #include "fs/cli.h"
 #include "fs/mounts.h"
 #include "backend/manifest.h"
+#include "cache/json.h"
+#include "cache/strmap.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -38,63 +40,32 @@ static const char *prog = "ckptfs-ctl verify";
 /* ---- the replayed manifest: path -> newest record ----------------------- */
 
 struct entry {
-	struct entry *next;
+	struct strmap_node node;	/* key: path */
 	char *path;
 	uint64_t size;
 	char xxh3[33];
 	bool seen;		/* found on the backend walk */
+	struct entry *next;	/* in a list pm_take returns */
 };
 
 struct pmap {
-	struct entry **b;
-	size_t nb, n;
+	struct strmap map;
 };
 
-static size_t pm_slot(const struct pmap *m, const char *path)
+static struct entry *entry_of(struct strmap_node *n)
 {
-	return XXH3_64bits(path, strlen(path)) & (m->nb - 1);
+	return n ? CKPT_CONTAINER_OF(n, struct entry, node) : NULL;
 }
 
 static struct entry *pm_get(struct pmap *m, const char *path)
 {
-	if (!m->nb)
-		return NULL;
-	for (struct entry *e = m->b[pm_slot(m, path)]; e; e = e->next)
-		if (!strcmp(e->path, path))
-			return e;
-	return NULL;
+	return entry_of(strmap_get(&m->map, path));
 }
 
 static void pm_insert(struct pmap *m, struct entry *e)
 {
-	if (m->n + 1 > m->nb) {
-		size_t nb = m->nb ? m->nb * 2 : 1024;
-		struct entry **b = xcalloc(nb, sizeof(*b));
-		for (size_t i = 0; i < m->nb; i++)
-			for (struct entry *x = m->b[i], *nx; x; x = nx) {
-				nx = x->next;
-				size_t s = XXH3_64bits(x->path, strlen(x->path)) & (nb - 1);
-				x->next = b[s];
-				b[s] = x;
-			}
-		free(m->b);
-		m->b = b;
-		m->nb = nb;
-	}
-	size_t s = pm_slot(m, e->path);
-	e->next = m->b[s];
-	m->b[s] = e;
-	m->n++;
-}
-
-/* Unlink an entry from its chain without freeing it. */
-static void pm_detach(struct pmap *m, struct entry *e)
-{
-	struct entry **pp = &m->b[pm_slot(m, e->path)];
-	while (*pp != e)
-		pp = &(*pp)->next;
-	*pp = e->next;
-	m->n--;
+	e->node.key = e->path;
+	strmap_insert(&m->map, &e->node);
 }
 
 static void entry_free(struct entry *e)
@@ -103,27 +74,15 @@ static void entry_free(struct entry *e)
 	free(e);
 }
 
-static bool under(const char *path, const char *dir)
-{
-	size_t n = strlen(dir);
-	return !strncmp(path, dir, n) && path[n] == '/';
-}
-
-/* Entries at `path` or below it, detached from the map. */
+/* Entries at `path` or below it, detached from the map (a list through ->next). */
 static struct entry *pm_take(struct pmap *m, const char *path)
 {
 	struct entry *out = NULL;
-	for (size_t i = 0; i < m->nb; i++) {
-		struct entry *e = m->b[i];
-		while (e) {
-			struct entry *next = e->next;
-			if (!strcmp(e->path, path) || under(e->path, path)) {
-				pm_detach(m, e);
-				e->next = out;
-				out = e;
-			}
-			e = next;
-		}
+	for (struct strmap_node *n = strmap_take_tree(&m->map, path), *next; n; n = next) {
+		struct entry *e = entry_of(n);
+		next = n->next;
+		e->next = out;
+		out = e;
 	}
 	return out;
 }
@@ -139,7 +98,7 @@ static void pm_put_renamed(struct pmap *m, struct entry *list, const char *from,
 		list->path = b.s;
 		struct entry *old = pm_get(m, list->path);
 		if (old) {
-			pm_detach(m, old);
+			strmap_remove(&m->map, &old->node);
 			entry_free(old);
 		}
 		pm_insert(m, list);
@@ -155,36 +114,55 @@ static void pm_remove(struct pmap *m, const char *path)
 	}
 }
 
+/* Every entry, and free the map. */
+static void pm_free(struct pmap *m)
+{
+	for (size_t i = 0; i < m->map.nb; i++)
+		for (struct strmap_node *n = m->map.b[i], *next; n; n = next) {
+			next = n->next;
+			entry_free(entry_of(n));
+		}
+	strmap_destroy(&m->map);
+}
+
+static bool under(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+	return !strncmp(path, dir, n) && path[n] == '/';
+}
+
 /* ---- reading the manifests -------------------------------------------- */
 
 struct rec {
 	double time;
 	int node;
 	uint64_t order;
-	struct jobj o;
+	struct json_obj o;
 };
 
 struct recs {
 	struct rec *v;
-	size_t n;
+	size_t n, cap;
 	int node;
 	uint64_t order;
+	uint64_t unreadable;
 };
 
 static int collect(void *arg, const char *payload, size_t len, uint64_t off)
 {
 	struct recs *r = arg;
-	char *text = xmalloc(len + 1);
 	struct rec x = { .node = r->node, .order = r->order++ };
 
-	memcpy(text, payload, len);
-	text[len] = '\0';
-	if (jobj_parse(text, &x.o)) {
-		x.time = jobj_num(&x.o, "time");
-		r->v = xrealloc(r->v, (r->n + 1) * sizeof(*r->v));
-		r->v[r->n++] = x;
+	if (json_parse(payload, len, &x.o, NULL, 0) < 0) {
+		r->unreadable++;
+		return 0;
 	}
-	free(text);
+	x.time = json_num_or0(&x.o, "time");
+	if (r->n == r->cap) {
+		r->cap = r->cap ? r->cap * 2 : 1024;
+		r->v = xrealloc(r->v, r->cap * sizeof(*r->v));
+	}
+	r->v[r->n++] = x;
 	return 0;
 }
 
@@ -214,26 +192,28 @@ static void voids_collect(const struct recs *r, struct voids *v)
 {
 	memset(v, 0, sizeof(*v));
 	for (size_t i = 0; i < r->n; i++) {
-		const char *t = jobj_get(&r->v[i].o, "t"), *m = jobj_get(&r->v[i].o, "m");
+		const char *t = json_str(&r->v[i].o, "t"), *m = json_str(&r->v[i].o, "m");
 		if (!t || !m)
 			continue;
-		if (!strcmp(t, "recovered")) {
+		bool exp = false;
+		/* A recovery since per-user order voids each attempt explicitly: no cut. */
+		if (!strcmp(t, "recovered") && !(json_bool(&r->v[i].o, "explicit", &exp) && exp)) {
 			v->cut = xrealloc(v->cut, (v->ncut + 1) * sizeof(*v->cut));
 			v->cut[v->ncut].mount = m;
-			v->cut[v->ncut++].seq = jobj_num(&r->v[i].o, "seq");
+			v->cut[v->ncut++].seq = json_num_or0(&r->v[i].o, "seq");
 		} else if (!strcmp(t, "void")) {
 			v->one = xrealloc(v->one, (v->none + 1) * sizeof(*v->one));
 			v->one[v->none].mount = m;
-			v->one[v->none].try = jobj_num(&r->v[i].o, "try");
-			v->one[v->none++].seq = jobj_num(&r->v[i].o, "seq");
+			v->one[v->none].try = json_num_or0(&r->v[i].o, "try");
+			v->one[v->none++].seq = json_num_or0(&r->v[i].o, "seq");
 		}
 	}
 }
 
-static bool voided(const struct voids *v, const struct jobj *o)
+static bool voided(const struct voids *v, const struct json_obj *o)
 {
-	const char *mid = jobj_get(o, "m");
-	double seq = jobj_num(o, "seq"), try = jobj_num(o, "try");
+	const char *mid = json_str(o, "m");
+	double seq = json_num_or0(o, "seq"), try = json_num_or0(o, "try");
 
 	if (!mid)
 		return false;
@@ -253,23 +233,24 @@ static void replay(struct pmap *m, const struct recs *r)
 
 	voids_collect(r, &v);
 	for (size_t i = 0; i < r->n; i++) {
-		const struct jobj *o = &r->v[i].o;
-		const char *t = jobj_get(o, "t"), *path = jobj_get(o, "path"), *to = jobj_get(o, "to");
+		const struct json_obj *o = &r->v[i].o;
+		const char *t = json_str(o, "t"), *path = json_str(o, "path"), *to = json_str(o, "to");
 		if (!t || !path || !r->v[i].time || voided(&v, o))
 			continue;
 		if (!strcmp(t, "file")) {
 			struct entry *e = pm_get(m, path);
+			const char *x = json_str(o, "xxh3");
 			if (!e) {
 				e = xcalloc(1, sizeof(*e));
 				e->path = xstrdup(path);
 				pm_insert(m, e);
 			}
-			e->size = (uint64_t)jobj_num(o, "size");
-			snprintf(e->xxh3, sizeof(e->xxh3), "%s", jobj_get(o, "xxh3") ? jobj_get(o, "xxh3") : "");
+			e->size = (uint64_t)json_num_or0(o, "size");
+			snprintf(e->xxh3, sizeof(e->xxh3), "%s", x ? x : "");
 		} else if (!strcmp(t, "unlink") || !strcmp(t, "rmdir")) {
 			pm_remove(m, path);
 		} else if (!strcmp(t, "rename") && to) {
-			bool exch = jobj_get(o, "exchange") && !strcmp(jobj_get(o, "exchange"), "true");
+			bool exch = json_is_true(o, "exchange");
 			struct entry *a = pm_take(m, path);
 			struct entry *b = exch ? pm_take(m, to) : NULL;
 			if (!exch)
@@ -280,9 +261,9 @@ static void replay(struct pmap *m, const struct recs *r)
 			struct entry *src = pm_get(m, path);
 			if (src) {
 				struct entry *e = xcalloc(1, sizeof(*e));
-				*e = *src;
 				e->path = xstrdup(to);
-				e->next = NULL;
+				e->size = src->size;
+				memcpy(e->xxh3, src->xxh3, sizeof(e->xxh3));
 				pm_remove(m, to);
 				pm_insert(m, e);
 			}
@@ -292,37 +273,124 @@ static void replay(struct pmap *m, const struct recs *r)
 	free(v.one);
 }
 
+/* A warning about a node's metadata, the path shown escaped. */
+static void warn_path(const char *dir, const char *name, const char *what)
+{
+	fprintf(stderr, "%s: warning: ", prog);
+	cli_put_path(stderr, dir);
+	if (name) {
+		fputc('/', stderr);
+		cli_put_path(stderr, name);
+	}
+	fprintf(stderr, ": %s\n", what);
+}
+
+/*
+ * Open a metadata directory or file below dirfd without following a
+ * symlink, and check that `owner` (or root) owns it and that nobody else
+ * can write it.  fd, or -1 with a warning (ENOENT silently, when quiet_enoent).
+ */
+static int open_trusted(int dirfd, const char *name, int flags, uid_t owner, const char *shown,
+			bool quiet_enoent, struct stat *st)
+{
+	char why[160];
+	int fd = openat(dirfd, name, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+
+	if (fd < 0) {
+		if (errno == ENOENT && quiet_enoent)
+			return -1;
+		snprintf(why, sizeof(why), "%s; not read",
+			 errno == ELOOP || errno == ENOTDIR ? "a symlink or of the wrong type"
+							    : strerror(errno));
+		warn_path(shown, name, why);
+		return -1;
+	}
+	if (fstat(fd, st) < 0 || (flags & O_DIRECTORY ? !S_ISDIR(st->st_mode) : !S_ISREG(st->st_mode)))
+		snprintf(why, sizeof(why), "of the wrong type; not read");
+	else if (st->st_uid != owner && st->st_uid != 0)
+		snprintf(why, sizeof(why), "owned by uid %u, not by the owner of .ckptfs (uid %u) "
+			 "or root; not trusted, skipped", (unsigned)st->st_uid, (unsigned)owner);
+	else if (st->st_mode & 022)
+		snprintf(why, sizeof(why), "writable by group or others (mode %04o); not trusted, "
+			 "skipped", (unsigned)(st->st_mode & 07777));
+	else
+		return fd;
+	warn_path(shown, name, why);
+	close(fd);
+	return -1;
+}
+
+/*
+ * Replay every node's log.  Only metadata the owner of .ckptfs (or root)
+ * owns, and nobody else can write, is read; a node directory or log that
+ * another user planted is skipped with a warning, never trusted.
+ */
 static int load_manifests(const char *root, struct pmap *m)
 {
 	char dir[PATH_MAX + 32];
 	struct recs r = { 0 };
+	struct stat st, meta_st;
+	int rootfd, meta, nodes;
 	DIR *d;
 	struct dirent *de;
 
-	snprintf(dir, sizeof(dir), "%s/%s", root, MANIFEST_NODES_DIR);
-	if (!(d = opendir(dir)))
+	snprintf(dir, sizeof(dir), "%s/.ckptfs", root);
+	if ((rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return -errno;
+	meta = openat(rootfd, ".ckptfs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	close(rootfd);
+	if (meta < 0) {
+		warn_path(dir, NULL, errno == ELOOP || errno == ENOTDIR ?
+			  "a symlink or not a directory; not read" : strerror(errno));
+		return -1;
+	}
+	if (fstat(meta, &meta_st) < 0 || (meta_st.st_mode & 022)) {
+		warn_path(dir, NULL, "writable by group or others; its manifests are not trusted");
+		close(meta);
+		return -1;
+	}
+	nodes = open_trusted(meta, "nodes", O_RDONLY | O_DIRECTORY, meta_st.st_uid, dir, false, &st);
+	close(meta);
+	if (nodes < 0)
+		return -1;
+	snprintf(dir, sizeof(dir), "%s/%s", root, MANIFEST_NODES_DIR);
+	if (!(d = fdopendir(nodes))) {
+		close(nodes);
+		return -1;
+	}
 	while ((de = readdir(d))) {
-		char path[PATH_MAX * 2];
-		uint64_t good, corrupt;
-		int fd;
+		struct manifest_scan scan;
+		char shown[PATH_MAX * 2];
+		int nd, fd;
 		if (de->d_name[0] == '.')
 			continue;
-		snprintf(path, sizeof(path), "%s/%s/manifest.log", dir, de->d_name);
-		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		nd = open_trusted(nodes, de->d_name, O_RDONLY | O_DIRECTORY, meta_st.st_uid, dir, false, &st);
+		if (nd < 0)
 			continue;
-		manifest_scan_fd(fd, collect, &r, &good, &corrupt);
-		if (corrupt)
-			fprintf(stderr, "%s: %s: %llu corrupt records skipped\n", prog, path,
-				(unsigned long long)corrupt);
+		snprintf(shown, sizeof(shown), "%s/%s", dir, de->d_name);
+		fd = open_trusted(nd, "manifest.log", O_RDONLY, st.st_uid, shown, true, &st);
+		close(nd);
+		if (fd < 0)
+			continue;
+		r.unreadable = 0;
+		if (manifest_scan_fd(fd, collect, &r, &scan) < 0)
+			warn_path(shown, "manifest.log", "read error; records after it are not used");
+		if (scan.corrupt_records || r.unreadable) {
+			char why[128];
+			snprintf(why, sizeof(why), "%llu corrupt records skipped (%llu more not "
+				 "JSON objects)", (unsigned long long)scan.corrupt_records,
+				 (unsigned long long)r.unreadable);
+			warn_path(shown, "manifest.log", why);
+		}
 		close(fd);
 		r.node++;
 	}
 	closedir(d);
-	qsort(r.v, r.n, sizeof(*r.v), rec_cmp);
+	if (r.n)
+		qsort(r.v, r.n, sizeof(*r.v), rec_cmp);
 	replay(m, &r);
 	for (size_t i = 0; i < r.n; i++)
-		jobj_free(&r.v[i].o);
+		json_free(&r.v[i].o);
 	free(r.v);
 	return 0;
 }
@@ -495,12 +563,14 @@ static int verify_one(const char *arg, unsigned jobs, bool quiet, uint64_t count
 		walk(root, rel, &m, &w);
 	}
 	/* Recorded files under the path that the walk did not find. */
-	for (size_t i = 0; i < m.nb; i++)
-		for (struct entry *e = m.b[i]; e; e = e->next)
+	for (size_t i = 0; i < m.map.nb; i++)
+		for (struct strmap_node *n = m.map.b[i]; n; n = n->next) {
+			struct entry *e = entry_of(n);
 			if (!e->seen && (!*rel || !strcmp(e->path, rel) || under(e->path, rel))) {
 				w.v = xrealloc(w.v, (w.n + 1) * sizeof(*w.v));
 				w.v[w.n++] = (struct item){ .rel = xstrdup(e->path), .e = e, .status = 2 };
 			}
+		}
 	size_t hashable = 0;
 	for (size_t i = 0; i < w.n; i++)
 		if (w.v[i].status != 2) {	/* missing ones go last: hash the rest */
@@ -521,22 +591,22 @@ static int verify_one(const char *arg, unsigned jobs, bool quiet, uint64_t count
 	for (size_t i = 0; i < w.n; i++) {
 		struct item *it = &w.v[i];
 		counts[it->status]++;
-		if (it->status == 1)
-			printf("MISMATCH  %s (expected %s, %llu bytes; found %s, %llu bytes)\n", it->rel,
+		if (it->status == 1) {
+			printf("MISMATCH  ");
+			cli_put_path(stdout, it->rel);
+			printf(" (expected %s, %llu bytes; found %s, %llu bytes)\n",
 			       it->e->xxh3, (unsigned long long)it->e->size, it->got,
 			       (unsigned long long)it->bytes);
-		else if (!quiet || it->status == 2)
-			printf("%-9s %s\n", names[it->status], it->rel);
+		} else if (!quiet || it->status == 2) {
+			printf("%-9s ", names[it->status]);
+			cli_put_path(stdout, it->rel);
+			putchar('\n');
+		}
 		free(it->rel);
 	}
 	*bytes += atomic_load(&w.bytes);
 	free(w.v);
-	for (size_t i = 0; i < m.nb; i++)
-		for (struct entry *e = m.b[i], *n; e; e = n) {
-			n = e->next;
-			entry_free(e);
-		}
-	free(m.b);
+	pm_free(&m);
 	return 0;
 }
 

@@ -209,8 +209,8 @@ void tm_sync(struct tmount *m)
 
 static const char *path_join(const char *base, const char *rel)
 {
-	static char bufs[8][PATH_MAX * 2];
-	static int next;
+	static __thread char bufs[8][PATH_MAX * 2];	/* per thread: tests call it from threads */
+	static __thread int next;
 	char *b = bufs[next++ % 8];
 	snprintf(b, PATH_MAX * 2, "%s/%s", base, rel);
 	return b;

@@ -118,7 +118,7 @@ char *ct_read_ctl(struct tmount *m, const char *name)
 	return text;
 }
 
-void ct_exchange(struct tmount *m, const char *name, const char *msg, struct jval *answer)
+void ct_exchange(struct tmount *m, const char *name, const char *msg, struct json_obj *answer)
 {
 	char rel[64], buf[4096];
 	int fd;
@@ -134,18 +134,15 @@ void ct_exchange(struct tmount *m, const char *name, const char *msg, struct jva
 	ct_parse_object(buf, (size_t)n, answer, rel);
 }
 
-void ct_parse_object(const char *text, size_t len, struct jval *out, const char *what)
+void ct_parse_object(const char *text, size_t len, struct json_obj *out, const char *what)
 {
 	char err[128];
 
 	if (json_parse(text, len, out, err, sizeof(err)) < 0)
-		FAILF("%s is not valid JSON (%s): %.*s", what, err, (int)len, text);
-	if (out->type != J_OBJ)
-		FAILF("%s is a JSON %s, not an object: %.*s", what, json_type_name(out->type), (int)len,
-		      text);
+		FAILF("%s is not one flat JSON object (%s): %.*s", what, err, (int)len, text);
 }
 
-void ct_stats(struct tmount *m, struct jval *out)
+void ct_stats(struct tmount *m, struct json_obj *out)
 {
 	char *text = ct_read_ctl(m, "stats");
 	size_t len = strlen(text);
@@ -156,7 +153,7 @@ void ct_stats(struct tmount *m, struct jval *out)
 	free(text);
 }
 
-size_t ct_parse_lines(const char *text, struct jval **out, const char *what)
+size_t ct_parse_lines(const char *text, struct json_obj **out, const char *what)
 {
 	size_t n = 0;
 
@@ -172,16 +169,17 @@ size_t ct_parse_lines(const char *text, struct jval **out, const char *what)
 	return n;
 }
 
-void ct_lines_free(struct jval *v, size_t n)
+void ct_lines_free(struct json_obj *v, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		json_free(&v[i]);
 	free(v);
 }
 
-static const struct jval *member(const struct jval *o, const char *key, enum jtype type)
+static const struct json_member *member(const struct json_obj *o, const char *key,
+					enum json_type type)
 {
-	const struct jval *v = json_get(o, key);
+	const struct json_member *v = json_get(o, key);
 	if (!v)
 		FAILF("JSON object has no \"%s\"", key);
 	if (v->type != type)
@@ -189,9 +187,9 @@ static const struct jval *member(const struct jval *o, const char *key, enum jty
 	return v;
 }
 
-double ct_num(const struct jval *o, const char *key) { return member(o, key, J_NUM)->num; }
-const char *ct_str(const struct jval *o, const char *key) { return member(o, key, J_STR)->str; }
-bool ct_bool(const struct jval *o, const char *key) { return member(o, key, J_BOOL)->b; }
+double ct_num(const struct json_obj *o, const char *key) { return member(o, key, JSON_NUM)->num; }
+const char *ct_str(const struct json_obj *o, const char *key) { return member(o, key, JSON_STR)->str; }
+bool ct_bool(const struct json_obj *o, const char *key) { return member(o, key, JSON_BOOL)->b; }
 
 /* ---- files ------------------------------------------------------------------ */
 

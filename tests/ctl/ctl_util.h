@@ -1,7 +1,7 @@
 /*
  * ctl_util.h — what the control-interface tests share (tests/ctl only):
  * running the CLIs and capturing what they print, reading MOUNT/.ckptfs
- * files and judging them with the strict JSON reader (json.h), seeded
+ * files and judging them with the strict flat-JSON reader (cache/json.h), seeded
  * pattern files checked on the backend, the per-file xattrs, and an
  * XXH3-128 computed here, outside the daemon.
  *
@@ -12,7 +12,7 @@
 #define CKPTFS_TESTS_CTL_UTIL_H
 
 #include "tests/harness.h"
-#include "tests/ctl/json.h"
+#include "cache/json.h"
 
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
@@ -40,18 +40,18 @@ char *ct_read_ctl(struct tmount *m, const char *name);
  * One exchange with MOUNT/.ckptfs/<name>: open it (read-write if msg), write
  * msg if any, read the answer from offset 0 and parse it as one object.
  */
-void ct_exchange(struct tmount *m, const char *name, const char *msg, struct jval *answer);
-/* Parse text[0, len) as one JSON object or fail, naming `what`. */
-void ct_parse_object(const char *text, size_t len, struct jval *out, const char *what);
+void ct_exchange(struct tmount *m, const char *name, const char *msg, struct json_obj *answer);
+/* Parse text[0, len) as one flat JSON object or fail, naming `what`. */
+void ct_parse_object(const char *text, size_t len, struct json_obj *out, const char *what);
 /* MOUNT/.ckptfs/stats, parsed. */
-void ct_stats(struct tmount *m, struct jval *out);
+void ct_stats(struct tmount *m, struct json_obj *out);
 /* Each '\n'-terminated line of text as an object: the count; free with ct_lines_free. */
-size_t ct_parse_lines(const char *text, struct jval **out, const char *what);
-void ct_lines_free(struct jval *v, size_t n);
+size_t ct_parse_lines(const char *text, struct json_obj **out, const char *what);
+void ct_lines_free(struct json_obj *v, size_t n);
 /* A member of the given type, or fail naming the key. */
-double ct_num(const struct jval *o, const char *key);
-const char *ct_str(const struct jval *o, const char *key);
-bool ct_bool(const struct jval *o, const char *key);
+double ct_num(const struct json_obj *o, const char *key);
+const char *ct_str(const struct json_obj *o, const char *key);
+bool ct_bool(const struct json_obj *o, const char *key);
 
 /* ---- files ---- */
 /* Create path holding `size` bytes of pattern `seed` (harness fill_pattern). */

@@ -33,7 +33,7 @@ static void ctl_drain(struct ct_result *r, struct tmount *m, const char *timeout
 }
 
 /* Read .ckptfs/drain, after writing msg (a timeout) to it if any. */
-static void drain_file(struct tmount *m, const char *msg, struct jval *answer)
+static void drain_file(struct tmount *m, const char *msg, struct json_obj *answer)
 {
 	ct_exchange(m, "drain", msg, answer);
 	if (ct_num(answer, "seq_durable") < 0 || ct_num(answer, "waited_s") < 0)
@@ -45,7 +45,7 @@ static void slow_backend(void)
 	struct tmount m;
 	const char *env[] = { "CKPTFS_FAULT=op=rename,delay_ms=300", NULL };
 	struct ct_result r;
-	struct jval a;
+	struct json_obj a;
 	char rel[32];
 
 	tm_start(&m, "ctl-drain-slow", NULL, env);
@@ -92,7 +92,7 @@ static void stalled_backend(void)
 	struct tmount m;
 	const char *env[] = { "CKPTFS_FAULT=op=rename,delay_ms=6000,count=1,name=stall", NULL };
 	struct ct_result r;
-	struct jval a;
+	struct json_obj a;
 
 	tm_start(&m, "ctl-drain-stall", NULL, env);
 	ct_write_seeded(tm_path(&m, "stall.bin"), 100 * KiB, 31);
@@ -132,7 +132,7 @@ static void stalled_backend(void)
 
 static bool degraded(struct tmount *m)
 {
-	struct jval s;
+	struct json_obj s;
 	bool d;
 
 	ct_stats(m, &s);
@@ -150,7 +150,7 @@ static void failing_backend(void)
 	struct tmount m;
 	char flag[PATH_MAX];
 	struct ct_result r;
-	struct jval a;
+	struct json_obj a;
 
 	ct_mount_flagged(&m, "ctl-drain-eio", "op=pwrite,err=EIO", flag);
 	ct_touch(flag);

@@ -97,7 +97,7 @@ static void control_dir_closed(struct tmount *m)
 
 static void owner_commands(struct tmount *m)
 {
-	struct jval a;
+	struct json_obj a;
 	char *help = ct_read_ctl(m, "ctl");
 
 	ct_expect_in(help, "sync", "ctl read fresh");

@@ -203,7 +203,7 @@ static void run_case(const struct pcase *c)
 	struct tmount m;
 	char flag[PATH_MAX];
 	struct ct_result r;
-	struct jval s;
+	struct json_obj s;
 	uint64_t t0 = mono_ms();
 
 	ct_mount_flagged(&m, "ctl-permanent", c->rule, flag);
@@ -292,7 +292,7 @@ static void skip_case(void)
 	struct tmount m;
 	char flag[PATH_MAX], seq[32];
 	struct ct_result r;
-	struct jval s;
+	struct json_obj s;
 
 	char *snap[4];
 	ct_mount_flagged(&m, "ctl-skip", "op=mkdir,err=EACCES,name=step2", flag);
@@ -360,7 +360,7 @@ static void open_file_case(void)
 	ASSERT_TRUE(file_exists(tm_bpath(&m, "done")));
 	ASSERT_TRUE(!file_exists(tm_bpath(&m, "open.bin")));
 	/* ctl sync leaves it out too. */
-	struct jval a;
+	struct json_obj a;
 	ct_exchange(&m, "ctl", "sync\n", &a);
 	ASSERT_EQ(ct_num(&a, "open_for_writing"), 1);
 	json_free(&a);

@@ -144,7 +144,7 @@ static void check_human(void)
 /* Parse each line of out: the "mount" of each object, in order, must be mounts[]. */
 static void check_json_lines(const char *out, struct tmount *const *mounts, size_t nm)
 {
-	struct jval *objs;
+	struct json_obj *objs;
 	size_t n = ct_parse_lines(out, &objs, "ckptfs-stat --json");
 	char real[PATH_MAX];
 
@@ -250,7 +250,7 @@ static void check_prometheus(void)
 static void check_files(void)
 {
 	struct ct_result r;
-	struct jval *objs;
+	struct json_obj *objs;
 	size_t n, nfiles = 0;
 
 	stat_run(&r, "--files", m1.mnt, NULL, NULL);
@@ -303,7 +303,7 @@ static void check_watch(void)
 static void check_all_mounts(void)
 {
 	struct ct_result r;
-	struct jval *objs;
+	struct json_obj *objs;
 	char r1[PATH_MAX], r2[PATH_MAX];
 	size_t n;
 	int seen = 0;
@@ -376,7 +376,7 @@ int main(void)
 	tm_sync(&m2);
 	/* M1 is degraded once its publish has failed. */
 	for (uint64_t t0 = mono_ms();; usleep(20000)) {
-		struct jval s;
+		struct json_obj s;
 		ct_stats(&m1, &s);
 		bool d = ct_bool(&s, "degraded");
 		json_free(&s);

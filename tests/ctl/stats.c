@@ -30,41 +30,41 @@ static size_t file_size(int i) { return 3 * MiB + (size_t)i * 77777; }
 /* Keys of stats and their JSON types. */
 static const struct {
 	const char *key;
-	enum jtype type;
+	enum json_type type;
 } schema[] = {
-	{ "version", J_NUM }, { "mount", J_STR }, { "backend", J_STR }, { "mount_id", J_STR },
-	{ "pid", J_NUM }, { "uptime_s", J_NUM }, { "io_engine", J_STR },
-	{ "io_fallback_reason", J_STR }, { "fsync", J_STR }, { "cache_capacity_bytes", J_NUM },
-	{ "cache_chunk_bytes", J_NUM }, { "cache_used_bytes", J_NUM }, { "cache_dirty_bytes", J_NUM },
-	{ "cache_flushing_bytes", J_NUM }, { "cache_clean_bytes", J_NUM },
-	{ "cache_free_bytes", J_NUM }, { "files_pending", J_NUM }, { "versions_pending", J_NUM },
-	{ "ops_pending", J_NUM }, { "oldest_pending_age_s", J_NUM }, { "absorbed_bytes", J_NUM },
-	{ "persisted_bytes", J_NUM }, { "backend_written_bytes", J_NUM }, { "read_bytes", J_NUM },
-	{ "absorb_rate_bps", J_NUM }, { "persist_rate_bps", J_NUM }, { "seq_current", J_NUM },
-	{ "seq_durable", J_NUM }, { "versions_published", J_NUM }, { "ops_applied", J_NUM },
-	{ "dir_fsyncs", J_NUM }, { "backpressure_waits", J_NUM }, { "backpressure_wait_s", J_NUM },
-	{ "spilled_bytes", J_NUM }, { "evictions", J_NUM }, { "backend_errors", J_NUM },
-	{ "backend_retries", J_NUM }, { "degraded", J_BOOL }, { "last_error", J_STR },
-	{ "manifest", J_BOOL }, { "recovered_unclean", J_BOOL },
-	{ "recovered_inflight_files", J_NUM }, { "recovered_orphans_removed", J_NUM },
-	{ "recovered_torn_bytes", J_NUM }, { "recovered_corrupt_records", J_NUM },
+	{ "version", JSON_NUM }, { "mount", JSON_STR }, { "backend", JSON_STR }, { "mount_id", JSON_STR },
+	{ "pid", JSON_NUM }, { "uptime_s", JSON_NUM }, { "io_engine", JSON_STR },
+	{ "io_fallback_reason", JSON_STR }, { "fsync", JSON_STR }, { "cache_capacity_bytes", JSON_NUM },
+	{ "cache_chunk_bytes", JSON_NUM }, { "cache_used_bytes", JSON_NUM }, { "cache_dirty_bytes", JSON_NUM },
+	{ "cache_flushing_bytes", JSON_NUM }, { "cache_clean_bytes", JSON_NUM },
+	{ "cache_free_bytes", JSON_NUM }, { "files_pending", JSON_NUM }, { "versions_pending", JSON_NUM },
+	{ "ops_pending", JSON_NUM }, { "oldest_pending_age_s", JSON_NUM }, { "absorbed_bytes", JSON_NUM },
+	{ "persisted_bytes", JSON_NUM }, { "backend_written_bytes", JSON_NUM }, { "read_bytes", JSON_NUM },
+	{ "absorb_rate_bps", JSON_NUM }, { "persist_rate_bps", JSON_NUM }, { "seq_current", JSON_NUM },
+	{ "seq_durable", JSON_NUM }, { "versions_published", JSON_NUM }, { "ops_applied", JSON_NUM },
+	{ "dir_fsyncs", JSON_NUM }, { "backpressure_waits", JSON_NUM }, { "backpressure_wait_s", JSON_NUM },
+	{ "spilled_bytes", JSON_NUM }, { "evictions", JSON_NUM }, { "backend_errors", JSON_NUM },
+	{ "backend_retries", JSON_NUM }, { "degraded", JSON_BOOL }, { "last_error", JSON_STR },
+	{ "manifest", JSON_BOOL }, { "recovered_unclean", JSON_BOOL },
+	{ "recovered_inflight_files", JSON_NUM }, { "recovered_orphans_removed", JSON_NUM },
+	{ "recovered_torn_bytes", JSON_NUM }, { "recovered_corrupt_records", JSON_NUM },
 };
 
-static void check_schema(const struct jval *s)
+static void check_schema(const struct json_obj *s)
 {
 	for (size_t i = 0; i < sizeof(schema) / sizeof(*schema); i++) {
-		const struct jval *v = json_get(s, schema[i].key);
+		const struct json_member *v = json_get(s, schema[i].key);
 		if (!v || v->type != schema[i].type)
 			FAILF("stats: \"%s\" should be a %s, is %s", schema[i].key,
 			      json_type_name(schema[i].type), v ? json_type_name(v->type) : "missing");
-		if (v->type == J_NUM && v->num < 0)
+		if (v->type == JSON_NUM && v->num < 0)
 			FAILF("stats: \"%s\" is negative: %f", schema[i].key, v->num);
 	}
 	ASSERT_EQ(ct_num(s, "version"), 1);
 }
 
 /* What must hold in every snapshot. */
-static void check_invariants(const struct jval *s)
+static void check_invariants(const struct json_obj *s)
 {
 	double cap = ct_num(s, "cache_capacity_bytes"), used = ct_num(s, "cache_used_bytes");
 
@@ -82,7 +82,7 @@ static void check_invariants(const struct jval *s)
 	ASSERT_STR_EQ(ct_str(s, "fsync"), "durable");
 }
 
-static void check_engine(const struct jval *s)
+static void check_engine(const struct json_obj *s)
 {
 	const char *want = getenv("CKPTFS_TEST_IO"), *engine = ct_str(s, "io_engine");
 
@@ -99,7 +99,7 @@ static void check_engine(const struct jval *s)
 static void check_files_lists(struct tmount *m, const char *rel, size_t size)
 {
 	char *text = ct_read_ctl(m, "files");
-	struct jval *lines;
+	struct json_obj *lines;
 	size_t n = ct_parse_lines(text, &lines, "files"), found = 0;
 
 	for (size_t i = 0; i < n; i++) {
@@ -122,7 +122,7 @@ int main(void)
 	struct tmount m;
 	const char *env[] = { "CKPTFS_FAULT=op=rename,delay_ms=150;op=fdatasync,delay_ms=100", NULL };
 	char real[PATH_MAX], rel[32];
-	struct jval s;
+	struct json_obj s;
 	double written = 0;
 
 	tm_require_fuse();

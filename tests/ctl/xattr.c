@@ -87,7 +87,7 @@ static void expect_digest(const char *path, const char *bfile)
 static void expect_files_state(struct tmount *m, const char *rel, const char *state)
 {
 	char *text = ct_read_ctl(m, "files");
-	struct jval *lines;
+	struct json_obj *lines;
 	size_t n = ct_parse_lines(text, &lines, "files");
 	bool found = false;
 

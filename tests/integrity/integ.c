@@ -3,6 +3,7 @@
  * stats, the manifest read by our own parser, and tree snapshots.
  */
 #include "tests/integrity/integ.h"
+#include "cache/json.h"
 
 #include <dirent.h>
 #include <libgen.h>
@@ -151,28 +152,16 @@ const char *it_stats(struct tmount *m)
 
 bool it_json_get(const char *json, const char *key, char *out, size_t len)
 {
-	char pat[128];
-	const char *s;
-	size_t k = 0;
+	struct json_obj o;
+	const struct json_member *v;
 
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	if (!(s = strstr(json, pat)))
+	if (json_parse(json, strlen(json), &o, NULL, 0) < 0)
 		return false;
-	s += strlen(pat);
-	while (*s == ' ')
-		s++;
-	if (*s == '"') {
-		for (s++; *s && *s != '"' && k + 1 < len; s++) {
-			if (*s == '\\' && s[1])
-				s++;
-			out[k++] = *s;
-		}
-	} else {
-		while (*s && *s != ',' && *s != '}' && *s != '\n' && k + 1 < len)
-			out[k++] = *s++;
-	}
-	out[k] = '\0';
-	return true;
+	if ((v = json_get(&o, key)))
+		snprintf(out, len, "%s", v->type == JSON_STR || v->type == JSON_NUM ? v->str :
+			 v->type == JSON_BOOL ? (v->b ? "true" : "false") : "null");
+	json_free(&o);
+	return v != NULL;
 }
 
 long long it_json_num(const char *json, const char *key)
@@ -322,7 +311,8 @@ const char *it_manifest_path(struct tmount *m)
 	static char path[PATH_MAX * 2];
 	char host[256] = "localhost";
 
-	if (gethostname(host, sizeof(host) - 1) < 0 || !host[0])
+	/* The daemon's default node name: the hostname up to its first dot. */
+	if (gethostname(host, sizeof(host) - 1) < 0 || (host[strcspn(host, ".")] = '\0', !host[0]))
 		snprintf(host, sizeof(host), "localhost");
 	snprintf(path, sizeof(path), "%s/.ckptfs/nodes/%s/manifest.log", m->backend, host);
 	return path;

@@ -44,7 +44,10 @@ void it_gate_set(const char *path, bool on);
 /* ---- stats and flat JSON ---- */
 /* MOUNT/.ckptfs/stats (static buffer). */
 const char *it_stats(struct tmount *m);
-/* The value of "key" in a flat JSON object: string contents or the literal. */
+/*
+ * The value of "key" in a flat JSON object (read whole with cache/json.h:
+ * false if it is not one): string contents or the literal.
+ */
 bool it_json_get(const char *json, const char *key, char *out, size_t len);
 long long it_json_num(const char *json, const char *key);
 /* Poll stats until "key" reads want; false after timeout_ms. */

@@ -54,17 +54,6 @@ EXCEPTIONS = {
     ("verify.c.o", "*"): "ckptfs-ctl verify: runs as the invoking user",
     ("ctl_main.c.o", "*"): "ckptfs-ctl: runs as the invoking user",
     ("stat_main.c.o", "*"): "ckptfs-stat: runs as the invoking user",
-    # Branch `manifest` moves the daemon's own metadata files (manifest.log,
-    # state.json, recovery's reads and orphan removal) onto bsys: drop these
-    # lines when it lands, so the test holds manifest.c to the door as well.
-    ("manifest.c.o", "openat"): "own metadata files: moving onto bsys (branch manifest)",
-    ("manifest.c.o", "fdopendir"): "orphan removal: moving onto bsys (branch manifest)",
-    ("manifest.c.o", "readdir"): "orphan removal: moving onto bsys (branch manifest)",
-    ("manifest.c.o", "unlinkat"): "orphan removal: moving onto bsys (branch manifest)",
-    ("manifest.c.o", "mkdirat"): "own metadata dirs: moving onto bsys (branch manifest)",
-    ("manifest.c.o", "renameat"): "state.json: moving onto bsys (branch manifest)",
-    ("manifest.c.o", "ftruncate"): "manifest.log's torn tail: moving onto bsys (branch manifest)",
-    ("manifest.c.o", "syscall"): "openat2 RESOLVE_BENEATH in recovery: moving onto bsys (branch manifest)",
 }
 
 # libc spellings: openat64, __openat_2, __readlinkat_chk, __xstat64, ...

@@ -1,0 +1,475 @@
+/*
+ * recover.c — recovery from an unclean end of the previous mount of this
+ * node (see manifest.h, docs/manifest.md).
+ *
+ * The scan at mount (manifest.c) feeds every record to rscan_cb, which keeps
+ * only what recovery needs about the last mount in the log: its operations
+ * after its last "durable" record and its intents not yet settled.  When
+ * that mount left no "unmount" record:
+ *  1. (manifest.c has cut a torn tail off the log);
+ *  2. decide which of its operations after its last "durable" record were
+ *     really applied.  Records are appended in the order operations are
+ *     applied (P7; with per-user order that is not always sequence order),
+ *     each group's records are fsync'd before any of them is applied, and a
+ *     "durable" record settles everything recorded before it.  So the
+ *     recorded operations after the last "durable" record were applied as
+ *     a prefix *of the log*, and the prefix ends at the last one whose
+ *     effect is visible on the backend: scanning backwards, the first one
+ *     with positive evidence (a file version whose size and digest match —
+ *     unless that path held the same contents before it, as a file
+ *     rewritten unchanged does; a mkdir whose directory exists; a rename or
+ *     unlink whose source is gone).  An earlier operation's effect may have
+ *     been overwritten by a later one, so absence of evidence alone proves
+ *     nothing.  Each one after the prefix gets a "void" record (its seq and
+ *     attempt), so readers skip exactly those;
+ *  3. report versions that were queued ("intent") but never published: the
+ *     files that were in flight and were never acknowledged durable;
+ *  4. remove that mount's temporary files (".ckptfs.<k>.<mount id>.<n>").
+ *
+ * Every backend call goes through bsys (bsys.h): paths from records are
+ * walked one component at a time, never through a symlink, never above the
+ * root.
+ * Records are read with the strict JSON reader (cache/json.h); a record
+ * that passes its hash but is not a flat object, or lacks "t" or "m", is
+ * counted and ignored, never guessed at.  Memory is bounded by the
+ * operations and intents of the last mount that are not yet settled.
+ */
+#include "backend/manifest_priv.h"
+#include "backend/bsys.h"
+#include "cache/json.h"
+#include "cache/log.h"
+#include "cache/strmap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- paths below the backend root ------------------------------------- */
+
+/*
+ * Open a path the manifest names, below the backend root, one component at
+ * a time through bsys (never through a symlink, never above the root: a
+ * record is data, not trusted).  fd or -errno.
+ */
+static int open_beneath(int root_fd, const char *path, int flags)
+{
+	char *dup = xstrdup(path), *save = NULL, *comp, *next;
+	int dir = root_fd, fd = -ENOENT;
+
+	comp = strtok_r(dup, "/", &save);
+	while (comp) {
+		next = strtok_r(NULL, "/", &save);
+		if (!strcmp(comp, "..") || !strcmp(comp, ".")) {
+			fd = -EINVAL;
+			break;
+		}
+		fd = bsys.openat(dir, comp, next ? O_RDONLY | O_DIRECTORY : flags, 0);
+		if (dir != root_fd)
+			bsys.close(dir);
+		dir = root_fd;
+		if (fd < 0 || !next)
+			break;
+		dir = fd;
+		comp = next;
+	}
+	if (dir != root_fd && dir != fd)
+		bsys.close(dir);
+	free(dup);
+	return fd;
+}
+
+static bool path_exists(int root_fd, const char *path)
+{
+	char *dup = xstrdup(path), *slash = strrchr(dup, '/');
+	struct stat st;
+	bool yes = false;
+	int dir = root_fd;
+
+	if (slash) {
+		*slash = '\0';
+		dir = open_beneath(root_fd, dup, O_RDONLY | O_DIRECTORY);
+	}
+	const char *name = slash ? slash + 1 : dup;
+	if (dir >= 0 && *name && strcmp(name, "..") && strcmp(name, "."))
+		yes = bsys.fstatat(dir, name, &st) == 0;
+	if (slash && dir >= 0)
+		bsys.close(dir);
+	free(dup);
+	return yes;
+}
+
+/* ---- the scan ------------------------------------------------------------ */
+
+/* A record, as recovery needs it. */
+struct rrec {
+	char t[16];
+	uint64_t seq, try;	/* try: which attempt (a "void" names one) */
+	char *path, *to, *xxh3;
+	uint64_t size;
+	bool exchange;
+	bool same_as_before;	/* a version whose path held these very contents already */
+};
+
+/* The newest digest the log gives each path (file records, and renames). */
+struct hnode {
+	struct strmap_node n;
+	char *path;
+	char xxh3[33];
+};
+
+struct rscan {
+	char prev[24];		/* the last mount of this log */
+	bool prev_clean;
+	uint64_t prev_durable;
+	struct rrec *ops;	/* operations of prev after its last durable record */
+	size_t nops, capops;
+	struct rrec *intents;	/* its intents after its last durable record */
+	size_t nintents, capintents;
+	uint64_t unreadable;	/* valid frames whose payload is not a usable object */
+	uint64_t compacted_records, compacted_bytes;
+	struct strmap hashes;	/* path -> struct hnode */
+};
+
+struct rscan *rscan_new(void)
+{
+	return xcalloc(1, sizeof(struct rscan));
+}
+
+static void rrec_free(struct rrec *r)
+{
+	free(r->path);
+	free(r->to);
+	free(r->xxh3);
+}
+
+static void rscan_reset_ops(struct rscan *s)
+{
+	for (size_t i = 0; i < s->nops; i++)
+		rrec_free(&s->ops[i]);
+	for (size_t i = 0; i < s->nintents; i++)
+		rrec_free(&s->intents[i]);
+	s->nops = s->nintents = 0;
+}
+
+static struct hnode *hash_of(struct rscan *s, const char *path, bool create)
+{
+	struct strmap_node *e = strmap_get(&s->hashes, path);
+
+	if (e || !create)
+		return e ? CKPT_CONTAINER_OF(e, struct hnode, n) : NULL;
+	struct hnode *h = xcalloc(1, sizeof(*h));
+	h->path = xstrdup(path);
+	h->n.key = h->path;
+	strmap_insert(&s->hashes, &h->n);
+	return h;
+}
+
+/*
+ * Follow what each path held, across every mount of this node: a version
+ * is evidence of its own record only if its contents differ from what its
+ * path held before.  Returns whether `xxh3` is what `path` held already.
+ */
+static bool hashes_note(struct rscan *s, const char *t, const char *path, const char *to,
+			const char *xxh3)
+{
+	bool same = false;
+
+	if (!path)
+		return false;
+	if (!strcmp(t, "file") && xxh3 && strlen(xxh3) < 33) {
+		struct hnode *h = hash_of(s, path, true);
+		same = !strcmp(h->xxh3, xxh3);
+		snprintf(h->xxh3, sizeof(h->xxh3), "%s", xxh3);
+	} else if (!strcmp(t, "rename") && to) {
+		struct hnode *from = hash_of(s, path, false);
+		if (from) {
+			char moved[33];
+			snprintf(moved, sizeof(moved), "%s", from->xxh3);
+			snprintf(hash_of(s, to, true)->xxh3, 33, "%s", moved);
+		}
+	}
+	return same;
+}
+
+void rscan_free(struct rscan *s)
+{
+	for (size_t i = 0; i < s->hashes.nb; i++)
+		for (struct strmap_node *e = s->hashes.b[i], *next; e; e = next) {
+			struct hnode *h = CKPT_CONTAINER_OF(e, struct hnode, n);
+			next = e->next;
+			free(h->path);
+			free(h);
+		}
+	strmap_destroy(&s->hashes);
+	rscan_reset_ops(s);
+	free(s->ops);
+	free(s->intents);
+	if (s->unreadable)
+		ckpt_log(LOG_WARNING, "manifest: %llu records are not flat JSON objects with \"t\" "
+			 "and \"m\"; ignored", (unsigned long long)s->unreadable);
+	free(s);
+}
+
+bool rscan_previous(const struct rscan *s, bool *clean)
+{
+	*clean = s->prev_clean;
+	return s->prev[0] != '\0';
+}
+
+void rscan_compacted(const struct rscan *s, uint64_t *records, uint64_t *bytes)
+{
+	*records = s->compacted_records;
+	*bytes = s->compacted_bytes;
+}
+
+/* Drop the records of v[0, *n) for seq: attempt `try` only, or every one (any_try). */
+static void rrecs_drop(struct rrec *v, size_t *n, uint64_t seq, uint64_t try, bool any_try)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < *n; i++) {
+		if (v[i].seq != seq || (!any_try && v[i].try != try))
+			v[k++] = v[i];
+		else
+			rrec_free(&v[i]);
+	}
+	*n = k;
+}
+
+static void rrecs_push(struct rrec **v, size_t *n, size_t *cap, const struct rrec *r)
+{
+	if (*n == *cap) {
+		*cap = *cap ? *cap * 2 : 64;
+		*v = xrealloc(*v, *cap * sizeof(**v));
+	}
+	(*v)[(*n)++] = *r;
+}
+
+static char *dup_or_null(const char *s)
+{
+	return s ? xstrdup(s) : NULL;
+}
+
+int rscan_cb(void *arg, const char *p, size_t len, uint64_t off)
+{
+	struct rscan *s = arg;
+	struct json_obj o;
+	struct rrec r = { 0 };
+	const char *t, *mid;
+
+	if (json_parse(p, len, &o, NULL, 0) < 0) {
+		s->unreadable++;
+		return 0;
+	}
+	t = json_str(&o, "t");
+	mid = json_str(&o, "m");
+	if (!t || !mid || strlen(t) >= sizeof(r.t) || strlen(mid) >= sizeof(s->prev)) {
+		s->unreadable++;
+		goto out;
+	}
+	if (!strcmp(t, "compacted")) {
+		json_u64(&o, "records", &s->compacted_records);
+		json_u64(&o, "bytes", &s->compacted_bytes);
+		goto out;
+	}
+	bool same = hashes_note(s, t, json_str(&o, "path"), json_str(&o, "to"), json_str(&o, "xxh3"));
+	if (!strcmp(t, "mount")) {
+		rscan_reset_ops(s);
+		snprintf(s->prev, sizeof(s->prev), "%s", mid);
+		s->prev_clean = false;
+		s->prev_durable = 0;
+		goto out;
+	}
+	if (strcmp(mid, s->prev) != 0)
+		goto out;	/* another mount's records: not ours to recover */
+	json_u64(&o, "seq", &r.seq);
+	json_u64(&o, "try", &r.try);
+	if (!strcmp(t, "unmount")) {
+		s->prev_clean = true;
+	} else if (!strcmp(t, "void")) {	/* an operation that was skipped, never applied */
+		rrecs_drop(s->ops, &s->nops, r.seq, r.try, false);
+	} else if (!strcmp(t, "durable")) {
+		/* Everything recorded before it is settled (and their intents). */
+		if (r.seq > s->prev_durable)
+			s->prev_durable = r.seq;
+		for (size_t i = 0; i < s->nops; i++) {
+			rrecs_drop(s->intents, &s->nintents, s->ops[i].seq, 0, true);
+			rrec_free(&s->ops[i]);
+		}
+		s->nops = 0;
+	} else if (!strcmp(t, "intent")) {
+		snprintf(r.t, sizeof(r.t), "%s", t);
+		r.path = dup_or_null(json_str(&o, "path"));
+		rrecs_push(&s->intents, &s->nintents, &s->capintents, &r);
+	} else if (strcmp(t, "intent") && strcmp(t, "recovered") && strcmp(t, "rescued") &&
+		   strcmp(t, "skip")) {
+		bool exch = false;
+		snprintf(r.t, sizeof(r.t), "%s", t);
+		r.path = dup_or_null(json_str(&o, "path"));
+		r.to = dup_or_null(json_str(&o, "to"));
+		r.xxh3 = dup_or_null(json_str(&o, "xxh3"));
+		json_u64(&o, "size", &r.size);
+		r.exchange = json_bool(&o, "exchange", &exch) && exch;
+		r.same_as_before = same;
+		rrecs_push(&s->ops, &s->nops, &s->capops, &r);
+	}
+out:
+	json_free(&o);
+	(void)off;
+	return 0;
+}
+
+/* ---- evidence ------------------------------------------------------------- */
+
+/*
+ * Does the backend show that this operation was applied?  Only positive
+ * evidence counts: the name an unlink or rename removes existed before it,
+ * the name a mkdir creates did not, a file version's hash is its own.
+ */
+static bool rec_applied(int root_fd, const struct rrec *r)
+{
+	if (!r->path)
+		return false;
+	if (!strcmp(r->t, "file")) {
+		if (r->same_as_before)
+			return false;	/* those contents were there before it: no evidence */
+		int fd = open_beneath(root_fd, r->path, O_RDONLY);
+		XXH128_hash_t h;
+		uint64_t size;
+		char hex[33];
+		bool ok = false;
+		if (fd < 0)
+			return false;
+		if (hash_fd(fd, &h, &size) == 0 && size == r->size) {
+			hash_hex(h, hex);
+			ok = r->xxh3 && !strcmp(hex, r->xxh3);
+		}
+		bsys.close(fd);
+		return ok;
+	}
+	if (!strcmp(r->t, "mkdir") || !strcmp(r->t, "symlink"))
+		return path_exists(root_fd, r->path);
+	if (!strcmp(r->t, "rmdir") || !strcmp(r->t, "unlink"))
+		return !path_exists(root_fd, r->path);
+	if (!strcmp(r->t, "rename"))
+		return !r->exchange && !path_exists(root_fd, r->path);
+	if (!strcmp(r->t, "link"))
+		return r->to && path_exists(root_fd, r->to);
+	return false;	/* attributes leave no evidence of their own */
+}
+
+struct orphans {
+	int dirfd;
+	const char *needle;	/* ".<mount id>." */
+	int depth;
+	uint64_t removed;
+};
+
+static uint64_t remove_orphans(int dirfd, const char *needle, int depth);
+
+/* One entry of a directory swept for a dead mount's temporary files. */
+static int orphan_entry(void *arg, const char *name)
+{
+	struct orphans *o = arg;
+	struct stat st;
+
+	if (o->depth == 0 && !strcmp(name, ".ckptfs"))
+		return 0;
+	if (!strncmp(name, ".ckptfs.", 8) && strstr(name, o->needle)) {
+		if (bsys.unlinkat(o->dirfd, name, 0) == 0)
+			o->removed++;
+		return 0;
+	}
+	if (bsys.fstatat(o->dirfd, name, &st) == 0 && S_ISDIR(st.st_mode)) {
+		int sub = bsys.openat(o->dirfd, name, O_RDONLY | O_DIRECTORY, 0);
+		if (sub >= 0) {
+			o->removed += remove_orphans(sub, o->needle, o->depth + 1);
+			bsys.close(sub);
+		}
+	}
+	return 0;
+}
+
+/* Remove temporary files of a mount (needle ".<id>.") below dirfd, recursively. */
+static uint64_t remove_orphans(int dirfd, const char *needle, int depth)
+{
+	struct orphans o = { .dirfd = dirfd, .needle = needle, .depth = depth };
+
+	if (depth <= 256)
+		bsys.readdir(dirfd, orphan_entry, &o);
+	return o.removed;
+}
+
+static int rrec_seq_cmp(const void *a, const void *b)
+{
+	const struct rrec *x = a, *y = b;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+int manifest_recover(struct manifest *m, int root_fd, struct rscan *s, struct recovery_report *rep)
+{
+	struct strbuf b = { 0 };
+	size_t k;
+
+	rep->unclean = true;
+	snprintf(rep->prev_mount_id, sizeof(rep->prev_mount_id), "%s", s->prev);
+	rep->prev_seq_applied = s->prev_durable;
+	/* Applied operations form a prefix of the log (P7): it ends at the last with evidence. */
+	for (k = s->nops; k > 0 && !rec_applied(root_fd, &s->ops[k - 1]); k--)
+		;
+	for (size_t i = 0; i < k; i++) {
+		if (s->ops[i].seq > rep->prev_seq_applied)
+			rep->prev_seq_applied = s->ops[i].seq;
+		rrecs_drop(s->intents, &s->nintents, s->ops[i].seq, 0, true);	/* it landed */
+	}
+	/*
+	 * Void exactly the attempts that did not happen, then say so: readers
+	 * (verify, compaction) take every other record at its word.
+	 */
+	int r = 0;
+	for (size_t i = k; i < s->nops && r == 0; i++) {
+		sb_printf(&b, "{\"t\": \"void\", \"m\": ");
+		sb_json_str(&b, s->prev);
+		sb_printf(&b, ", \"seq\": %llu, \"try\": %llu, \"why\": \"not applied when the mount "
+			  "stopped\"}", (unsigned long long)s->ops[i].seq, (unsigned long long)s->ops[i].try);
+		r = manifest_append(m, b.s, b.len);
+		b.len = 0;
+	}
+	if (r == 0) {
+		sb_printf(&b, "{\"t\": \"recovered\", \"m\": ");
+		sb_json_str(&b, s->prev);
+		sb_printf(&b, ", \"seq\": %llu, \"explicit\": true, \"applied\": %zu, \"voided\": %zu"
+			  ", \"by\": ", (unsigned long long)rep->prev_seq_applied, k, s->nops - k);
+		sb_json_str(&b, m->mount_id);
+		sb_printf(&b, "}");
+		r = manifest_append(m, b.s, b.len);
+	}
+	sb_free(&b);
+	if (r < 0) {
+		fprintf(stderr, "ckptfs: cannot record the recovery of mount %s in %s/manifest.log: %s\n",
+			s->prev, m->where, strerror(-r));
+		return r;
+	}
+	/* Each version in flight once, in sequence order. */
+	if (s->nintents)
+		qsort(s->intents, s->nintents, sizeof(*s->intents), rrec_seq_cmp);
+	for (size_t i = 0; i < s->nintents; i++) {
+		if (i && s->intents[i].seq == s->intents[i - 1].seq)
+			continue;
+		rep->inflight_files++;
+		ckpt_log(LOG_WARNING, "in flight when the previous mount stopped, never persisted: %s "
+			 "(operation %llu)", s->intents[i].path ? s->intents[i].path : "?",
+			 (unsigned long long)s->intents[i].seq);
+	}
+	char needle[40];
+	snprintf(needle, sizeof(needle), ".%s.", s->prev);
+	rep->orphans_removed = remove_orphans(root_fd, needle, 0);
+	ckpt_log(LOG_WARNING, "recovered from an unclean stop of mount %s: up to operation %llu "
+		 "applied, %zu after them voided, %llu files in flight lost, %llu temporary files removed",
+		 s->prev, (unsigned long long)rep->prev_seq_applied, s->nops - k,
+		 (unsigned long long)rep->inflight_files, (unsigned long long)rep->orphans_removed);
+	return 0;
+}

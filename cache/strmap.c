@@ -1,0 +1,97 @@
+/*
+ * strmap.c — the string-keyed hash map (strmap.h): FNV-1a 64 over the key,
+ * power-of-two bucket tables doubled at load 1.
+ */
+#include "cache/strmap.h"
+#include "cache/util.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t fnv1a(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return h;
+}
+
+static size_t slot(const struct strmap *m, const char *key)
+{
+	return (size_t)fnv1a(key) & (m->nb - 1);
+}
+
+struct strmap_node *strmap_get(const struct strmap *m, const char *key)
+{
+	if (!m->nb)
+		return NULL;
+	for (struct strmap_node *e = m->b[slot(m, key)]; e; e = e->next)
+		if (!strcmp(e->key, key))
+			return e;
+	return NULL;
+}
+
+void strmap_insert(struct strmap *m, struct strmap_node *e)
+{
+	if (m->n + 1 > m->nb) {
+		struct strmap bigger = { .nb = m->nb ? m->nb * 2 : 256 };
+		bigger.b = xcalloc(bigger.nb, sizeof(*bigger.b));
+		for (size_t i = 0; i < m->nb; i++)
+			for (struct strmap_node *x = m->b[i], *nx; x; x = nx) {
+				nx = x->next;
+				size_t s = slot(&bigger, x->key);
+				x->next = bigger.b[s];
+				bigger.b[s] = x;
+			}
+		free(m->b);
+		m->b = bigger.b;
+		m->nb = bigger.nb;
+	}
+	size_t s = slot(m, e->key);
+	e->next = m->b[s];
+	m->b[s] = e;
+	m->n++;
+}
+
+void strmap_remove(struct strmap *m, struct strmap_node *e)
+{
+	struct strmap_node **pp = &m->b[slot(m, e->key)];
+	while (*pp != e)
+		pp = &(*pp)->next;
+	*pp = e->next;
+	e->next = NULL;
+	m->n--;
+}
+
+static int below(const char *key, const char *dir, size_t n)
+{
+	return !strncmp(key, dir, n) && key[n] == '/';
+}
+
+struct strmap_node *strmap_take_tree(struct strmap *m, const char *key)
+{
+	struct strmap_node *out = strmap_get(m, key);
+	size_t n = strlen(key);
+
+	if (out) {
+		strmap_remove(m, out);
+		return out;
+	}
+	for (size_t i = 0; i < m->nb; i++)
+		for (struct strmap_node *x = m->b[i], *nx; x; x = nx) {
+			nx = x->next;
+			if (below(x->key, key, n)) {
+				strmap_remove(m, x);
+				x->next = out;
+				out = x;
+			}
+		}
+	return out;
+}
+
+void strmap_destroy(struct strmap *m)
+{
+	free(m->b);
+	memset(m, 0, sizeof(*m));
+}

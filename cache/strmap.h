@@ -1,0 +1,43 @@
+/*
+ * strmap.h — a chained hash map from NUL-terminated strings (paths,
+ * mount ids) to intrusive nodes, with the one operation path maps need
+ * beyond get/insert/remove: taking a name and everything below it.
+ *
+ * The node points at a key the owner stores (and keeps stable while the
+ * node is in the map); the map owns only its bucket table.  Not
+ * thread-safe: each user keeps its map private (verify's replay, a
+ * manifest compaction).
+ */
+#ifndef CKPTFS_STRMAP_H
+#define CKPTFS_STRMAP_H
+
+#include <stddef.h>
+
+struct strmap_node {
+	struct strmap_node *next;	/* in its bucket; in a list strmap_take_tree returns */
+	const char *key;
+};
+
+struct strmap {
+	struct strmap_node **b;
+	size_t nb, n;
+};
+
+/* The node with this key, or NULL. */
+struct strmap_node *strmap_get(const struct strmap *m, const char *key);
+/* Insert a node whose key is not in the map (the table grows as needed). */
+void strmap_insert(struct strmap *m, struct strmap_node *e);
+/* Take a node that is in the map out of it. */
+void strmap_remove(struct strmap *m, struct strmap_node *e);
+/*
+ * Take out the node at `key` and every node whose key lies below it
+ * ("key/..."), as a list through ->next.  A key with a node of its own has
+ * nothing below it in a path map (a file), so only a miss costs a walk of
+ * the whole table.
+ */
+struct strmap_node *strmap_take_tree(struct strmap *m, const char *key);
+/* Free the table (not the nodes); the map is empty afterwards. */
+void strmap_destroy(struct strmap *m);
+/* Visit every node: for (i < m->nb) for (e = m->b[i]; e; e = next) — next read first. */
+
+#endif

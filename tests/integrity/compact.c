@@ -1,0 +1,223 @@
+/*
+ * compact.c — manifest compaction through the real daemon.
+ *
+ * A backend sees three mounts with compaction held off
+ * (CKPTFS_MANIFEST_COMPACT=records=100000000): checkpoints step_1..3 of
+ * CKPT_FILES files each with a `latest` marker, a file renamed into place,
+ * step_1 removed; then step_4 and a crash (SIGKILL); then a mount that
+ * recovers it and unmounts cleanly.  `ckptfs-ctl verify` of that backend is
+ * the reference.  Then:
+ *
+ *  - a mount with a low threshold compacts the log at mount: its records
+ *    shrink to the live files plus a few, the log stays valid, and verify
+ *    says exactly the reference, before and after another mount;
+ *  - on copies of the uncompacted backend, the daemon is killed
+ *    (CKPTFS_FAULT err=kill) at each step of that compaction — opening the
+ *    temp file, its first write, its fdatasync, the rename over
+ *    manifest.log, the directory fsync: the mount fails, and the next mount
+ *    (no fault) comes up, leaves no temp file, and verify says exactly the
+ *    reference again.
+ */
+#include "tests/integrity/integ.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define CKPT_FILES 40
+#define NO_COMPACT "CKPTFS_MANIFEST_COMPACT=records=100000000,bytes=1T"
+#define COMPACT "CKPTFS_MANIFEST_COMPACT=records=50"
+
+static void checkpoint(struct tmount *m, int step)
+{
+	char rel[96], dir[32];
+
+	snprintf(dir, sizeof(dir), "step_%d", step);
+	CHECK_SYS(mkdir(tm_path(m, dir), 0755));
+	for (int i = 0; i < CKPT_FILES; i++) {
+		snprintf(rel, sizeof(rel), "%s/shard_%02d.pt", dir, i);
+		ASSERT_EQ(it_write_pattern(tm_path(m, rel), (uint64_t)step * 1000 + i, 1000 + i), 0);
+	}
+	/* torch.save users write a temp name and rename it into place. */
+	snprintf(rel, sizeof(rel), "%s/meta.tmp", dir);
+	ASSERT_EQ(it_write_pattern(tm_path(m, rel), (uint64_t)step, 64), 0);
+	char to[96];
+	snprintf(to, sizeof(to), "%s/meta.json", dir);
+	CHECK_SYS(rename(tm_path(m, rel), tm_path(m, to)));
+	cu_write_text(tm_path(m, "latest"), dir);
+}
+
+static void remove_checkpoint(struct tmount *m, int step)
+{
+	char rel[96], dir[32];
+
+	snprintf(dir, sizeof(dir), "step_%d", step);
+	for (int i = 0; i < CKPT_FILES; i++) {
+		snprintf(rel, sizeof(rel), "%s/shard_%02d.pt", dir, i);
+		CHECK_SYS(unlink(tm_path(m, rel)));
+	}
+	snprintf(rel, sizeof(rel), "%s/meta.json", dir);
+	CHECK_SYS(unlink(tm_path(m, rel)));
+	CHECK_SYS(rmdir(tm_path(m, dir)));
+}
+
+static char *verdicts(const char *backend)
+{
+	char *out, *lines;
+	it_verify(backend, 0, &out);
+	lines = it_verdict_lines(out);
+	free(out);
+	return lines;
+}
+
+static size_t log_records(const char *path, int *compacted, uint64_t *bad)
+{
+	struct it_log l;
+	ASSERT_EQ(it_log_read(path, &l), 0);
+	size_t n = l.n;
+	*compacted = it_log_count_type(&l, "compacted", NULL);
+	*bad = l.bad;
+	it_log_free(&l);
+	return n;
+}
+
+/* The mount of backend `b` on m->mnt with env, expecting it to fail (the daemon killed). */
+static int mount_dies(struct tmount *m, const char *rule)
+{
+	char out[4096];
+	const char *argv[] = { "ckptfs", m->backend, m->mnt, "-o", "cache_size=64M", NULL };
+
+	setenv("CKPTFS_FAULT", rule, 1);
+	setenv("CKPTFS_MANIFEST_COMPACT", "records=50", 1);
+	int st = tm_run_daemon(argv, out, sizeof(out));
+	unsetenv("CKPTFS_FAULT");
+	unsetenv("CKPTFS_MANIFEST_COMPACT");
+	if (st == 0) {
+		cu_unmount(m->mnt);
+		FAILF("the mount with %s came up: the fault never hit", rule);
+	}
+	return st;
+}
+
+/* renamed: the new log is in place; temp: the kill left the temp file behind. */
+static const struct { const char *step, *rule; bool renamed, temp; } kills[] = {
+	/* At mount, before compaction: one append (the mount record) and two
+	 * writes of state.json's temp file, one fdatasync (of the log), two
+	 * fsyncs (state.json's temp file and the directory). */
+	{ "open the temp file", "op=openat,name=manifest.log.tmp,err=kill", false, false },
+	{ "first write", "op=append,after=2,err=kill", false, true },
+	{ "fdatasync", "op=fdatasync,after=1,err=kill", false, true },
+	{ "rename", "op=rename,name=manifest.log,err=kill", false, true },
+	{ "directory fsync", "op=fsync,after=2,err=kill", true, false },
+};
+
+int main(void)
+{
+	struct tmount m;
+	const char *no_compact[] = { NO_COMPACT, NULL }, *compact[] = { COMPACT, NULL };
+	char *ref, *v, copy[PATH_MAX], work[PATH_MAX], orig_backend[PATH_MAX];
+	int compacted;
+	uint64_t bad;
+
+	tm_require_fuse();
+	cu_require_root();
+	tm_start(&m, "compact", NULL, no_compact);
+	checkpoint(&m, 1);
+	checkpoint(&m, 2);
+	checkpoint(&m, 3);
+	remove_checkpoint(&m, 1);
+	tm_stop(&m);
+	tm_mount(&m, NULL, no_compact);
+	checkpoint(&m, 4);
+	tm_sync(&m);
+	tm_kill(&m);
+	tm_mount(&m, NULL, no_compact);
+	tm_stop(&m);
+	ref = verdicts(m.backend);
+	ASSERT_EQ(it_verdict_count(ref, "OK"), 3 * (CKPT_FILES + 1) + 1);
+	ASSERT_EQ(it_verdict_count(ref, "MISMATCH") + it_verdict_count(ref, "MISSING") +
+		  it_verdict_count(ref, "UNTRACKED"), 0);
+	size_t before = log_records(it_manifest_path(&m), &compacted, &bad);
+	ASSERT_EQ(compacted, 0);
+	snprintf(copy, sizeof(copy), "%s/uncompacted", m.root);
+	snprintf(orig_backend, sizeof(orig_backend), "%s", m.backend);
+	const char *cp[] = { "cp", "-a", m.backend, copy, NULL };
+	ASSERT_EQ(tm_run(cp, NULL), 0);
+
+	/* Compaction at mount. */
+	tm_mount(&m, NULL, compact);
+	ASSERT_EQ(it_log_count(&m, "manifest: compacted"), 1);
+	tm_stop(&m);
+	size_t after = log_records(it_manifest_path(&m), &compacted, &bad);
+	printf("compaction at mount: %zu records -> %zu\n", before, after);
+	ASSERT_EQ(compacted, 1);
+	ASSERT_EQ(bad, 0);
+	ASSERT_LT(after, before / 2);
+	ASSERT_LT(after, 3 * (CKPT_FILES + 2) + 20);
+	v = verdicts(m.backend);
+	ASSERT_STR_EQ(v, ref);
+	free(v);
+	tm_mount(&m, NULL, no_compact);
+	tm_stop(&m);
+	v = verdicts(m.backend);
+	ASSERT_STR_EQ(v, ref);
+	free(v);
+
+	/*
+	 * Compacting a compacted log: another job removes a checkpoint of the
+	 * snapshot and writes one, the next mount compacts again.  The log then
+	 * holds one file record per file verify expects, no stale ones.
+	 */
+	tm_mount(&m, NULL, no_compact);
+	remove_checkpoint(&m, 2);
+	checkpoint(&m, 5);
+	tm_stop(&m);
+	tm_mount(&m, NULL, compact);
+	ASSERT_EQ(it_log_count(&m, "manifest: compacted"), 2);
+	tm_stop(&m);
+	v = verdicts(m.backend);
+	ASSERT_EQ(it_verdict_count(v, "OK"), 3 * (CKPT_FILES + 1) + 1);
+	ASSERT_EQ(it_verdict_count(v, "MISMATCH") + it_verdict_count(v, "MISSING") +
+		  it_verdict_count(v, "UNTRACKED"), 0);
+	struct it_log lg;
+	ASSERT_EQ(it_log_read(it_manifest_path(&m), &lg), 0);
+	ASSERT_EQ(it_log_count_type(&lg, "file", NULL), it_verdict_count(v, "OK"));
+	ASSERT_EQ(it_log_count_type(&lg, "compacted", NULL), 1);
+	printf("compacted twice: %zu records, one file record per live file (%d)\n", lg.n,
+	       it_verdict_count(v, "OK"));
+	it_log_free(&lg);
+	free(v);
+
+	/* Killed at each step of that compaction, on copies of the uncompacted backend. */
+	for (size_t i = 0; i < CKPT_ARRAY_LEN_TM(kills); i++) {
+		snprintf(work, sizeof(work), "%s/kill%zu", m.root, i);
+		const char *cpw[] = { "cp", "-a", copy, work, NULL };
+		ASSERT_EQ(tm_run(cpw, NULL), 0);
+		snprintf(m.backend, sizeof(m.backend), "%s", work);
+		int st = mount_dies(&m, kills[i].rule);
+		char tmp[PATH_MAX + 64];
+		snprintf(tmp, sizeof(tmp), "%s", it_manifest_path(&m));
+		log_records(tmp, &compacted, &bad);
+		if (compacted != (kills[i].renamed ? 1 : 0))
+			FAILF("killed at %s: the log %s compacted", kills[i].step,
+			      compacted ? "is" : "is not");
+		strcat(tmp, ".tmp");
+		if (file_exists(tmp) != kills[i].temp)	/* the kill hit the compaction, where meant */
+			FAILF("killed at %s: the temp file %s", kills[i].step,
+			      kills[i].temp ? "is missing" : "is there");
+		tm_mount(&m, NULL, no_compact);
+		tm_stop(&m);
+		if (file_exists(tmp))
+			FAILF("killed at %s: %s is left after the next mount", kills[i].step, tmp);
+		v = verdicts(m.backend);
+		if (strcmp(v, ref) != 0)
+			FAILF("killed at %s: verify says\n%s\ninstead of\n%s", kills[i].step, v, ref);
+		free(v);
+		printf("compaction killed at '%s' (mount exit %d): next mount and verify as before\n",
+		       kills[i].step, st);
+	}
+	snprintf(m.backend, sizeof(m.backend), "%s", orig_backend);
+	free(ref);
+	tm_cleanup(&m);
+	return 0;
+}
