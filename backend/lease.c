@@ -228,16 +228,6 @@ static int lease_read(struct nodes *nd, struct lease_record *r)
 
 /* ---- taking the node ---------------------------------------------------------- */
 
-/* Open (creating, never through a symlink) parent/name as a directory: fd or -errno. */
-static int meta_dir(int parent, const char *name)
-{
-	int r = bsys.mkdirat(parent, name, 0755);
-
-	if (r < 0 && r != -EEXIST)
-		return r;
-	return bsys.openat(parent, name, O_RDONLY | O_DIRECTORY, 0);
-}
-
 static bool pid_alive(long pid)
 {
 	return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
@@ -327,29 +317,35 @@ int lease_acquire(struct nodes *nd, const char *mount_id)
 		log_warn("node %s: taking over from mount %s (pid %ld on %s): %s", nd->node,
 			 cur.mount_id, cur.pid, cur.host, why);
 	}
+	nd->taken = true;
+	nd->last_lease_ns = now_ns();
+	if (nd->flock_ok)	/* the lock keeps others out: the record waits for lease_record() */
+		return 0;
+	/* Without flock the record itself must exclude, before recovery runs. */
 	if ((r = lease_write(nd, mount_id, false)) < 0) {
-		if (!nd->flock_ok) {	/* nothing would keep a second daemon out */
-			fprintf(stderr, "ckptfs: cannot write the lease of node '%s' on the backend, "
-				"which has no working flock either: %s\n", nd->node, strerror(-r));
-			return r;
-		}
+		fprintf(stderr, "ckptfs: cannot write the lease of node '%s' on the backend, which "
+			"has no working flock either: %s\n", nd->node, strerror(-r));
+		return r;
+	}
+	usleep(RACE_SETTLE_US);
+	if (lease_read(nd, &cur) == 0 && strcmp(cur.mount_id, mount_id) != 0) {
+		refuse_line(nd, &cur, "; it took the lease as this daemon did");
+		return -EADDRINUSE;
+	}
+	/* Said once the node is ours: a refusal is one line. */
+	log_warn("node %s: the backend has no working flock (%s): exclusivity rests on the "
+		 "lease alone (ttl %.0f s)", nd->node, strerror(-flock_err), nd->opt.lease_ttl);
+	return 0;
+}
+
+void lease_record(struct nodes *nd)
+{
+	int r = nd->flock_ok ? lease_write(nd, nd->be->mount_id, false) : 0;
+
+	if (r < 0)
 		log_warn("node %s: cannot write its lease (%s); its lock keeps other daemons out, "
 			 "the heartbeat tries again", nd->node, strerror(-r));
-	}
-	if (!nd->flock_ok) {
-		usleep(RACE_SETTLE_US);
-		if (lease_read(nd, &cur) == 0 && strcmp(cur.mount_id, mount_id) != 0) {
-			refuse_line(nd, &cur, "; it took the lease as this daemon did");
-			return -EADDRINUSE;
-		}
-	}
-	if (!nd->flock_ok)	/* said once the node is ours: a refusal is one line */
-		log_warn("node %s: the backend has no working flock (%s): exclusivity rests on the "
-			 "lease alone (ttl %.0f s)", nd->node, strerror(-flock_err), nd->opt.lease_ttl);
 	bsys.readdir(nd->dirfd, tmp_sweep_one, nd);
-	nd->last_lease_ns = now_ns();
-	nd->taken = true;
-	return 0;
 }
 
 int lease_check(struct nodes *nd)
@@ -423,7 +419,7 @@ static void identity_init(struct nodes *nd, const struct nodes_opts *opt)
 int nodes_start(struct nodes *nd, struct backend *be, int root_fd, const char *mount_id,
 		const struct nodes_opts *opt)
 {
-	int meta, r;
+	int r;
 
 	memset(nd, 0, sizeof(*nd));
 	nd->be = be;
@@ -452,16 +448,8 @@ int nodes_start(struct nodes *nd, struct backend *be, int root_fd, const char *m
 			MANIFEST_NODES_DIR);
 		return -EADDRINUSE;
 	}
-	if ((meta = meta_dir(root_fd, CKPTFS_META_DIR)) < 0 ||
-	    (nd->nodes_fd = meta_dir(meta, "nodes")) < 0 ||
-	    (nd->dirfd = meta_dir(nd->nodes_fd, nd->node)) < 0) {
-		r = meta < 0 ? meta : nd->nodes_fd < 0 ? nd->nodes_fd : nd->dirfd;
-		fprintf(stderr, "ckptfs: cannot open %s/%s on the backend: %s\n", MANIFEST_NODES_DIR,
-			nd->node, strerror(-r));
-		if (meta >= 0)
-			bsys.close(meta);
+	/* The manifest's checks: ours, not a symlink, not writable by others (one line if not). */
+	if ((r = manifest_node_dirs(root_fd, nd->node, &nd->nodes_fd, &nd->dirfd)) < 0)
 		return r;
-	}
-	bsys.close(meta);
 	return lease_acquire(nd, mount_id);
 }

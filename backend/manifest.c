@@ -557,13 +557,13 @@ static void manifest_release(struct manifest *m)
 }
 
 /* Open the three metadata directories (creating them) and check each. */
-static int open_node_dir(struct manifest *m, int root_fd, const char *node)
+/* shown: where, ".../.ckptfs/nodes/<node>"; cut back for the parents. */
+static int node_dirs(int root_fd, const char *node, const char *where, int *nodes_fd, int *node_fd)
 {
-	size_t wl = strlen(m->where), nl = strlen(node);
-	char *shown = xstrdup(m->where);
+	size_t wl = strlen(where), nl = strlen(node);
+	char *shown = xstrdup(where);
 	int meta, nodes;
 
-	/* shown: ".../.ckptfs/nodes/<node>", then cut back for the parents. */
 	shown[wl - nl - 7] = '\0';
 	meta = meta_dir(root_fd, ".ckptfs", shown);
 	shown[wl - nl - 7] = '/';
@@ -572,11 +572,34 @@ static int open_node_dir(struct manifest *m, int root_fd, const char *node)
 	if (meta >= 0)
 		bsys.close(meta);
 	shown[wl - nl - 1] = '/';
-	m->dirfd = nodes < 0 ? nodes : meta_dir(nodes, node, shown);
-	if (nodes >= 0)
+	*node_fd = nodes < 0 ? nodes : meta_dir(nodes, node, shown);
+	if (nodes >= 0 && (!nodes_fd || *node_fd < 0))
 		bsys.close(nodes);
+	else if (nodes_fd)
+		*nodes_fd = nodes;
 	free(shown);
-	return m->dirfd < 0 ? m->dirfd : 0;
+	return *node_fd < 0 ? *node_fd : 0;
+}
+
+static int open_node_dir(struct manifest *m, int root_fd, const char *node)
+{
+	return node_dirs(root_fd, node, m->where, NULL, &m->dirfd);
+}
+
+int manifest_node_dirs(int root_fd, const char *node, int *nodes_fd, int *node_fd)
+{
+	char *where;
+	int r;
+
+	if (!node_name_ok(node)) {
+		fprintf(stderr, "ckptfs: node name '%s' cannot name a directory under %s\n", node,
+			MANIFEST_NODES_DIR);
+		return -MANIFEST_EREFUSED;
+	}
+	where = where_of(root_fd, node);
+	r = node_dirs(root_fd, node, where, nodes_fd, node_fd);
+	free(where);
+	return r;
 }
 
 int manifest_open(struct manifest *m, int root_fd, const char *node, const char *mount_id,

@@ -225,7 +225,14 @@ void nodes_peer_summary(struct nodes *nd, unsigned *known, char *behind, size_t 
 			double *behind_s);
 
 /* ---- lease.c (used by watermark.c) ---- */
+/*
+ * Take the node: its lock, and without a working flock its lease record
+ * (which then must exclude before recovery).  0 or -EADDRINUSE (refused,
+ * one line printed) or -errno.
+ */
 int lease_acquire(struct nodes *nd, const char *mount_id);
+/* After recovery: write the lease record (where the lock excluded until now). */
+void lease_record(struct nodes *nd);
 /* Rewrite lease.json with a new heartbeat; -EADDRINUSE if another daemon took it. */
 int lease_heartbeat(struct nodes *nd);
 /* Is the lease still ours?  0, or -EADDRINUSE (and lease_lost set, logged). */

@@ -244,6 +244,7 @@ void peers_stop(struct nodes *nd);
 
 int nodes_run(struct nodes *nd)
 {
+	lease_record(nd);
 	gap_init(nd);
 	nd->gap.lost_files = nd->be->recovery.inflight_files;
 	nd->last_activity_ns = now_ns();
