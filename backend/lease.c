@@ -149,7 +149,8 @@ ssize_t nodes_read_file(int dirfd, const char *name, char *buf, size_t len)
 
 int nodes_write_file(int dirfd, const char *name, const char *tmp, const char *buf, size_t len)
 {
-	int fd = bsys.openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644), r = 0;
+	/* O_RDWR: a layer under bsys (powerloss.c) may read what it syncs. */
+	int fd = bsys.openat(dirfd, tmp, O_RDWR | O_CREAT | O_TRUNC, 0644), r = 0;
 	size_t done = 0;
 
 	if (fd < 0)
