@@ -147,36 +147,6 @@ ssize_t nodes_read_file(int dirfd, const char *name, char *buf, size_t len)
 	return (ssize_t)got;
 }
 
-int nodes_write_file(int dirfd, const char *name, const char *tmp, const char *buf, size_t len)
-{
-	/* O_RDWR: a layer under bsys (powerloss.c) may read what it syncs. */
-	int fd = bsys.openat(dirfd, tmp, O_RDWR | O_CREAT | O_TRUNC, 0644), r = 0;
-	size_t done = 0;
-
-	if (fd < 0)
-		return fd;
-	while (r == 0 && done < len) {	/* the daemon's own metadata: the append door */
-		ssize_t n = bsys.append(fd, buf + done, len - done, (off_t)done);
-		if (n < 0 && n != -EINTR)
-			r = (int)n;
-		else if (n > 0)
-			done += (size_t)n;
-	}
-	if (r == 0)
-		r = bsys.fsync(fd);
-	bsys.close(fd);
-	if (r == 0)
-		r = bsys.renameat2(dirfd, tmp, dirfd, name, 0);
-	if (r == 0) {
-		r = bsys.fsync(dirfd);
-		if (r == -EINVAL || r == -EBADF)	/* a file system without directory fsync */
-			r = 0;
-	} else {
-		bsys.unlinkat(dirfd, tmp, 0);
-	}
-	return r;
-}
-
 /* ---- the lease record ------------------------------------------------------- */
 
 #define LEASE_FMT "{\"format\": 1, \"node\": \"%s\", \"mount_id\": \"%s\", \"pid\": %ld, " \
@@ -213,7 +183,7 @@ static int lease_write(struct nodes *nd, const char *mount_id, bool released)
 			 (unsigned long long)(nd->opt.lease_ttl * 1e9), released ? "released" : "held");
 
 	snprintf(tmp, sizeof(tmp), LEASE_FILE ".%s.tmp", mount_id);
-	return nodes_write_file(nd->dirfd, LEASE_FILE, tmp, buf, (size_t)n);
+	return manifest_write_file(nd->dirfd, LEASE_FILE, tmp, buf, (size_t)n);
 }
 
 static int lease_read(struct nodes *nd, struct lease_record *r)

@@ -431,27 +431,17 @@ static int meta_file(struct manifest *m, const char *name, int flags, char *show
 
 /* ---- the state file ------------------------------------------------------ */
 
-static int state_write(struct manifest *m, bool clean, uint64_t seq)
+int manifest_write_file(int dirfd, const char *name, const char *tmp, const char *buf, size_t len)
 {
-	struct strbuf b = { 0 };
-	int fd, r;
+	int fd, r = 0;
 
-	sb_printf(&b, "{\"format\": %d, \"host\": ", MANIFEST_FORMAT);
-	sb_json_str(&b, m->host);
-	sb_printf(&b, ", \"mount_id\": ");
-	sb_json_str(&b, m->mount_id);
-	sb_printf(&b, ", \"clean\": %s, \"seq_durable\": %llu, \"time_ns\": %llu}\n",
-		  clean ? "true" : "false", (unsigned long long)seq, (unsigned long long)wall_ns());
 	/* A stale temp file (or anything planted there) goes; ours is born new. */
-	bsys.unlinkat(m->dirfd, MANIFEST_STATE_TMP, 0);
-	fd = bsys.openat(m->dirfd, MANIFEST_STATE_TMP, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
-	if (fd < 0) {
-		sb_free(&b);
+	bsys.unlinkat(dirfd, tmp, 0);
+	fd = bsys.openat(dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+	if (fd < 0)
 		return fd;
-	}
-	r = 0;
-	for (size_t done = 0; done < b.len && r == 0;) {
-		ssize_t n = bsys.append(fd, b.s + done, b.len - done, (off_t)done);
+	for (size_t done = 0; done < len && r == 0;) {
+		ssize_t n = bsys.append(fd, buf + done, len - done, (off_t)done);
 		if (n < 0 && n != -EINTR)
 			r = (int)n;
 		else if (n > 0)
@@ -460,12 +450,26 @@ static int state_write(struct manifest *m, bool clean, uint64_t seq)
 	if (r == 0)
 		r = bsys.fsync(fd);
 	if (r == 0)
-		r = bsys.renameat2(m->dirfd, MANIFEST_STATE_TMP, m->dirfd, MANIFEST_STATE, 0);
+		r = bsys.renameat2(dirfd, tmp, dirfd, name, 0);
 	bsys.close(fd);
 	if (r == 0)
-		r = bsys.fsync(m->dirfd);
+		r = bsys.fsync(dirfd);
 	else
-		bsys.unlinkat(m->dirfd, MANIFEST_STATE_TMP, 0);
+		bsys.unlinkat(dirfd, tmp, 0);
+	return r;
+}
+
+static int state_write(struct manifest *m, bool clean, uint64_t seq)
+{
+	struct strbuf b = { 0 };
+
+	sb_printf(&b, "{\"format\": %d, \"host\": ", MANIFEST_FORMAT);
+	sb_json_str(&b, m->host);
+	sb_printf(&b, ", \"mount_id\": ");
+	sb_json_str(&b, m->mount_id);
+	sb_printf(&b, ", \"clean\": %s, \"seq_durable\": %llu, \"time_ns\": %llu}\n",
+		  clean ? "true" : "false", (unsigned long long)seq, (unsigned long long)wall_ns());
+	int r = manifest_write_file(m->dirfd, MANIFEST_STATE, MANIFEST_STATE_TMP, b.s, b.len);
 	sb_free(&b);
 	return r;
 }

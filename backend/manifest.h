@@ -100,6 +100,13 @@ struct recovery_report {
  */
 void manifest_node_default(char *buf, size_t len);
 /*
+ * Write one of the daemon's small metadata files whole: a new temporary
+ * file `tmp` in dirfd (a stale one removed first), written, fsync'd,
+ * renamed over `name`, the directory fsync'd.  0 or -errno (the old file
+ * stays).  state.json, and the node's lease and watermark (lease.c).
+ */
+int manifest_write_file(int dirfd, const char *name, const char *tmp, const char *buf, size_t len);
+/*
  * Open (creating) and check BACKEND/.ckptfs/nodes and node `node`'s
  * directory in it, as manifest_open does: 0 with both fds, or -errno
  * (-MANIFEST_EREFUSED for metadata that is not ours) with a line printed.

@@ -240,8 +240,6 @@ int lease_check(struct nodes *nd);
 void lease_release(struct nodes *nd);
 /* Read a small file of dirfd whole into buf (NUL-terminated): its length or -errno. */
 ssize_t nodes_read_file(int dirfd, const char *name, char *buf, size_t len);
-/* Write a small file atomically (temp, fsync, rename, dir fsync): 0 or -errno. */
-int nodes_write_file(int dirfd, const char *name, const char *tmp, const char *buf, size_t len);
 
 /* ---- peers.c (used by watermark.c) ---- */
 /* Is seq a marker held for peers now?  (nodes->lock held) */

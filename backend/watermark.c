@@ -24,7 +24,7 @@
  * The lease's heartbeat rides on the same thread, every ttl/4.
  *
  * Records are written whole (temp, write, fsync, rename, directory fsync)
- * through bsys.  A write that fails is retried at the next turn; the last
+ * through bsys (manifest_write_file).  A write that fails is retried at the next turn; the last
  * error is in stats.
  */
 #include "backend/nodes.h"
@@ -135,7 +135,7 @@ static int wm_write(struct nodes *nd, bool stopped)
 			 nd->gap.valid ? nd->gap.gap_mount : "-",
 			 (unsigned long long)nd->gap.gap_from_ns, (unsigned long long)nd->gap.gap_to_ns,
 			 (unsigned long long)nd->gap.lost_files);
-	r = nodes_write_file(nd->dirfd, WM_FILE, WM_TMP, buf, (size_t)n);
+	r = manifest_write_file(nd->dirfd, WM_FILE, WM_TMP, buf, (size_t)n);
 	int was = atomic_exchange(&nd->wm_err, r);
 	if (r < 0 && was != r)
 		log_warn("node %s: cannot write its watermark: %s; peers' markers wait until it "
