@@ -19,9 +19,10 @@
  *            clock's maxerror from adjtimex(2) (unsynchronized, the kernel
  *            reports its cap, 16 s).
  *
- * A peer passes when T >= Tm + margin; or (peers named in a list) when its
- * record says it stopped cleanly and was read after Tm + margin.  It never
- * passes while its record reports an unclean stop whose unconfirmed window
+ * A peer passes when T >= Tm + margin, and only then: not because its
+ * record says it stopped cleanly, which a caching client may show after
+ * the peer's next mount.  It never passes while its record reports an
+ * unclean stop whose unconfirmed window
  * [gap_from, gap_to) overlaps [Tm - margin, Tm + margin) (N5).  With
  * peers=N, N - 1 peers must pass.  Otherwise the marker is held: the hook
  * returns HOLD_RECHECK_NS and the publisher asks again (the watcher also
@@ -209,8 +210,8 @@ static double secs(uint64_t a, uint64_t b)
 }
 
 /* Does peer p let a marker sealed at tm go?  If not, why (nodes->lock held). */
-static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, bool list_mode,
-			char *why, size_t len)
+static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, char *why,
+			size_t len)
 {
 	const struct wm_record *w = &p->wm;
 	uint64_t now = wall_ns();
@@ -230,10 +231,16 @@ static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, boo
 	}
 	if (w->before_ns >= tm + m)
 		return true;
-	if (list_mode && w->stopped && p->read_wall_ns > tm + m)
-		return true;
+	/*
+	 * A record saying the peer stopped cleanly proves nothing about seals
+	 * after it: a client that caches (GlusterFS, NFS) may still show it
+	 * after the peer's next mount wrote a new one.  Only T counts.
+	 */
 	const struct lease_record *l = &p->lease;
-	if (l->valid && !l->released && now > l->heartbeat_ns && now - l->heartbeat_ns > l->ttl_ns)
+	if (w->stopped)
+		snprintf(why, len, "node %s stopped cleanly %.3f s before the marker; it confirms "
+			 "the marker once it is mounted again", p->name, secs(tm, w->before_ns));
+	else if (l->valid && !l->released && now > l->heartbeat_ns && now - l->heartbeat_ns > l->ttl_ns)
 		snprintf(why, len, "node %s's durable watermark is %.3f s short of the marker, and "
 			 "its lease expired %.1f s ago (is its daemon dead?)", p->name,
 			 secs(tm + m, w->before_ns), secs(now, l->heartbeat_ns + l->ttl_ns));
@@ -253,7 +260,7 @@ static bool peers_pass(struct nodes *nd, uint64_t tm, char *waiting, size_t wlen
 	waiting[0] = why[0] = '\0';
 	if (!count_mode(nd)) {
 		for (unsigned i = 0; i < nd->npeers; i++) {
-			if (peer_passes(nd, &nd->peers[i], tm, true, one, sizeof(one)))
+			if (peer_passes(nd, &nd->peers[i], tm, one, sizeof(one)))
 				continue;
 			snprintf(waiting, wlen, "%s", nd->peers[i].name);
 			snprintf(why, len, "%s", one);
@@ -263,7 +270,7 @@ static bool peers_pass(struct nodes *nd, uint64_t tm, char *waiting, size_t wlen
 	}
 	need = nd->opt.peers_count - 1;
 	for (unsigned i = 0; i < nd->npeers; i++) {
-		if (peer_passes(nd, &nd->peers[i], tm, false, one, sizeof(one))) {
+		if (peer_passes(nd, &nd->peers[i], tm, one, sizeof(one))) {
 			passed++;
 		} else if (!waiting[0]) {
 			snprintf(waiting, wlen, "%s", nd->peers[i].name);

@@ -17,6 +17,8 @@
  *    silent and is released once b's watermark passes it.
  * 4. b is killed while idle and mounted again before the next checkpoint:
  *    that checkpoint's marker is released as soon as b confirms it.
+ * 5. b unmounted cleanly and mounted again, its shard stuck: held (a
+ *    "stopped" record is no proof: a caching client may still show it).
  */
 #include "tests/multinode/mn_util.h"
 
@@ -101,7 +103,7 @@ static void killed(bool release)
 		free(out);
 	}
 	ASSERT_TRUE(!file_exists(mn_bpath(&c, "latest")));
-	ASSERT_TRUE(file_exists(mn_bpath(&c, "s1/shard0")));	/* a's own goes on */
+	ASSERT_TRUE(mn_wait_file(mn_bpath(&c, "s1/shard0"), SHARD, 5000) != 0);	/* a's own goes on */
 
 	mn_kill(&c, 1);			/* before its shard is durable */
 	usleep(300 * 1000);
@@ -187,9 +189,41 @@ static void restarted_before(void)
 	mn_cleanup(&c);
 }
 
+/*
+ * b unmounted cleanly, then mounted again with its shard stuck: the marker
+ * is held.  (Its "stopped" record proves nothing about what it sealed
+ * since; a caching client — GlusterFS — may still show that record after
+ * b's new mount wrote its own.)
+ */
+static void stopped_cleanly_then_stuck(void)
+{
+	struct mcluster c;
+	char flag[PATH_MAX];
+
+	mn_init(&c, "mn-restop", 2);
+	mn_mount(&c, 0, NULL, NULL);
+	mn_mount(&c, 1, NULL, NULL);
+	checkpoint(&c, 1);
+	ASSERT_TRUE(wait_latest(&c, 1, 5000));
+	mn_stop(&c, 0);
+	mn_stop(&c, 1);
+	mn_mount(&c, 0, NULL, NULL);	/* a reads b's records afresh */
+	mount_b_stuck(&c, flag);
+	checkpoint(&c, 2);
+	if (!wait_held_for(&c, "b", NULL, 5000))
+		FAILF("the marker was not held for b, whose shard is stuck: %s",
+		      mn_stat(&c, 0, "marker_held_reason"));
+	usleep(1500 * 1000);
+	ASSERT_STR_EQ(cu_slurp(mn_bpath(&c, "latest")), "s1");
+	mn_kill(&c, 1);
+	mn_kill(&c, 0);
+	mn_cleanup(&c);
+}
+
 int main(void)
 {
 	tm_require_fuse();
+	stopped_cleanly_then_stuck();
 	killed(false);
 	killed(true);
 	stopped_then_resumed();
