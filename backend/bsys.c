@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -48,7 +49,7 @@ const char *const bsys_op_names[BOP_COUNT] = {
 	"rename", "unlink", "mkdir", "symlink", "link", "chmod", "chown",
 	"utimens", "setxattr", "removexattr", "stat", "getxattr", "listxattr",
 	"readlink", "mknod", "readdir", "fchmod", "fchown", "futimens", "append", "fallocate",
-	"copy_file_range",
+	"copy_file_range", "flock",
 };
 
 #define RET(expr) do { long r_ = (long)(expr); return r_ < 0 ? -errno : r_; } while (0)
@@ -327,6 +328,7 @@ static ssize_t d_copy_file_range(int in, off_t io, int out, off_t oo, size_t n)
 	loff_t i = io, o = oo;
 	RET(copy_file_range(in, &i, out, &o, n, 0));
 }
+static int d_flock(int fd, int op) { RET(flock(fd, op)); }
 
 /* ---- xattrs ----------------------------------------------------------------- */
 
@@ -447,6 +449,7 @@ static ssize_t d_append(int fd, const void *b, size_t n, off_t o) { RET(pwrite(f
 	.readdir = d_readdir, .fchmod = d_fchmod, .fchown = d_fchown,                      \
 	.futimens = d_futimens, .io_result = d_io_result, .append = d_append,              \
 	.fallocate = d_fallocate, .copy_file_range = d_copy_file_range,                    \
+	.flock = d_flock,                                                                  \
 }
 
 struct bsys bsys = BSYS_LIBC;

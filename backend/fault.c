@@ -54,7 +54,7 @@ static const struct { const char *name; int err; } errnames[] = {
 	{ "EACCES", EACCES }, { "EPERM", EPERM }, { "ENOENT", ENOENT }, { "EAGAIN", EAGAIN },
 	{ "EINTR", EINTR }, { "ESTALE", ESTALE }, { "ETIMEDOUT", ETIMEDOUT },
 	{ "ENAMETOOLONG", ENAMETOOLONG }, { "ELOOP", ELOOP },
-	{ "EXDEV", EXDEV }, { "EOPNOTSUPP", EOPNOTSUPP },
+	{ "EXDEV", EXDEV }, { "EOPNOTSUPP", EOPNOTSUPP }, { "ENOLCK", ENOLCK },
 };
 
 static uint32_t parse_ops(const char *s)
@@ -227,6 +227,7 @@ static int f_readdir(int d, int (*fn)(void *, const char *), void *arg)
 static int f_fchmod(int fd, mode_t m) { CHECK(BOP_FCHMOD, NULL); return real.fchmod(fd, m); }
 static int f_fchown(int fd, uid_t u, gid_t g) { CHECK(BOP_FCHOWN, NULL); return real.fchown(fd, u, g); }
 static int f_futimens(int fd, const struct timespec ts[2]) { CHECK(BOP_FUTIMENS, NULL); return real.futimens(fd, ts); }
+static int f_flock(int fd, int op) { CHECK(BOP_FLOCK, NULL); return real.flock(fd, op); }
 static ssize_t f_append(int fd, const void *b, size_t n, off_t o)
 {
 	CHECK(BOP_APPEND, NULL);
@@ -284,7 +285,7 @@ int bsys_faults_from_env(void)
 		.fstatat = f_fstatat, .readlinkat = f_readlinkat, .mknodat = f_mknodat,
 		.readdir = f_readdir, .fchmod = f_fchmod, .fchown = f_fchown,
 		.futimens = f_futimens, .io_result = f_io_result, .append = f_append,
-		.fallocate = f_fallocate, .copy_file_range = f_copy_file_range,
+		.fallocate = f_fallocate, .copy_file_range = f_copy_file_range, .flock = f_flock,
 		.faults_active = 1,
 	};
 	return 0;

@@ -100,6 +100,20 @@ struct recovery_report {
  */
 void manifest_node_default(char *buf, size_t len);
 /*
+ * Write one of the daemon's small metadata files whole: a new temporary
+ * file `tmp` in dirfd (a stale one removed first), written, fsync'd,
+ * renamed over `name`, the directory fsync'd.  0 or -errno (the old file
+ * stays).  state.json, and the node's lease and watermark (lease.c).
+ */
+int manifest_write_file(int dirfd, const char *name, const char *tmp, const char *buf, size_t len);
+/*
+ * Open (creating) and check BACKEND/.ckptfs/nodes and node `node`'s
+ * directory in it, as manifest_open does: 0 with both fds, or -errno
+ * (-MANIFEST_EREFUSED for metadata that is not ours) with a line printed.
+ * For the node's lock, lease and watermarks (backend/lease.c).
+ */
+int manifest_node_dirs(int root_fd, const char *node, int *nodes_fd, int *node_fd);
+/*
  * Open (creating) node `node`'s log under the backend root, check that the
  * metadata is the daemon's own, and recover from an unclean end of the
  * previous mount.  Returns 0, or -errno with a message printed:

@@ -74,6 +74,17 @@ void blocked_fill(struct backend *be, const struct op *op, struct backend_blocke
 void op_block(struct backend *be, struct op *op, int err, uint64_t now);
 bool err_transient(int err);
 
+/* ---- seal times (publish.c) --------------------------------------------- */
+
+/* The wall time to stamp a seal with: never earlier than one given before (be->lock). */
+uint64_t backend_wall_stamp_locked(struct backend *be);
+/*
+ * Every operation sealed before the returned wall time is durable (be->lock):
+ * the oldest pending seal time, or a fresh stamp when nothing is pending;
+ * *seq (if not NULL) gets the durable sequence number that goes with it.
+ */
+uint64_t backend_durable_wall_locked(struct backend *be, uint64_t *seq);
+
 /* ---- apply.c ------------------------------------------------------------ */
 
 /* Directories and files a batch touched: fsync'd before it is durable (P3). */

@@ -270,6 +270,20 @@ void cfile_set_base_fd(struct cfile *cf, int fd)
 		close(fd);
 }
 
+struct cfd *cfile_base_ref(struct cfile *cf)
+{
+	struct cfd *f = NULL;
+
+	pthread_mutex_lock(&cf->lock);
+	if (cf->nlayers && !cf->dirty && list_empty(&cf->versions)) {
+		struct clayer *l = cf->layers[cf->nlayers - 1];
+		if (l->ver && l->f)
+			f = cfd_get(l->f);
+	}
+	pthread_mutex_unlock(&cf->lock);
+	return f;
+}
+
 uint64_t cfile_size(struct cfile *cf)
 {
 	pthread_mutex_lock(&cf->lock);

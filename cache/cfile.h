@@ -115,6 +115,12 @@ void cfile_put(struct cfile *cf);
  */
 void cfile_set_base_lazy(struct cfile *cf, uint64_t len, uint64_t ver);
 void cfile_set_base_fd(struct cfile *cf, int fd);
+/*
+ * The base file of a clean file with nothing pending (the version loaded or
+ * last published), as a reference; NULL if it has none open, or is dirty or
+ * flushing.  For telling whether a backend name still holds that file.
+ */
+struct cfd *cfile_base_ref(struct cfile *cf);
 
 /*
  * Write len bytes at off.  `copy` fills dst (len bytes of the write starting

@@ -6,6 +6,7 @@
 #define CKPTFS_OPTS_H
 
 #include "backend/bio.h"
+#include "backend/nodes.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -35,6 +36,8 @@ struct ckptfs_opts {
 	uint64_t readahead;	/* the mount's kernel readahead, bytes */
 	char *rescue_dir;	/* where unpersistable data goes at exit */
 	double drain_timeout;	/* seconds without progress before rescuing; 0 = never */
+	struct nodes_opts nodes;	/* node=, peers=, peer_skew=, marker_*=, lease_ttl= */
+	char *markers;		/* markers= as given (installed by opts_parse) */
 	char *fuse_opts;	/* -o string passed on to libfuse */
 	bool allow_other;
 };
