@@ -47,6 +47,7 @@
 #include "cache/cfile.h"
 #include "backend/bio.h"
 #include "backend/manifest.h"
+#include "backend/nodes.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -156,6 +157,7 @@ struct op {
 	uint64_t retry_ns;	/* BLOCKED: when to try again */
 	uint64_t blocked_ns;	/* BLOCKED: since when */
 	unsigned attempts;	/* BLOCKED: failed attempts so far */
+	int last_err;		/* the error of the last failed attempt (-errno) */
 	struct op *blocker;	/* the BLOCKED operation holding it back, or NULL (order.c) */
 };
 
@@ -220,6 +222,7 @@ struct backend_opts {
 	bool chown;		/* set owners on the backend (running as root) */
 	bool direct;		/* write aligned data with O_DIRECT where the backend allows */
 	bool no_manifest;	/* manifest=off: no records, no recovery, no verify */
+	const struct nodes_opts *nodes;	/* node identity, peers, markers (nodes.h); NULL: defaults */
 };
 
 struct backend {
@@ -246,11 +249,13 @@ struct backend {
 	struct list flushq;		/* versions waiting for a flusher */
 	struct list waiters;		/* sequence order */
 	uint64_t last_seq;		/* last assigned */
+	uint64_t wall_floor;		/* no seal is stamped before it (nodes.h N3) */
 	atomic_uint_least64_t durable_seq;
 	struct list intents;		/* versions whose intent record is not written yet */
 	struct order_state *order;	/* the last scheduling pass (order.c) */
 	uint64_t wake_ns;		/* publisher: next timed look at the queue */
 	int sync_err;			/* the group sync is failing (-errno), else 0 */
+	uint64_t compact_after_ns;	/* publisher: no manifest compaction before */
 	uint64_t sync_first_seq;	/* ... for the batch starting at this seq */
 	bool retry_now;			/* backend_retry() asked */
 	bool stopping;
@@ -261,6 +266,7 @@ struct backend {
 
 	struct manifest man;
 	struct recovery_report recovery;
+	struct nodes *nodes;		/* this node among its peers (nodes.h) */
 
 	pthread_t publisher;
 	pthread_t waiter;		/* answers waiters' deadlines and interrupts */
@@ -402,6 +408,29 @@ int bnode_dirfd(struct backend *be, struct bnode *dir);
 int bnode_locate(struct backend *be, struct bnode *b, struct bnode **dir, char *name, size_t len);
 /* Record b as present at (dir, name) — for objects found on the backend. */
 void bnode_set_loaded(struct backend *be, struct bnode *b, struct bnode *dir, const char *name);
+/*
+ * b is no longer at (dir, name): something else removed or replaced it on
+ * the backend (another node).  The front end calls it only for objects no
+ * pending operation touches (backend_pending_scan).
+ */
+void bnode_set_unloaded(struct backend *be, struct bnode *b, struct bnode *dir, const char *name);
+
+/*
+ * What the pending operations touch, for revalidating a directory against
+ * the backend (pending.c): the names they create, replace or remove in
+ * `dir`, and every backend node they touch with all its ancestors (so a
+ * subtree with anything pending in it is seen from its top).
+ */
+struct pending_set {
+	struct { char *name; } *names;
+	size_t nnames;
+	const struct bnode **nodes;	/* open-addressed hash set */
+	size_t cap, nnodes;
+};
+void backend_pending_scan(struct backend *be, struct bnode *dir, struct pending_set *out);
+bool pending_has_name(const struct pending_set *s, const char *name);
+bool pending_has_node(const struct pending_set *s, const struct bnode *b);
+void pending_free(struct pending_set *s);
 
 /* Wait for a name move in progress (after ENOENT on a location just read). */
 void backend_move_wait(struct backend *be);

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -47,7 +48,8 @@ const char *const bsys_op_names[BOP_COUNT] = {
 	"openat", "close", "pread", "pwrite", "fsync", "fdatasync", "ftruncate",
 	"rename", "unlink", "mkdir", "symlink", "link", "chmod", "chown",
 	"utimens", "setxattr", "removexattr", "stat", "getxattr", "listxattr",
-	"readlink", "mknod", "readdir", "fchmod", "fchown", "futimens", "append",
+	"readlink", "mknod", "readdir", "fchmod", "fchown", "futimens", "append", "fallocate",
+	"copy_file_range", "flock",
 };
 
 #define RET(expr) do { long r_ = (long)(expr); return r_ < 0 ? -errno : r_; } while (0)
@@ -320,6 +322,13 @@ static int d_utimensat(int d, const char *n, const struct timespec ts[2], int at
 static int d_fchmod(int fd, mode_t m) { RET(fchmod(fd, m)); }
 static int d_fchown(int fd, uid_t u, gid_t g) { RET(fchown(fd, u, g)); }
 static int d_futimens(int fd, const struct timespec ts[2]) { RET(futimens(fd, ts)); }
+static int d_fallocate(int fd, int mode, off_t o, off_t l) { RET(fallocate(fd, mode, o, l)); }
+static ssize_t d_copy_file_range(int in, off_t io, int out, off_t oo, size_t n)
+{
+	loff_t i = io, o = oo;
+	RET(copy_file_range(in, &i, out, &o, n, 0));
+}
+static int d_flock(int fd, int op) { RET(flock(fd, op)); }
 
 /* ---- xattrs ----------------------------------------------------------------- */
 
@@ -439,6 +448,8 @@ static ssize_t d_append(int fd, const void *b, size_t n, off_t o) { RET(pwrite(f
 	.fstatat = d_fstatat, .readlinkat = d_readlinkat, .mknodat = d_mknodat,            \
 	.readdir = d_readdir, .fchmod = d_fchmod, .fchown = d_fchown,                      \
 	.futimens = d_futimens, .io_result = d_io_result, .append = d_append,              \
+	.fallocate = d_fallocate, .copy_file_range = d_copy_file_range,                    \
+	.flock = d_flock,                                                                  \
 }
 
 struct bsys bsys = BSYS_LIBC;

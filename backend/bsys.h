@@ -45,7 +45,7 @@ enum bsys_op {
 	BOP_LINKAT, BOP_FCHMODAT, BOP_FCHOWNAT, BOP_UTIMENSAT, BOP_SETXATTR,
 	BOP_REMOVEXATTR, BOP_FSTATAT, BOP_GETXATTR, BOP_LISTXATTR, BOP_READLINKAT,
 	BOP_MKNODAT, BOP_READDIR, BOP_FCHMOD, BOP_FCHOWN, BOP_FUTIMENS, BOP_APPEND,
-	BOP_COUNT
+	BOP_FALLOCATE, BOP_COPY_FILE_RANGE, BOP_FLOCK, BOP_COUNT
 };
 
 extern const char *const bsys_op_names[BOP_COUNT];
@@ -100,6 +100,12 @@ struct bsys {
 	 * can hit the manifest (op=append) or the data (op=pwrite) alone.
 	 */
 	ssize_t (*append)(int fd, const void *buf, size_t n, off_t off);
+	/* Data by fd (the temporary and stage files the daemon writes). */
+	int (*fallocate)(int fd, int mode, off_t off, off_t len);
+	/* copy_file_range(2) with explicit offsets: bytes copied, 0 at EOF, or -errno */
+	ssize_t (*copy_file_range)(int in, off_t in_off, int out, off_t out_off, size_t len);
+	/* flock(2) on a file the daemon opened (its node lock, lease.c). */
+	int (*flock)(int fd, int op);
 	/* io_uring completion results: (op, fd, requested length, result) -> result */
 	int (*io_result)(enum bsys_op op, int fd, size_t len, int res);
 	/* Non-zero when a wrapper is installed: io_uring completions must consult it. */

@@ -261,6 +261,13 @@ void bnode_set_loaded(struct backend *be, struct bnode *b, struct bnode *dir, co
 	pthread_rwlock_unlock(&be->bt_lock);
 }
 
+void bnode_set_unloaded(struct backend *be, struct bnode *b, struct bnode *dir, const char *name)
+{
+	pthread_rwlock_wrlock(&be->bt_lock);
+	bnode_link_del_locked(b, dir, name);
+	pthread_rwlock_unlock(&be->bt_lock);
+}
+
 int bnode_path(struct backend *be, struct bnode *dir, const char *name, char *buf, size_t len)
 {
 	const char *parts[256];

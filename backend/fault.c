@@ -3,7 +3,8 @@
  *
  * CKPTFS_FAULT holds rules separated by ';', each a list of key=value:
  *   op=NAME[|NAME...]  calls to affect: bsys_op_names, or "data" (pwrite,
- *                      fdatasync, fsync, openat), "meta" (rename, unlink,
+ *                      fdatasync, fsync, openat, fallocate,
+ *                      copy_file_range), "meta" (rename, unlink,
  *                      mkdir, symlink, link, mknod, chmod, chown, utimens,
  *                      fchmod, fchown, futimens), "any"
  *   err=ERRNO|short|kill  error to return (EIO, ENOSPC, EDQUOT, ...) or, for
@@ -53,6 +54,7 @@ static const struct { const char *name; int err; } errnames[] = {
 	{ "EACCES", EACCES }, { "EPERM", EPERM }, { "ENOENT", ENOENT }, { "EAGAIN", EAGAIN },
 	{ "EINTR", EINTR }, { "ESTALE", ESTALE }, { "ETIMEDOUT", ETIMEDOUT },
 	{ "ENAMETOOLONG", ENAMETOOLONG }, { "ELOOP", ELOOP },
+	{ "EXDEV", EXDEV }, { "EOPNOTSUPP", EOPNOTSUPP }, { "ENOLCK", ENOLCK },
 };
 
 static uint32_t parse_ops(const char *s)
@@ -64,7 +66,8 @@ static uint32_t parse_ops(const char *s)
 		if (!strcmp(tok, "any")) {
 			ops |= (1u << BOP_COUNT) - 1;
 		} else if (!strcmp(tok, "data")) {
-			ops |= 1u << BOP_PWRITE | 1u << BOP_FDATASYNC | 1u << BOP_FSYNC | 1u << BOP_OPENAT;
+			ops |= 1u << BOP_PWRITE | 1u << BOP_FDATASYNC | 1u << BOP_FSYNC | 1u << BOP_OPENAT |
+			       1u << BOP_FALLOCATE | 1u << BOP_COPY_FILE_RANGE;
 		} else if (!strcmp(tok, "meta")) {
 			ops |= 1u << BOP_RENAMEAT2 | 1u << BOP_UNLINKAT | 1u << BOP_MKDIRAT |
 			       1u << BOP_SYMLINKAT | 1u << BOP_LINKAT | 1u << BOP_FCHMODAT |
@@ -224,12 +227,21 @@ static int f_readdir(int d, int (*fn)(void *, const char *), void *arg)
 static int f_fchmod(int fd, mode_t m) { CHECK(BOP_FCHMOD, NULL); return real.fchmod(fd, m); }
 static int f_fchown(int fd, uid_t u, gid_t g) { CHECK(BOP_FCHOWN, NULL); return real.fchown(fd, u, g); }
 static int f_futimens(int fd, const struct timespec ts[2]) { CHECK(BOP_FUTIMENS, NULL); return real.futimens(fd, ts); }
+static int f_flock(int fd, int op) { CHECK(BOP_FLOCK, NULL); return real.flock(fd, op); }
 static ssize_t f_append(int fd, const void *b, size_t n, off_t o)
 {
 	CHECK(BOP_APPEND, NULL);
 	if (f_ == FAULT_SHORT && n > 1)
 		n /= 2;
 	return real.append(fd, b, n, o);
+}
+static int f_fallocate(int fd, int m, off_t o, off_t l) { CHECK(BOP_FALLOCATE, NULL); return real.fallocate(fd, m, o, l); }
+static ssize_t f_copy_file_range(int in, off_t io, int out, off_t oo, size_t n)
+{
+	CHECK(BOP_COPY_FILE_RANGE, NULL);
+	if (f_ == FAULT_SHORT && n > 1)
+		n /= 2;
+	return real.copy_file_range(in, io, out, oo, n);
 }
 static int f_io_result(enum bsys_op op, int fd, size_t len, int res)
 {
@@ -273,6 +285,7 @@ int bsys_faults_from_env(void)
 		.fstatat = f_fstatat, .readlinkat = f_readlinkat, .mknodat = f_mknodat,
 		.readdir = f_readdir, .fchmod = f_fchmod, .fchown = f_fchown,
 		.futimens = f_futimens, .io_result = f_io_result, .append = f_append,
+		.fallocate = f_fallocate, .copy_file_range = f_copy_file_range, .flock = f_flock,
 		.faults_active = 1,
 	};
 	return 0;

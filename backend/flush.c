@@ -7,10 +7,21 @@
  * sequence first; at most FLUSH_BATCH versions or FLUSH_BATCH_BYTES), writes
  * each to its output — a new temporary file beside its final name, or the
  * stage file the spiller already began — through its io_uring (or pwrite)
- * engine with at most queue_depth requests in flight, hashing the contents
- * with XXH3-128 in file order as it goes, then sets size and attributes and
- * fdatasyncs (P2).  It marks each version ready (or failed) and wakes the
- * publisher.  Short writes and -EAGAIN are resubmitted.
+ * engine with at most queue_depth requests in flight, feeding the contents
+ * to the version's digest (digest.h) in file order as it goes, then sets
+ * size and attributes and fdatasyncs (P2).  It marks each version ready (or
+ * failed) and wakes the publisher.  Short writes and -EAGAIN are resubmitted.
+ *
+ * Work is proportional to data, not to size.  A hole (CSEG_ZERO) is never
+ * written and never hashed byte by byte: the digest takes it as a run of
+ * zeros in O(1); a fresh temporary file keeps it as a hole, a stage file
+ * gets it punched (FALLOC_FL_PUNCH_HOLE; where punching is unsupported,
+ * zeros are written over the stage's own data extents only).  A range that
+ * comes from a published file (CSEG_FD) is copied extent by extent: only
+ * the source's data extents (SEEK_DATA/SEEK_HOLE) are read, hashed and
+ * copied — with copy_file_range where it works (a reflink on XFS/btrfs, a
+ * server-side copy on NFS 4.2), else pread/pwrite — and its holes stay
+ * holes.  Rescue (flush_copy_version) copies the same way.
  *
  * A version whose target directory is not on the backend yet (its mkdir is
  * still queued) waits in the queue; the publisher wakes the flushers after
@@ -23,6 +34,7 @@
  */
 #include "backend/backend.h"
 #include "backend/bsys.h"
+#include "backend/digest.h"
 #include "cache/log.h"
 
 #include <errno.h>
@@ -113,8 +125,11 @@ struct fjob {
 	struct cfd *out;
 	int dfd;		/* out opened O_DIRECT for aligned writes, or -1 */
 	bool fresh;		/* out was created by this flush */
-	XXH3_state_t *hs;
+	struct digest dg;	/* of the version, fed in file order */
 	uint32_t seg;		/* next segment to submit */
+	size_t seg_pos;		/* how much of it is submitted (memory segments) */
+	bool seg_hashed;	/* ... and whether it is in the digest yet */
+	uint64_t end;		/* end of the last byte written to a fresh out */
 	uint32_t inflight;
 	int err;
 	const char *step;	/* what failed, for the log */
@@ -124,7 +139,7 @@ struct fjob {
 /* Record the first failure of a job and where it happened. */
 static void fjob_fail(struct fjob *j, int err, const char *step)
 {
-	if (!j->err) {
+	if (err && !j->err) {
 		j->err = err;
 		j->step = step;
 	}
@@ -144,12 +159,19 @@ struct flusher {
 	struct bio *bio;
 	char *bounce;
 	const char *zeros;
+	bool no_cfr;		/* copy_file_range failed as unsupported: pread/pwrite */
 };
 
-static int pwrite_all(int fd, const char *buf, size_t len, uint64_t off)
+/*
+ * Writes go through a system call table: `bsys` for the backend (fault
+ * injection, the power-loss layer), `bsys_direct` for rescue's own files
+ * outside the backend, which faults injected into the backend must not
+ * reach.
+ */
+static int pwrite_all_io(const struct bsys *sys, int fd, const char *buf, size_t len, uint64_t off)
 {
 	while (len) {
-		ssize_t n = bsys.pwrite(fd, buf, len, (off_t)off);
+		ssize_t n = sys->pwrite(fd, buf, len, (off_t)off);
 		if (n == -EINTR || n == -EAGAIN)
 			continue;
 		if (n < 0)
@@ -163,54 +185,217 @@ static int pwrite_all(int fd, const char *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-/* Copy (or, for the output itself, only hash) a segment held in a backend file. */
-static int flush_fd_seg(struct flusher *fl, struct fjob *j, const struct cseg *s)
+static int pwrite_all(int fd, const char *buf, size_t len, uint64_t off)
 {
-	bool own = s->f == j->out;
+	return pwrite_all_io(&bsys, fd, buf, len, off);
+}
 
-	for (uint64_t done = 0; done < s->len;) {
-		size_t want = (size_t)CKPT_MIN(s->len - done, BOUNCE_SIZE);
-		ssize_t n = bsys.pread(s->f->fd, fl->bounce, want, (off_t)(s->foff + done));
+/*
+ * Pages of zeros.  A fresh output (a new temporary file, a rescued file)
+ * reads zeros wherever nothing was written, so the 4 KiB pages (aligned in
+ * the file) of a buffer that hold only zeros are left out: they stay holes,
+ * as they would on ext4, whether they came from a hole the writer skipped
+ * around inside a cache chunk or from zeros a published file stored as
+ * data.  A page with any data is written whole.  Checking costs a look at
+ * the first byte of a page of data, and a scan of a page of zeros.
+ */
+#define ZPAGE 4096u
+
+static bool all_zero(const char *p, size_t n)
+{
+	return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
+}
+
+/* Where the page holding file offset off + i ends, as an index into the buffer (<= len). */
+static size_t zpage_end(uint64_t off, size_t i, size_t len)
+{
+	uint64_t next = ((off + i) / ZPAGE + 1) * ZPAGE - off;
+	return next < len ? (size_t)next : len;
+}
+
+/*
+ * The next run of pages with data in buf[pos, len) (buf holds file offsets
+ * [off, off + len)): [*a, *b).  False if only zeros are left.
+ */
+static bool next_data_run(const char *buf, uint64_t off, size_t len, size_t pos, size_t *a,
+			  size_t *b)
+{
+	size_t i = pos, e;
+
+	while (i < len && all_zero(buf + i, (e = zpage_end(off, i, len)) - i))
+		i = e;
+	if (i >= len)
+		return false;
+	*a = i;
+	while (i < len && !all_zero(buf + i, (e = zpage_end(off, i, len)) - i))
+		i = e;
+	*b = i;
+	return true;
+}
+
+/* copy_file_range errors that mean "not here", not "failed": fall back for good. */
+static bool cfr_unsupported(ssize_t r)
+{
+	return r == -EXDEV || r == -EINVAL || r == -EOPNOTSUPP || r == -ENOSYS || r == -EBADF;
+}
+
+/*
+ * One range of a backend file, extent by extent, into the digest and (when
+ * dst >= 0) into dst at the same offset plus `shift`.
+ */
+struct xcopy {
+	struct digest *dg;
+	int src, dst;		/* dst -1: only hash (the bytes are in place already) */
+	uint64_t shift;		/* dst offset = src offset + shift (mod 2^64) */
+	uint64_t pos;		/* source offset: everything before it is fed */
+	char *buf;		/* BOUNCE_SIZE */
+	const struct bsys *sys;	/* &bsys, or &bsys_direct (rescue) */
+	bool skip_zeros;	/* dst is fresh: pages of zeros are not written */
+	bool *no_cfr;
+	uint64_t written;	/* bytes that reached dst */
+	uint64_t end;		/* dst offset after the last byte written (0: none) */
+};
+
+/* x->buf[a, b), read from source offset x->pos, to dst: copy_file_range, else pwrite. */
+static int xcopy_out(struct xcopy *x, size_t a, size_t b)
+{
+	const uint64_t src = x->pos + a;
+	const size_t n = b - a;
+	size_t done = 0;
+
+	while (done < n && !*x->no_cfr) {
+		ssize_t k = x->sys->copy_file_range(x->src, (off_t)(src + done), x->dst,
+						    (off_t)(src + done + x->shift), n - done);
+		if (k == -EINTR || k == -EAGAIN)
+			continue;
+		if (k < 0 && cfr_unsupported(k))
+			*x->no_cfr = true;
+		else if (k < 0)
+			return (int)k;
+		else if (k == 0)
+			break;	/* the source ended meanwhile: write what was read */
+		else
+			done += (size_t)k;
+	}
+	if (done < n) {
+		int r = pwrite_all_io(x->sys, x->dst, x->buf + a + done, n - done,
+				      src + done + x->shift);
+		if (r < 0)
+			return r;
+	}
+	x->written += n;
+	x->end = src + n + x->shift;
+	return 0;
+}
+
+static int xcopy_extent(void *arg, uint64_t start, uint64_t len)
+{
+	struct xcopy *x = arg;
+
+	if (start > x->pos)
+		digest_zeros(x->dg, start - x->pos);	/* a hole: stays one in dst */
+	x->pos = start;
+	while (len) {
+		size_t want = (size_t)CKPT_MIN(len, BOUNCE_SIZE);
+		ssize_t n = x->sys->pread(x->src, x->buf, want, (off_t)x->pos);
 		if (n == -EINTR)
 			continue;
 		if (n < 0)
 			return (int)n;
-		if (n == 0) {	/* the file is shorter than recorded: zeros */
-			memset(fl->bounce, 0, want);
-			n = (ssize_t)want;
-		}
-		XXH3_128bits_update(j->hs, fl->bounce, (size_t)n);
-		if (!own) {
-			int r = pwrite_all(j->out->fd, fl->bounce, (size_t)n, s->off + done);
+		if (n == 0)
+			return 0;	/* shorter than its extents said: the rest reads as zeros */
+		/*
+		 * The digest is of the bytes read here, from the source — never of
+		 * bytes assumed: copy_file_range moves data we do not see, so we
+		 * read what we hash, and a copy that went wrong then shows up as a
+		 * MISMATCH in verify instead of being recorded as correct.
+		 */
+		digest_update(x->dg, x->buf, (size_t)n);
+		size_t a = 0, b = (size_t)n;
+		while (x->dst >= 0 &&
+		       (x->skip_zeros ? next_data_run(x->buf, x->pos + x->shift, (size_t)n, a, &a, &b)
+				      : a < b)) {
+			int r = xcopy_out(x, a, b);
 			if (r < 0)
 				return r;
-			atomic_fetch_add(&fl->be->st.written_bytes, (uint64_t)n);
+			a = b;
+			b = (size_t)n;
 		}
-		done += (uint64_t)n;
+		x->pos += (uint64_t)n;
+		len -= (uint64_t)n;
+	}
+	return 0;
+}
+
+/*
+ * [soff, soff + len) of src into the digest, copying its data extents to
+ * dst at doff (dst -1: hash only).  Holes and bytes past the source's end
+ * are zeros to the digest and are not written.  0 or -errno.
+ */
+static int xcopy_range(struct xcopy *x, uint64_t soff, uint64_t doff, uint64_t len)
+{
+	int r;
+
+	x->pos = soff;
+	x->shift = doff - soff;
+	r = digest_data_extents(x->src, soff, len, xcopy_extent, x);
+	if (r < 0)
+		return r;
+	if (soff + len > x->pos)
+		digest_zeros(x->dg, soff + len - x->pos);
+	return 0;
+}
+
+/*
+ * A segment held in a backend file: copied extent by extent, or only hashed
+ * when it is the output itself (a stage file's spilled ranges).
+ */
+static int flush_fd_seg(struct flusher *fl, struct fjob *j, const struct cseg *s)
+{
+	bool own = s->f == j->out;
+	struct xcopy x = { .dg = &j->dg, .src = s->f->fd, .dst = own ? -1 : j->out->fd,
+			   .buf = fl->bounce, .sys = &bsys, .skip_zeros = j->fresh,
+			   .no_cfr = &fl->no_cfr };
+	int r = xcopy_range(&x, s->foff, s->off, s->len);
+
+	atomic_fetch_add(&fl->be->st.written_bytes, x.written);
+	j->end = CKPT_MAX(j->end, x.end);
+	return r;
+}
+
+/* Zeros over the data extents of a stage file (where it cannot punch). */
+struct zfill {
+	int fd;
+	const char *zeros;
+};
+
+static int zfill_extent(void *arg, uint64_t start, uint64_t len)
+{
+	struct zfill *z = arg;
+
+	for (uint64_t done = 0; done < len;) {
+		size_t n = (size_t)CKPT_MIN(len - done, BOUNCE_SIZE);
+		int r = pwrite_all(z->fd, z->zeros, n, start + done);
+		if (r < 0)
+			return r;
+		done += n;
 	}
 	return 0;
 }
 
 static int flush_zero_seg(struct flusher *fl, struct fjob *j, const struct cseg *s)
 {
-	for (uint64_t done = 0; done < s->len;) {
-		size_t n = (size_t)CKPT_MIN(s->len - done, BOUNCE_SIZE);
-		XXH3_128bits_update(j->hs, fl->zeros, n);
-		done += n;
-	}
-	/* A stage file may hold stale bytes here; a fresh file is already a hole. */
-	if (!j->fresh &&
-	    fallocate(j->out->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-		      (off_t)s->off, (off_t)s->len) < 0) {
-		for (uint64_t done = 0; done < s->len;) {
-			size_t n = (size_t)CKPT_MIN(s->len - done, BOUNCE_SIZE);
-			int r = pwrite_all(j->out->fd, fl->zeros, n, s->off + done);
-			if (r < 0)
-				return r;
-			done += n;
-		}
-	}
-	return 0;
+	digest_zeros(&j->dg, s->len);	/* O(1) per whole block: never byte by byte */
+	if (j->fresh)
+		return 0;	/* a fresh file is a hole there already */
+	/* A stage file may hold stale spilled bytes here: punch them out. */
+	int r = bsys.fallocate(j->out->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			       (off_t)s->off, (off_t)s->len);
+	if (r != -EOPNOTSUPP && r != -ENOSYS)
+		return r;
+	/* Cannot punch: zero what the stage holds there (its holes read as zeros). */
+	struct zfill z = { .fd = j->out->fd, .zeros = fl->zeros };
+	return digest_data_extents(j->out->fd, s->off, s->len, zfill_extent, &z);
 }
 
 /*
@@ -254,6 +439,7 @@ static void submit_write(struct flusher *fl, struct fjob *j, int fd, const char 
 	struct wreq *w = xmalloc(sizeof(*w));
 	*w = (struct wreq){ .j = j, .fd = fd, .buf = buf, .len = len, .off = off };
 	j->inflight++;
+	j->end = CKPT_MAX(j->end, off + len);
 	bio_prep_write(fl->bio, fd, buf, len, off, w);
 }
 
@@ -278,22 +464,49 @@ static int open_direct(struct backend *be, struct cfd *out)
 	return fd < 0 ? -1 : fd;
 }
 
+/*
+ * Submit what is left of a memory segment: hashed whole at once, written in
+ * runs (a fresh output leaves out pages of zeros).  False if the queue
+ * filled up first; called again, it goes on where it stopped.
+ */
+static bool submit_mem_seg(struct flusher *fl, struct fjob *j, const struct cseg *s)
+{
+	size_t a, b;
+
+	if (!j->seg_hashed)
+		digest_update(&j->dg, s->mem, s->len);
+	j->seg_hashed = true;
+	while (j->seg_pos < s->len) {
+		if (bio_space(fl->bio) < 2)
+			return false;
+		a = j->seg_pos;
+		b = s->len;
+		if (j->fresh && !next_data_run(s->mem, s->off, s->len, a, &a, &b))
+			break;
+		size_t n = b - a, direct = 0;
+		if (j->dfd >= 0 && direct_aligned(s->mem + a, 0, s->off + a))
+			direct = n & ~(size_t)(DIRECT_ALIGN - 1);
+		if (direct)
+			submit_write(fl, j, j->dfd, s->mem + a, direct, s->off + a);
+		if (n > direct)	/* the unaligned tail goes through the page cache */
+			submit_write(fl, j, j->out->fd, s->mem + a + direct, n - direct,
+				     s->off + a + direct);
+		j->seg_pos = b;
+	}
+	j->seg_pos = 0;
+	j->seg_hashed = false;
+	return true;
+}
+
 static void fjob_submit(struct flusher *fl, struct fjob *j)
 {
 	while (j->phase == FJ_WRITING && !j->err && j->seg < j->v->nseg && bio_space(fl->bio) >= 2) {
-		const struct cseg *s = &j->v->segs[j->seg++];
+		const struct cseg *s = &j->v->segs[j->seg];
 		int r = 0;
 
 		if (s->kind == CSEG_MEM) {
-			size_t direct = 0;
-			XXH3_128bits_update(j->hs, s->mem, s->len);
-			if (j->dfd >= 0 && direct_aligned(s->mem, 0, s->off))
-				direct = s->len & ~(size_t)(DIRECT_ALIGN - 1);
-			if (direct)
-				submit_write(fl, j, j->dfd, s->mem, direct, s->off);
-			if (s->len > direct)	/* the unaligned tail goes through the page cache */
-				submit_write(fl, j, j->out->fd, s->mem + direct, s->len - direct,
-					     s->off + direct);
+			if (!submit_mem_seg(fl, j, s))
+				break;
 		} else if (s->kind == CSEG_FD) {
 			r = flush_fd_seg(fl, j, s);
 		} else {
@@ -301,11 +514,24 @@ static void fjob_submit(struct flusher *fl, struct fjob *j)
 		}
 		if (r < 0)
 			fjob_fail(j, r, s->kind == CSEG_FD ? "copying from a backend file" : "zeroing a hole");
+		j->seg++;
 	}
 	if (j->phase == FJ_WRITING && j->inflight == 0 &&
 	    (j->err || j->seg == j->v->nseg) && bio_space(fl->bio)) {
-		if (!j->err)
-			fjob_fail(j, flush_finish_attrs(fl->be, j, &j->step), j->step);
+		/*
+		 * A fresh file ends where its last write ends.  When that is short
+		 * of the version's size (zeros left out, a hole copied as a hole),
+		 * extend it here; flush_finish_attrs sets the size itself only
+		 * after a hole of the version's own (CSEG_ZERO) at the end.
+		 */
+		bool zero_end = j->v->nseg && j->v->segs[j->v->nseg - 1].kind == CSEG_ZERO;
+		if (!j->err && j->fresh && !zero_end && j->end < j->v->size)
+			fjob_fail(j, bsys.ftruncate(j->out->fd, (off_t)j->v->size), "ftruncate");
+		if (!j->err) {
+			const char *step = NULL;	/* set by the call: not an argument beside it */
+			int r = flush_finish_attrs(fl->be, j, &step);
+			fjob_fail(j, r, step);
+		}
 		if (j->err) {
 			j->phase = FJ_DONE;
 		} else {
@@ -363,8 +589,7 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 	for (unsigned i = 0; i < n; i++) {
 		struct fjob *j = &jobs[i];
 		j->v = j->op->ver;
-		j->hs = XXH3_createState();
-		XXH3_128bits_reset(j->hs);
+		digest_init(&j->dg);
 		j->dfd = -1;
 		if (j->v->out) {
 			j->out = cfd_get(j->v->out);
@@ -397,8 +622,8 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 		if (j->dfd >= 0)
 			bsys.close(j->dfd);
 		if (!j->err)
-			j->op->digest = XXH3_128bits_digest(j->hs);
-		XXH3_freeState(j->hs);
+			j->op->digest = digest_final(&j->dg);
+		digest_free(&j->dg);
 		if (j->err && j->out && j->fresh) {
 			cfd_put(j->out);	/* unlinks the temp file */
 			j->out = NULL;
@@ -477,40 +702,40 @@ static void *flusher_main(void *arg)
 
 /* ---- the spiller ---------------------------------------------------------- */
 
-/* A version's whole contents into fd, hashed (rescue.c uses this too). */
+/*
+ * A version's whole contents into fd (a new, empty file outside the
+ * backend), with its digest (rescue.c).  Holes stay holes; ranges from
+ * backend files are copied extent by extent as the flushers do.
+ */
 int flush_copy_version(struct cver *v, int fd, XXH128_hash_t *digest)
 {
-	char *buf = xmalloc(BOUNCE_SIZE);
-	XXH3_state_t *hs = XXH3_createState();
+	struct digest dg;
+	bool no_cfr = false;
+	struct xcopy x = { .dg = &dg, .dst = fd, .buf = xmalloc(BOUNCE_SIZE), .sys = &bsys_direct,
+			   .skip_zeros = true, .no_cfr = &no_cfr };
 	int r = 0;
 
-	XXH3_128bits_reset(hs);
+	digest_init(&dg);
 	for (uint32_t i = 0; i < v->nseg && r == 0; i++) {
 		const struct cseg *s = &v->segs[i];
-		for (uint64_t done = 0; done < s->len && r == 0;) {
-			size_t n = (size_t)CKPT_MIN(s->len - done, BOUNCE_SIZE);
-			const char *src = buf;
-			if (s->kind == CSEG_MEM) {
-				src = s->mem + done;
-			} else if (s->kind == CSEG_ZERO) {
-				memset(buf, 0, n);
-			} else {
-				ssize_t k = pread(s->f->fd, buf, n, (off_t)(s->foff + done));
-				if (k < 0) {
-					r = -errno;
-					break;
-				}
-				if ((size_t)k < n)
-					memset(buf + k, 0, n - (size_t)k);
+		size_t a = 0, b;
+		if (s->kind == CSEG_MEM) {
+			digest_update(&dg, s->mem, s->len);
+			while (r == 0 && next_data_run(s->mem, s->off, s->len, a, &a, &b)) {
+				r = pwrite_all_io(&bsys_direct, fd, s->mem + a, b - a, s->off + a);
+				a = b;
 			}
-			XXH3_128bits_update(hs, src, n);
-			r = write_full(fd, src, n);
-			done += n;
+		} else if (s->kind == CSEG_ZERO) {
+			digest_zeros(&dg, s->len);
+		} else {
+			x.src = s->f->fd;
+			r = xcopy_range(&x, s->foff, s->off, s->len);
 		}
 	}
-	*digest = XXH3_128bits_digest(hs);
-	XXH3_freeState(hs);
-	free(buf);
+	if (r == 0)
+		r = bsys_direct.ftruncate(fd, (off_t)v->size);
+	*digest = digest_final(&dg);
+	free(x.buf);
 	return r;
 }
 

@@ -19,6 +19,7 @@
  * append writes anything (tail_dirty): no record ever follows a half one.
  */
 #include "backend/manifest_priv.h"
+#include "backend/digest.h"
 #include "backend/bsys.h"
 #include "cache/json.h"
 #include "cache/log.h"
@@ -40,35 +41,7 @@
 
 int hash_fd(int fd, XXH128_hash_t *out, uint64_t *size)
 {
-	const size_t bs = 4u << 20;
-	char *buf = xmalloc(bs);
-	XXH3_state_t *st = XXH3_createState();
-	uint64_t total = 0;
-	off_t off = 0;
-	int r = 0;
-
-	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	XXH3_128bits_reset(st);
-	for (;;) {
-		ssize_t n = pread(fd, buf, bs, off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			r = -errno;
-			break;
-		}
-		if (n == 0)
-			break;
-		XXH3_128bits_update(st, buf, (size_t)n);
-		off += n;
-		total += (uint64_t)n;
-	}
-	*out = XXH3_128bits_digest(st);
-	if (size)
-		*size = total;
-	XXH3_freeState(st);
-	free(buf);
-	return r;
+	return digest_fd(fd, out, size);
 }
 
 void hash_hex(XXH128_hash_t h, char out[33])
@@ -431,27 +404,17 @@ static int meta_file(struct manifest *m, const char *name, int flags, char *show
 
 /* ---- the state file ------------------------------------------------------ */
 
-static int state_write(struct manifest *m, bool clean, uint64_t seq)
+int manifest_write_file(int dirfd, const char *name, const char *tmp, const char *buf, size_t len)
 {
-	struct strbuf b = { 0 };
-	int fd, r;
+	int fd, r = 0;
 
-	sb_printf(&b, "{\"format\": %d, \"host\": ", MANIFEST_FORMAT);
-	sb_json_str(&b, m->host);
-	sb_printf(&b, ", \"mount_id\": ");
-	sb_json_str(&b, m->mount_id);
-	sb_printf(&b, ", \"clean\": %s, \"seq_durable\": %llu, \"time_ns\": %llu}\n",
-		  clean ? "true" : "false", (unsigned long long)seq, (unsigned long long)wall_ns());
 	/* A stale temp file (or anything planted there) goes; ours is born new. */
-	bsys.unlinkat(m->dirfd, MANIFEST_STATE_TMP, 0);
-	fd = bsys.openat(m->dirfd, MANIFEST_STATE_TMP, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
-	if (fd < 0) {
-		sb_free(&b);
+	bsys.unlinkat(dirfd, tmp, 0);
+	fd = bsys.openat(dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+	if (fd < 0)
 		return fd;
-	}
-	r = 0;
-	for (size_t done = 0; done < b.len && r == 0;) {
-		ssize_t n = bsys.append(fd, b.s + done, b.len - done, (off_t)done);
+	for (size_t done = 0; done < len && r == 0;) {
+		ssize_t n = bsys.append(fd, buf + done, len - done, (off_t)done);
 		if (n < 0 && n != -EINTR)
 			r = (int)n;
 		else if (n > 0)
@@ -460,12 +423,26 @@ static int state_write(struct manifest *m, bool clean, uint64_t seq)
 	if (r == 0)
 		r = bsys.fsync(fd);
 	if (r == 0)
-		r = bsys.renameat2(m->dirfd, MANIFEST_STATE_TMP, m->dirfd, MANIFEST_STATE, 0);
+		r = bsys.renameat2(dirfd, tmp, dirfd, name, 0);
 	bsys.close(fd);
 	if (r == 0)
-		r = bsys.fsync(m->dirfd);
+		r = bsys.fsync(dirfd);
 	else
-		bsys.unlinkat(m->dirfd, MANIFEST_STATE_TMP, 0);
+		bsys.unlinkat(dirfd, tmp, 0);
+	return r;
+}
+
+static int state_write(struct manifest *m, bool clean, uint64_t seq)
+{
+	struct strbuf b = { 0 };
+
+	sb_printf(&b, "{\"format\": %d, \"host\": ", MANIFEST_FORMAT);
+	sb_json_str(&b, m->host);
+	sb_printf(&b, ", \"mount_id\": ");
+	sb_json_str(&b, m->mount_id);
+	sb_printf(&b, ", \"clean\": %s, \"seq_durable\": %llu, \"time_ns\": %llu}\n",
+		  clean ? "true" : "false", (unsigned long long)seq, (unsigned long long)wall_ns());
+	int r = manifest_write_file(m->dirfd, MANIFEST_STATE, MANIFEST_STATE_TMP, b.s, b.len);
 	sb_free(&b);
 	return r;
 }
@@ -557,13 +534,13 @@ static void manifest_release(struct manifest *m)
 }
 
 /* Open the three metadata directories (creating them) and check each. */
-static int open_node_dir(struct manifest *m, int root_fd, const char *node)
+/* shown: where, ".../.ckptfs/nodes/<node>"; cut back for the parents. */
+static int node_dirs(int root_fd, const char *node, const char *where, int *nodes_fd, int *node_fd)
 {
-	size_t wl = strlen(m->where), nl = strlen(node);
-	char *shown = xstrdup(m->where);
+	size_t wl = strlen(where), nl = strlen(node);
+	char *shown = xstrdup(where);
 	int meta, nodes;
 
-	/* shown: ".../.ckptfs/nodes/<node>", then cut back for the parents. */
 	shown[wl - nl - 7] = '\0';
 	meta = meta_dir(root_fd, ".ckptfs", shown);
 	shown[wl - nl - 7] = '/';
@@ -572,11 +549,34 @@ static int open_node_dir(struct manifest *m, int root_fd, const char *node)
 	if (meta >= 0)
 		bsys.close(meta);
 	shown[wl - nl - 1] = '/';
-	m->dirfd = nodes < 0 ? nodes : meta_dir(nodes, node, shown);
-	if (nodes >= 0)
+	*node_fd = nodes < 0 ? nodes : meta_dir(nodes, node, shown);
+	if (nodes >= 0 && (!nodes_fd || *node_fd < 0))
 		bsys.close(nodes);
+	else if (nodes_fd)
+		*nodes_fd = nodes;
 	free(shown);
-	return m->dirfd < 0 ? m->dirfd : 0;
+	return *node_fd < 0 ? *node_fd : 0;
+}
+
+static int open_node_dir(struct manifest *m, int root_fd, const char *node)
+{
+	return node_dirs(root_fd, node, m->where, NULL, &m->dirfd);
+}
+
+int manifest_node_dirs(int root_fd, const char *node, int *nodes_fd, int *node_fd)
+{
+	char *where;
+	int r;
+
+	if (!node_name_ok(node)) {
+		fprintf(stderr, "ckptfs: node name '%s' cannot name a directory under %s\n", node,
+			MANIFEST_NODES_DIR);
+		return -MANIFEST_EREFUSED;
+	}
+	where = where_of(root_fd, node);
+	r = node_dirs(root_fd, node, where, nodes_fd, node_fd);
+	free(where);
+	return r;
 }
 
 int manifest_open(struct manifest *m, int root_fd, const char *node, const char *mount_id,

@@ -49,7 +49,7 @@
 #include <stdint.h>
 #include <xxhash.h>
 
-#define MANIFEST_FORMAT 1
+#define MANIFEST_FORMAT 2	/* 2: digests are block runs (digest.h); 1: whole-file XXH3-128 */
 #define MANIFEST_NODES_DIR ".ckptfs/nodes"
 /* Longest payload a record may have; longer length fields are refused unread. */
 #define MANIFEST_REC_MAX (1u << 20)
@@ -99,6 +99,20 @@ struct recovery_report {
  * "localhost".  (The default; -o node=NAME may choose another.)
  */
 void manifest_node_default(char *buf, size_t len);
+/*
+ * Write one of the daemon's small metadata files whole: a new temporary
+ * file `tmp` in dirfd (a stale one removed first), written, fsync'd,
+ * renamed over `name`, the directory fsync'd.  0 or -errno (the old file
+ * stays).  state.json, and the node's lease and watermark (lease.c).
+ */
+int manifest_write_file(int dirfd, const char *name, const char *tmp, const char *buf, size_t len);
+/*
+ * Open (creating) and check BACKEND/.ckptfs/nodes and node `node`'s
+ * directory in it, as manifest_open does: 0 with both fds, or -errno
+ * (-MANIFEST_EREFUSED for metadata that is not ours) with a line printed.
+ * For the node's lock, lease and watermarks (backend/lease.c).
+ */
+int manifest_node_dirs(int root_fd, const char *node, int *nodes_fd, int *node_fd);
 /*
  * Open (creating) node `node`'s log under the backend root, check that the
  * metadata is the daemon's own, and recover from an unclean end of the
@@ -163,7 +177,7 @@ int manifest_scan_fd(int fd, manifest_cb cb, void *arg, struct manifest_scan *re
  */
 bool manifest_record_check(const char *line, size_t n, const char **payload, size_t *plen);
 
-/* XXH3-128 of a whole file read from fd (large sequential reads). */
+/* The digest of a whole file read from fd (digest_fd: holes are not read). */
 int hash_fd(int fd, XXH128_hash_t *out, uint64_t *size);
 void hash_hex(XXH128_hash_t h, char out[33]);
 

@@ -222,8 +222,8 @@ struct actor_state *order_actor(struct order_state *st, uid_t uid, bool create)
 	}
 	struct actor_state *a = &st->actors[st->nactors++];
 	a->uid = uid;
-	a->min_unapplied = a->min_undurable = a->first_blocked = UINT64_MAX;
-	a->blocker = NULL;
+	a->min_unapplied = a->min_undurable = a->first_blocked = a->first_failing = UINT64_MAX;
+	a->blocker = a->failing = NULL;
 	return a;
 }
 
@@ -239,6 +239,31 @@ static void order_reset(struct order_state *st)
 }
 
 /* op stays behind (blocker: what holds it, or NULL): record it in the picture. */
+/* The first operation of a's (and of everyone's) held back by blocker. */
+static void note_blocker(struct order_state *st, struct actor_state *a, const struct op *op,
+			 struct op *blocker)
+{
+	struct actor_state *both[2] = { a, &st->all };
+	for (unsigned i = 0; i < 2 && blocker; i++)
+		if (!both[i]->blocker) {
+			both[i]->blocker = blocker;
+			both[i]->first_blocked = op->seq;
+		}
+}
+
+/*
+ * op failed before and has not gone through yet — it may be being retried
+ * right now: close() of a's later files still reports its error (waiters,
+ * which can wait for the retry's outcome, use only blockers).
+ */
+static void note_failing(struct actor_state *a, struct op *op)
+{
+	if (op->attempts && !a->failing) {
+		a->failing = op;
+		a->first_failing = op->seq;
+	}
+}
+
 static void note_unapplied(struct order_state *st, struct actor_state *a, struct op *op,
 			   struct op *blocker)
 {
@@ -250,11 +275,8 @@ static void note_unapplied(struct order_state *st, struct actor_state *a, struct
 			both[i]->min_unapplied = op->seq;
 		if (both[i]->min_undurable == UINT64_MAX)
 			both[i]->min_undurable = op->seq;
-		if (blocker && !both[i]->blocker) {
-			both[i]->blocker = blocker;
-			both[i]->first_blocked = op->seq;
-		}
 	}
+	note_blocker(st, a, op, blocker);
 }
 
 /* ---- blocking and retrying ------------------------------------------------ */
@@ -282,7 +304,7 @@ void op_block(struct backend *be, struct op *op, int err, uint64_t now)
 	if (op->state != OPS_BLOCKED)
 		op->blocked_ns = now;
 	op->state = OPS_BLOCKED;
-	op->err = err;
+	op->err = op->last_err = err;
 	op->attempts++;
 	op->retry_ns = now + CKPT_MIN(wait, hi);
 	be->order->blocks++;
@@ -381,10 +403,12 @@ unsigned order_pass(struct backend *be, struct op **batch, unsigned max, uint64_
 					a->min_undurable = op->seq;
 				if (st->all.min_undurable == UINT64_MAX)
 					st->all.min_undurable = op->seq;
+				note_failing(a, op);
 				continue;
 			}
 			*wake_ns = CKPT_MIN(*wake_ns, now + hold);
 		}
+		note_failing(a, op);
 		note_unapplied(st, a, op, op->state == OPS_BLOCKED ? op : blocker);
 	}
 	return n;

@@ -35,6 +35,8 @@ struct actor_state {
 	uint64_t min_undurable;		/* first not durable (the batch counts); UINT64_MAX: none */
 	uint64_t first_blocked;		/* seq of its first operation held by a blocker */
 	struct op *blocker;
+	uint64_t first_failing;		/* seq of its first operation that failed before */
+	struct op *failing;		/* ... (possibly being retried now) */
 };
 
 struct order_state {
@@ -71,6 +73,17 @@ void blocked_fill(struct backend *be, const struct op *op, struct backend_blocke
 /* Block op after a failure with err at time now (be->lock held); logs the first. */
 void op_block(struct backend *be, struct op *op, int err, uint64_t now);
 bool err_transient(int err);
+
+/* ---- seal times (publish.c) --------------------------------------------- */
+
+/* The wall time to stamp a seal with: never earlier than one given before (be->lock). */
+uint64_t backend_wall_stamp_locked(struct backend *be);
+/*
+ * Every operation sealed before the returned wall time is durable (be->lock):
+ * the oldest pending seal time, or a fresh stamp when nothing is pending;
+ * *seq (if not NULL) gets the durable sequence number that goes with it.
+ */
+uint64_t backend_durable_wall_locked(struct backend *be, uint64_t *seq);
 
 /* ---- apply.c ------------------------------------------------------------ */
 

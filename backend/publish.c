@@ -90,8 +90,8 @@ uint64_t backend_last_seq(struct backend *be)
 int backend_submit(struct backend *be, struct op *op)
 {
 	op->enqueued_ns = now_ns();
-	op->sealed_wall_ns = wall_ns();
 	pthread_mutex_lock(&be->lock);
+	op->sealed_wall_ns = backend_wall_stamp_locked(be);	/* under the lock: N3 */
 	if (!op->seq)
 		op->seq = ++be->last_seq;
 	list_add_tail(&be->ops, &op->link);
@@ -111,6 +111,28 @@ int backend_submit(struct backend *be, struct op *op)
 	return err;
 }
 
+/* ---- seal times (nodes.h N3) ------------------------------------------ */
+
+uint64_t backend_wall_stamp_locked(struct backend *be)
+{
+	uint64_t w = CKPT_MAX(wall_ns(), be->wall_floor);
+
+	be->wall_floor = w;	/* the wall clock may step back: seal times never do */
+	return w;
+}
+
+uint64_t backend_durable_wall_locked(struct backend *be, uint64_t *seq)
+{
+	uint64_t wall = UINT64_MAX;
+
+	for (struct list *e = be->ops.next; e != &be->ops; e = e->next)
+		wall = CKPT_MIN(wall, list_entry(e, struct op, link)->sealed_wall_ns);
+	if (seq)
+		*seq = list_empty(&be->ops) ? be->last_seq : atomic_load(&be->durable_seq);
+	/* Nothing pending: no later seal can be stamped before now. */
+	return wall != UINT64_MAX ? wall : backend_wall_stamp_locked(be);
+}
+
 /* ---- waiters ------------------------------------------------------- */
 
 /*
@@ -125,7 +147,8 @@ static int waiter_state(struct backend *be, const struct pub_waiter *w, uint64_t
 
 	if (!a || w->seq < a->min_undurable)
 		return 1;
-	if (a->first_blocked <= w->seq && a->blocker)
+	/* (A blocker just skipped goes at the next pass: wait for that.) */
+	if (a->first_blocked <= w->seq && a->blocker && !a->blocker->skipped)
 		return a->blocker->err ? a->blocker->err : -EIO;
 	if (be->sync_err && w->seq >= be->sync_first_seq)
 		return be->sync_err;
@@ -257,8 +280,10 @@ int backend_actor_error(struct backend *be, uid_t actor, uint64_t seq)
 
 	pthread_mutex_lock(&be->lock);
 	const struct actor_state *a = order_actor(be->order, actor, false);
-	if (a && a->blocker && a->first_blocked <= seq)
+	if (a && a->blocker && !a->blocker->skipped && a->first_blocked <= seq)
 		err = a->blocker->err ? a->blocker->err : -EIO;
+	else if (a && a->failing && !a->failing->skipped && a->first_failing <= seq)
+		err = a->failing->last_err ? a->failing->last_err : -EIO;
 	pthread_mutex_unlock(&be->lock);
 	return err;
 }
@@ -630,10 +655,7 @@ static void *publisher_main(void *arg)
 				   : list_entry(be->ops.next, struct op, link)->seq - 1;
 		if (durable > atomic_load(&be->durable_seq))
 			atomic_store(&be->durable_seq, durable);
-		uint64_t wall = list_empty(&be->ops) ? wall_ns()
-				: list_entry(be->ops.next, struct op, link)->sealed_wall_ns;
-		for (struct list *e = be->ops.next; e != &be->ops; e = e->next)
-			wall = CKPT_MIN(wall, list_entry(e, struct op, link)->sealed_wall_ns);
+		uint64_t wall = backend_durable_wall_locked(be, NULL);
 		pthread_mutex_unlock(&be->lock);
 		for (unsigned i = 0; i < applied; i++)
 			op_free(batch[i]);
@@ -641,6 +663,18 @@ static void *publisher_main(void *arg)
 			blocked_log(be);
 		if (be->hooks.published)
 			be->hooks.published(be->hooks.arg, durable, wall);
+		/*
+		 * Between groups nothing is half-recorded: the log may be rewritten
+		 * to what is live (it keeps whatever is not settled by `durable`).
+		 */
+		if (manifest_wants_compaction(&be->man) && now_ns() >= be->compact_after_ns) {
+			int c = manifest_compact(&be->man, durable);
+			if (c < 0) {
+				be->compact_after_ns = now_ns() + 60ull * 1000000000;
+				log_warn("manifest compaction failed: %s; the log keeps growing; "
+					 "tried again in a minute", strerror(-c));
+			}
+		}
 	}
 	free(t);
 	free(batch);
@@ -687,17 +721,25 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 	list_init(&be->intents);
 	be->order = order_new();
 	be->started_ns = now_ns();
-	if (opt->no_manifest) {
+	/* The node is taken (lease.c) before recovery touches its directory. */
+	static const struct nodes_opts no_nodes_opts = { .peer_skew = -1, .lease_ttl = 30 };
+	be->nodes = xcalloc(1, sizeof(*be->nodes));
+	int r = nodes_start(be->nodes, be, root_fd, be->mount_id,
+			    opt->nodes ? opt->nodes : &no_nodes_opts);
+	if (r == 0 && opt->no_manifest)
 		manifest_disabled(&be->man);
-	} else {
-		char node[256];
-		manifest_node_default(node, sizeof(node));
-		int r = manifest_open(&be->man, root_fd, node, be->mount_id, &be->recovery);
-		if (r < 0) {	/* nothing runs yet: release what was made (a refused mount) */
-			bnode_put(be->root);
-			order_free(be->order);
-			return r;
-		}
+	else if (r == 0)
+		r = manifest_open(&be->man, root_fd, be->nodes->node, be->mount_id, &be->recovery);
+	if (r == 0)
+		r = nodes_run(be->nodes);
+	if (r < 0) {	/* not started: leave nothing behind */
+		nodes_stop(be->nodes, false);
+		free(be->nodes);
+		be->nodes = NULL;
+		order_free(be->order);
+		be->order = NULL;
+		bnode_put(be->root);
+		return r;
 	}
 
 	/* Probe the I/O engine once so stats can say which one runs and why. */
@@ -749,6 +791,11 @@ void backend_stop(struct backend *be)
 	threads_join(be, false);
 	bool clean = list_empty(&be->ops);
 	manifest_close(&be->man, atomic_load(&be->durable_seq), clean);
+	if (be->nodes) {
+		nodes_stop(be->nodes, clean);	/* the last watermark, then the lease */
+		free(be->nodes);
+		be->nodes = NULL;
+	}
 	while (!list_empty(&be->ops)) {
 		struct op *op = list_entry(be->ops.next, struct op, link);
 		list_del(&op->link);

@@ -36,6 +36,7 @@
  */
 #include "backend/manifest_priv.h"
 #include "backend/bsys.h"
+#include "backend/digest.h"
 #include "cache/json.h"
 #include "cache/log.h"
 #include "cache/strmap.h"
@@ -112,6 +113,7 @@ struct rrec {
 	uint64_t size;
 	bool exchange;
 	bool same_as_before;	/* a version whose path held these very contents already */
+	uint64_t format;	/* its mount's manifest format */
 };
 
 /* The newest digest the log gives each path (file records, and renames). */
@@ -123,6 +125,7 @@ struct hnode {
 
 struct rscan {
 	char prev[24];		/* the last mount of this log */
+	uint64_t prev_format;	/* its manifest format (1: whole-file XXH3-128 digests) */
 	bool prev_clean;
 	uint64_t prev_durable;
 	struct rrec *ops;	/* operations of prev after its last durable record */
@@ -279,6 +282,8 @@ int rscan_cb(void *arg, const char *p, size_t len, uint64_t off)
 	if (!strcmp(t, "mount")) {
 		rscan_reset_ops(s);
 		snprintf(s->prev, sizeof(s->prev), "%s", mid);
+		s->prev_format = MANIFEST_FORMAT;
+		json_u64(&o, "format", &s->prev_format);
 		s->prev_clean = false;
 		s->prev_durable = 0;
 		goto out;
@@ -314,6 +319,7 @@ int rscan_cb(void *arg, const char *p, size_t len, uint64_t off)
 		json_u64(&o, "size", &r.size);
 		r.exchange = json_bool(&o, "exchange", &exch) && exch;
 		r.same_as_before = same;
+		r.format = s->prev_format;
 		rrecs_push(&s->ops, &s->nops, &s->capops, &r);
 	}
 out:
@@ -343,7 +349,9 @@ static bool rec_applied(int root_fd, const struct rrec *r)
 		bool ok = false;
 		if (fd < 0)
 			return false;
-		if (hash_fd(fd, &h, &size) == 0 && size == r->size) {
+		/* The digest its mount wrote (format 1: one XXH3-128 of the whole file). */
+		if (digest_fd_kind(fd, r->format == 1 ? DIGEST_FLAT : DIGEST_RUNS, &h, &size) == 0 &&
+		    size == r->size) {
 			hash_hex(h, hex);
 			ok = r->xxh3 && !strcmp(hex, r->xxh3);
 		}

@@ -3,6 +3,7 @@
  * See cache.h for the ownership rules and lock order.
  */
 #include "cache/cache.h"
+#include "cache/adopt.h"
 #include "cache/cfile.h"
 
 #include <errno.h>
@@ -85,8 +86,12 @@ static void release_locked(struct cache *c, struct chunk *ch)
 {
 	chunk_unlist(c, ch);
 	state_bytes(c, ch, -1);
-	atomic_fetch_sub(&c->st.used_bytes, ch->cap);
 	ch->state = CH_FREE;
+	if (ch->pool) {		/* a GPU session's chunk goes back to its pool */
+		cpool_chunk_released(c, ch);
+		return;
+	}
+	atomic_fetch_sub(&c->st.used_bytes, ch->cap);
 	ch->owner = NULL;
 	if (ch->parent) {
 		struct chunk *p = ch->parent;

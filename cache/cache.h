@@ -45,6 +45,7 @@
 #include <stdatomic.h>
 
 struct cfile;
+struct cpool;
 
 enum chunk_state { CH_FREE = 0, CH_DIRTY, CH_CLEAN, CH_SPLIT };
 enum chunk_list { CL_NONE = 0, CL_CLEAN, CL_SPILL };
@@ -66,6 +67,7 @@ struct chunk {
 	uint8_t list;		/* enum chunk_list (cache->lock) */
 	/* a slot: the split chunk it is cut from; a split chunk: its slots */
 	struct chunk *parent;
+	struct cpool *pool;	/* memory lent by a GPU session, not the arena (adopt.h) */
 	struct chunk *slots;	/* nslots descriptors, made at its first split */
 	uint64_t free_slots;	/* split chunk: bitmap of free slots */
 };

@@ -4,6 +4,7 @@
  * rules are in cfile.h.
  */
 #include "cache/cfile.h"
+#include "cache/adopt.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -249,6 +250,7 @@ void cfile_set_base_lazy(struct cfile *cf, uint64_t len, uint64_t ver)
 	pthread_mutex_lock(&cf->lock);
 	if (len) {
 		struct clayer *l = layer_new(NULL, ver ? ver : 1);
+		l->base = true;
 		layer_add(l, 0, len);
 		layers_append(cf, l);
 		cf->base_lazy = true;
@@ -268,6 +270,20 @@ void cfile_set_base_fd(struct cfile *cf, int fd)
 	pthread_mutex_unlock(&cf->lock);
 	if (fd >= 0)
 		close(fd);
+}
+
+struct cfd *cfile_base_ref(struct cfile *cf)
+{
+	struct cfd *f = NULL;
+
+	pthread_mutex_lock(&cf->lock);
+	if (cf->nlayers && !cf->dirty && list_empty(&cf->versions)) {
+		struct clayer *l = cf->layers[cf->nlayers - 1];
+		if (l->ver && l->f)
+			f = cfd_get(l->f);
+	}
+	pthread_mutex_unlock(&cf->lock);
+	return f;
 }
 
 uint64_t cfile_size(struct cfile *cf)
@@ -750,6 +766,8 @@ static void ver_release_locked(struct cver *v, bool published)
 		if (s->kind == CSEG_MEM) {
 			struct chunk *ch = s->ch;
 			ch->vrefs--;
+			if (published && ch->in_map && ch->pool)	/* equal to v: evict to its pool */
+				cfile_evict_locked(cf, ch);
 			if (published && ch->in_map)	/* C1 kept it equal to v: C2 */
 				cache_chunk_set_state(cf->cache, ch, CH_CLEAN);
 			else
@@ -780,12 +798,39 @@ void cfile_published(struct cver *v, struct cfd *out)
 			cf->layers[k++] = l;
 	}
 	cf->nlayers = k;
+	cf->base_lazy = false;
 	if (out) {
-		struct clayer *base = layer_new(cfd_get(out), v->seq);
+		/* Nobody has it open: keep no descriptor (it is reopened when needed). */
+		struct clayer *base = layer_new(cf->opens ? cfd_get(out) : NULL, v->seq);
+		base->base = true;
 		layer_add(base, 0, CKPT_MIN(CKPT_MIN(v->size, v->trunc_after), cf->size));
 		layers_append(cf, base);
+		cf->base_lazy = !cf->opens && base->next;
+		if (!base->next) {	/* nothing of it is used: no layer at all */
+			layer_free(cf->layers[--cf->nlayers]);
+		}
 	}
-	cf->base_lazy = false;
+	pthread_mutex_unlock(&cf->lock);
+}
+
+void cfile_opened(struct cfile *cf)
+{
+	pthread_mutex_lock(&cf->lock);
+	cf->opens++;
+	pthread_mutex_unlock(&cf->lock);
+}
+
+void cfile_closed(struct cfile *cf)
+{
+	pthread_mutex_lock(&cf->lock);
+	if (--cf->opens == 0 && cf->nlayers && !cf->base_lazy) {
+		struct clayer *base = cf->layers[cf->nlayers - 1];
+		if (base->base && base->f) {
+			cfd_put(base->f);	/* versions hold their own references */
+			base->f = NULL;
+			cf->base_lazy = true;
+		}
+	}
 	pthread_mutex_unlock(&cf->lock);
 }
 
@@ -892,4 +937,115 @@ void cfile_spill_end(struct cfile *cf, struct spill_job *job, int err)
 	chunk_maybe_free(cf, ch);
 	pthread_mutex_unlock(&cf->lock);
 	cfd_put(job->f);
+}
+
+/* ---- chunks lent by a GPU session (adopt.h) ----------------------------- */
+
+/* Fill [a, b) of nc (offsets within the chunk) from old where it holds them, else from below. */
+static int adopt_fill(struct cfile *cf, struct chunk *nc, const struct chunk *old,
+		      uint32_t a, uint32_t b, uint64_t *merged)
+{
+	const uint64_t cbase = nc->index * cf->cache->chunk_size;
+	uint32_t olo = old ? old->lo : b, ohi = old ? old->hi : b;
+	int r = 0;
+
+	if (a >= b)
+		return 0;
+	if (a < CKPT_MIN(b, olo))
+		r = chunk_fill_under(cf, nc, cbase + a, cbase + CKPT_MIN(b, olo));
+	if (r == 0 && CKPT_MAX(a, olo) < CKPT_MIN(b, ohi)) {
+		uint32_t x = CKPT_MAX(a, olo), y = CKPT_MIN(b, ohi);
+		memcpy(nc->mem + x, old->mem + x, y - x);
+	}
+	if (r == 0 && CKPT_MAX(a, ohi) < b)
+		r = chunk_fill_under(cf, nc, cbase + CKPT_MAX(a, ohi), cbase + b);
+	*merged += b - a;
+	return r;
+}
+
+int cfile_adopt(struct cfile *cf, uint64_t index, struct chunk *nc, const struct cext *rg,
+		uint32_t n, uint64_t *merged)
+{
+	const uint64_t cs = cf->cache->chunk_size;
+	uint64_t captured = 0;
+	uint32_t pos, lo, hi, p;
+	struct chunk *old;
+	int r = 0;
+
+	*merged = 0;
+	if (n == 0 || nc->cap != cs || rg[n - 1].hi > cs || index > UINT64_MAX / cs - 1)
+		return -EINVAL;
+	pthread_mutex_lock(&cf->lock);
+	if (cf->base_lazy) {
+		pthread_mutex_unlock(&cf->lock);
+		return -EAGAIN;
+	}
+	old = map_get(cf, index, &pos);
+	lo = (uint32_t)rg[0].lo;
+	hi = (uint32_t)rg[n - 1].hi;
+	if (old) {
+		lo = CKPT_MIN(lo, old->lo);
+		hi = CKPT_MAX(hi, old->hi);
+	}
+	nc->index = index;
+	/* The gaps between captured ranges, and what lies beyond them in old. */
+	p = lo;
+	for (uint32_t k = 0; k <= n && r == 0; k++) {
+		uint32_t end = k < n ? (uint32_t)rg[k].lo : hi;
+		r = adopt_fill(cf, nc, old, p, end, merged);
+		if (k < n) {
+			captured += rg[k].hi - rg[k].lo;
+			p = (uint32_t)rg[k].hi;
+		}
+	}
+	if (r < 0) {
+		pthread_mutex_unlock(&cf->lock);
+		return r;
+	}
+	nc->owner = cf;
+	nc->lo = lo;
+	nc->hi = hi;
+	nc->vrefs = nc->pins = 0;
+	if (old) {
+		map_remove(cf, pos);
+		chunk_maybe_free(cf, old);	/* a version reading it keeps it (C1, C5) */
+	}
+	map_insert(cf, pos, nc);
+	cache_chunk_set_state(cf->cache, nc, CH_DIRTY);
+	if (index * cs + hi > cf->size)
+		cf->size = index * cs + hi;
+	cf->dirty = true;
+	cf->absorbed += captured;
+	atomic_fetch_add(&cf->cache->st.absorbed_bytes, captured);
+	pthread_mutex_unlock(&cf->lock);
+	return 0;
+}
+
+int cfile_unpool_chunk(struct cfile *cf, struct chunk *ch)
+{
+	struct chunk *n;
+	uint32_t pos;
+	int r = cache_chunk_alloc(cf->cache, cf, false, true, &n);
+
+	if (r < 0)
+		return r;	/* a bounded wait gave up (shutdown, stalled backend) */
+	r = -EBUSY;
+	pthread_mutex_lock(&cf->lock);
+	if (ch->owner == cf && ch->in_map && ch->state == CH_DIRTY && !ch->vrefs && !ch->pins &&
+	    map_get(cf, ch->index, &pos) == ch) {
+		n->index = ch->index;
+		n->lo = ch->lo;
+		n->hi = ch->hi;
+		memcpy(n->mem + ch->lo, ch->mem + ch->lo, ch->hi - ch->lo);
+		map_remove(cf, pos);
+		map_insert(cf, pos, n);
+		cache_chunk_set_state(cf->cache, n, CH_DIRTY);
+		chunk_maybe_free(cf, ch);
+		n = NULL;
+		r = 0;
+	}
+	pthread_mutex_unlock(&cf->lock);
+	if (n)
+		cache_chunk_free(cf->cache, n);
+	return r;
 }

@@ -54,6 +54,7 @@ struct clayer {
 	struct cext *ext;
 	uint32_t next, cap;
 	uint64_t ver;		/* sequence that sealed or published it; 0 = live stage */
+	bool base;		/* the published file (reopened by name when f is NULL) */
 };
 
 enum cseg_kind { CSEG_MEM, CSEG_FD, CSEG_ZERO };
@@ -85,6 +86,7 @@ struct cfile {
 	bool dirty;		/* modified since the last seal */
 	uint64_t absorbed;	/* bytes written since the last seal (stats) */
 	bool base_lazy;		/* last layer is a base whose fd is not open yet */
+	uint32_t opens;		/* open handles on it (the front end's count) */
 	void *owner;		/* the upper layer's object (opaque here) */
 };
 
@@ -115,6 +117,12 @@ void cfile_put(struct cfile *cf);
  */
 void cfile_set_base_lazy(struct cfile *cf, uint64_t len, uint64_t ver);
 void cfile_set_base_fd(struct cfile *cf, int fd);
+/*
+ * The base file of a clean file with nothing pending (the version loaded or
+ * last published), as a reference; NULL if it has none open, or is dirty or
+ * flushing.  For telling whether a backend name still holds that file.
+ */
+struct cfd *cfile_base_ref(struct cfile *cf);
 
 /*
  * Write len bytes at off.  `copy` fills dst (len bytes of the write starting
@@ -134,6 +142,15 @@ void cfile_truncate(struct cfile *cf, uint64_t size);
  */
 int cfile_map(struct cfile *cf, uint64_t off, uint64_t len, struct cseg **segs, uint32_t *nseg);
 void cfile_unmap(struct cfile *cf, struct cseg *segs, uint32_t nseg);
+
+/*
+ * The front end counts its open handles: a published file nobody has open
+ * keeps no backend descriptor (a mount that published 100,000 files must not
+ * hold 100,000 fds); its base is reopened lazily (cfile_set_base_fd) when a
+ * read or write needs it.
+ */
+void cfile_opened(struct cfile *cf);
+void cfile_closed(struct cfile *cf);
 
 /*
  * Seal the current contents as version `seq`; the file becomes clean.

@@ -28,8 +28,10 @@
  * path never sees it.
  */
 #include "fs/fs.h"
+#include "backend/marker.h"
 #include "fs/ctl_parse.h"
 #include "cache/log.h"
+#include "fs/session.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -116,6 +118,8 @@ static void rates_update(struct ckptfs *fs, uint64_t absorbed, uint64_t persiste
 	}
 	pthread_mutex_unlock(&fs->rate_lock);
 }
+
+static void nodes_json(struct ckptfs *fs, struct strbuf *b);
 
 static void stats_json(struct ckptfs *fs, struct strbuf *b)
 {
@@ -227,6 +231,7 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 	sb_printf(b, ", \"backend_state\": \"%s\", \"blocked_ops\": %u, \"blocked\": ",
 		  nblocked ? "blocked" : atomic_load(&be->st.degraded) ? "degraded" : "ok", nblocked);
 	sb_json_str(b, blocked);
+	sb_printf(b, ", \"blocked_attempts\": %u", nblocked ? bl.attempts : 0u);
 	sb_printf(b, ", \"blocked_seq\": %llu, \"blocked_uid\": %ld, \"blocked_for_s\": %.3f"
 		  ", \"blocked_behind\": %u, \"files_open_for_writing\": %llu",
 		  nblocked ? (unsigned long long)bl.seq : 0ull, nblocked ? (long)bl.actor : -1l,
@@ -239,7 +244,57 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 		  fs->opt.manifest ? "true" : "false", rr->unclean ? "true" : "false",
 		  (unsigned long long)rr->inflight_files, (unsigned long long)rr->orphans_removed,
 		  (unsigned long long)rr->torn_bytes, (unsigned long long)rr->corrupt_records);
+	session_stats_json(fs, b);
+	nodes_json(fs, b);
 	sb_printf(b, "}\n");
+}
+
+/* This node among its peers, and the marker it holds for them (backend/nodes.h). */
+static void nodes_json(struct ckptfs *fs, struct strbuf *b)
+{
+	struct nodes *nd = fs->be.nodes;
+	struct held_marker h;
+	unsigned nheld = 0, known;
+	char behind[NODE_NAME_MAX + 1], pats[1024];
+	double behind_s;
+	uint64_t wall = wall_ns(), wm = atomic_load(&nd->wm_before_ns);
+	int wm_err = atomic_load(&nd->wm_err);
+
+	sb_printf(b, ", \"node\": ");
+	sb_json_str(b, nd->node);
+	sb_printf(b, ", \"lease\": \"%s\", \"node_flock\": %s",
+		  atomic_load(&nd->lease_lost) ? "lost" : "held", nd->flock_ok ? "true" : "false");
+	sb_printf(b, ", \"watermark_age_s\": %.3f, \"watermark_seq\": %llu, \"watermark_writes\": %llu"
+		  ", \"watermark_error\": ", wm && wall > wm ? (double)(wall - wm) / 1e9 : 0.0,
+		  (unsigned long long)atomic_load(&nd->wm_seq),
+		  (unsigned long long)atomic_load(&nd->wm_writes));
+	sb_json_str(b, wm_err ? strerror(-wm_err) : "");
+	sb_printf(b, ", \"clock_maxerror_s\": %.6f, \"clock_synced\": %s",
+		  (double)atomic_load(&nd->maxerror_ns) / 1e9, atomic_load(&nd->synced) ? "true" : "false");
+	nodes_peer_summary(nd, &known, behind, sizeof(behind), &behind_s);
+	sb_printf(b, ", \"peers\": %u, \"peers_known\": %u, \"peer_behind\": ",
+		  nd->opt.npeer_names ? nd->opt.npeer_names
+		  : nd->opt.peers_count > 1 ? nd->opt.peers_count - 1 : 0, known);
+	sb_json_str(b, behind);
+	sb_printf(b, ", \"peer_behind_s\": %.3f, \"markers\": ", behind_s);
+	marker_describe(pats, sizeof(pats));
+	sb_json_str(b, pats);
+	bool held = nodes_held_report(nd, &h, &nheld);
+	sb_printf(b, ", \"markers_held\": %u, \"marker_held\": ", nheld);
+	sb_json_str(b, held ? h.path : "");
+	sb_printf(b, ", \"marker_held_seq\": %llu, \"marker_held_for\": ",
+		  held ? (unsigned long long)h.seq : 0ull);
+	sb_json_str(b, held ? h.waiting : "");
+	sb_printf(b, ", \"marker_held_reason\": ");
+	sb_json_str(b, held ? h.reason : "");
+	sb_printf(b, ", \"marker_held_since_s\": %.3f, \"marker_held_since_wall\": %.3f"
+		  ", \"markers_held_total\": %llu, \"markers_released_by_policy\": %llu"
+		  ", \"marker_wait_last_s\": %.3f",
+		  held ? (double)(now_ns() - h.since_ns) / 1e9 : 0.0,
+		  held ? (double)h.since_wall_ns / 1e9 : 0.0,
+		  (unsigned long long)atomic_load(&nd->markers_held_total),
+		  (unsigned long long)atomic_load(&nd->markers_released_by_policy),
+		  (double)atomic_load(&nd->marker_wait_ns_last) / 1e9);
 }
 
 /* Pending files; `only` >= 0: just those owned or being written by that uid. */
@@ -276,11 +331,14 @@ static struct fsnode *lookup_path(struct ckptfs *fs, const char *path)
 	char *dup = xstrdup(path), *save = NULL, *tok;
 
 	for (tok = strtok_r(dup, "/", &save); tok && n; tok = strtok_r(NULL, "/", &save)) {
-		struct fsdent *d;
-		if (!S_ISDIR(n->mode) || dir_load(fs, n) < 0 || !(d = dent_find(fs, n, tok)))
-			n = NULL;
-		else
-			n = d->node;
+		struct fsdent *d = NULL;
+		/* dir_load may drop fs->ns: n is held meanwhile, and d looked up after. */
+		node_ref(n);
+		if (S_ISDIR(n->mode) && dir_load(fs, n) >= 0)
+			d = dent_find(fs, n, tok);
+		struct fsnode *next = d ? d->node : NULL;
+		node_unref(fs, n);
+		n = next;
 	}
 	free(dup);
 	return n;
@@ -489,7 +547,9 @@ static void ctl_command(struct ckptfs *fs, struct fshandle *h, const struct ctl_
 		unsigned n = backend_blocked(&fs->be, &bl, 1);
 		backend_retry(&fs->be);
 		log_info("retry of %u blocked operations requested through the control file", n);
-		sb_printf(&h->out, "{\"ok\": true, \"retrying\": %u}\n", n);
+		sb_printf(&h->out, "{\"ok\": true, \"retrying\": %u, \"blocked_seq\": %llu, "
+			  "\"blocked_attempts\": %u}\n", n, n ? (unsigned long long)bl.seq : 0ull,
+			  n ? bl.attempts : 0u);
 		return;
 	}
 	if (cmd->kind == CTL_CMD_SKIP) {

@@ -9,12 +9,16 @@
  *                                          depends on it (an administrator's act)
  *   ckptfs-ctl verify PATH...              check backend files against the
  *                                          manifest (see verify.c)
+ *   ckptfs-ctl hash [--format N] FILE...   print the digest the manifest
+ *                                          records for each file (digest.h)
  *   ckptfs-ctl help
  *
- * Exit: 0 success; 1 not durable (timeout, backend error) or a verify
- * failure; 2 usage errors.
+ * Exit: 0 success; 1 not durable (timeout, backend error), a verify
+ * failure or a file hash could not read; 2 usage errors.
  */
 #include "fs/cli.h"
+#include "backend/digest.h"
+#include "backend/manifest.h"
 #include "cache/json.h"
 #include "cache/util.h"
 
@@ -24,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int verify_main(int argc, char **argv);	/* verify.c */
@@ -46,9 +51,13 @@ static void usage(FILE *f)
 "                             that user's later checkpoint markers are dropped and\n"
 "                             recorded as skipped in the manifest\n"
 "  verify [-j N | --jobs N] [-q | --quiet] PATH...\n"
-"                             recompute the XXH3-128 of backend files and compare\n"
+"                             recompute the digest of backend files and compare\n"
 "                             with the manifest; PATH is a backend directory (no\n"
 "                             daemon needed) or a directory in a ckptfs mount\n"
+"  hash [--format N] FILE...  print each file's digest as the manifest records it\n"
+"                             (N=2, the default: block-run XXH3-128, holes not\n"
+"                             read; N=1: XXH3-128 of the whole file, as format-1\n"
+"                             manifests did); FILE - is standard input\n"
 "  help                       this help\n");
 }
 
@@ -191,6 +200,100 @@ static int cmd_flush(int argc, char **argv)
 	return r;
 }
 
+static int cmd_hash(int argc, char **argv)
+{
+	enum digest_kind kind = DIGEST_RUNS;
+	int nfiles = 0, rc = 0;
+
+	for (int i = 0; i < argc; i++) {
+		if (!strcmp(argv[i], "--format") || !strncmp(argv[i], "--format=", 9)) {
+			const char *v = argv[i][8] == '=' ? argv[i] + 9 : (i + 1 < argc ? argv[++i] : "");
+			if (strcmp(v, "1") && strcmp(v, "2")) {
+				fprintf(stderr, "%s: --format needs a manifest format, 1 or 2, not '%s'\n",
+					prog, v);
+				return CLI_USAGE;
+			}
+			kind = v[0] == '1' ? DIGEST_FLAT : DIGEST_RUNS;
+		} else if (argv[i][0] == '-' && argv[i][1]) {
+			fprintf(stderr, "%s: hash: unknown option '%s'\n", prog, argv[i]);
+			return CLI_USAGE;
+		} else {
+			nfiles++;
+		}
+	}
+	if (!nfiles) {
+		fprintf(stderr, "%s: hash needs at least one FILE\n", prog);
+		return CLI_USAGE;
+	}
+	for (int i = 0; i < argc; i++) {
+		const char *f = argv[i];
+		XXH128_hash_t h;
+		struct stat st;
+		char hex[33];
+		int fd, r;
+
+		if (!strcmp(f, "--format")) {
+			i++;
+			continue;
+		}
+		if (!strncmp(f, "--format=", 9))
+			continue;
+		fd = strcmp(f, "-") ? open(f, O_RDONLY | O_CLOEXEC) : STDIN_FILENO;
+		if (fd < 0 || fstat(fd, &st) < 0) {
+			r = -errno;
+		} else if (S_ISDIR(st.st_mode)) {
+			r = -EISDIR;
+		} else {
+			r = digest_fd_kind(fd, kind, &h, NULL);
+		}
+		if (fd > STDIN_FILENO)
+			close(fd);
+		if (r < 0) {
+			fprintf(stderr, "%s: hash: %s: %s\n", prog, f, strerror(-r));
+			rc = 1;
+			continue;
+		}
+		hash_hex(h, hex);
+		printf("%s  %s\n", hex, f);
+	}
+	return rc;
+}
+
+/*
+ * After a retry: watch the stats (no daemon thread waits for us) until the
+ * first blocked operation went through or failed once more, up to 20 s, and
+ * say which.  0 when nothing is blocked any more.
+ */
+static int retry_outcome(const char *mnt, double n, double seq, double attempts)
+{
+	printf("%s: retrying %.0f blocked operations now\n", mnt, n);
+	if (n == 0)
+		return 0;
+	for (int i = 0; i < 200; i++) {
+		char *text = cli_read_ctl(prog, mnt, "stats");
+		struct json_obj s;
+		int done = -1;
+		if (text && json_parse(text, strlen(text), &s, NULL, 0) == 0) {
+			if (json_num_or0(&s, "blocked_ops") == 0) {
+				printf("%s: nothing is blocked any more\n", mnt);
+				done = 0;
+			} else if (json_num_or0(&s, "blocked_seq") != seq ||
+				   json_num_or0(&s, "blocked_attempts") > attempts) {
+				fprintf(stderr, "%s: %s: still blocked at %s\n", prog, mnt,
+					json_str(&s, "blocked") ? json_str(&s, "blocked") : "?");
+				done = 1;
+			}
+			json_free(&s);
+		}
+		free(text);
+		if (done >= 0)
+			return done;
+		usleep(100 * 1000);
+	}
+	fprintf(stderr, "%s: %s: the retry has not finished after 20 s; see ckptfs-stat\n", prog, mnt);
+	return 1;
+}
+
 /* retry MOUNT | skip MOUNT SEQ: one command to the control file. */
 static int cmd_admin(const char *cmd, int argc, char **argv)
 {
@@ -224,7 +327,8 @@ static int cmd_admin(const char *cmd, int argc, char **argv)
 		fprintf(stderr, "%s: %s: %s\n", prog, cmd,
 			json_str(&o, "error") ? json_str(&o, "error") : answer);
 	else if (!strcmp(cmd, "retry"))
-		printf("%s: retrying %.0f blocked operations now\n", mnt, json_num_or0(&o, "retrying"));
+		r = retry_outcome(mnt, json_num_or0(&o, "retrying"), json_num_or0(&o, "blocked_seq"),
+				  json_num_or0(&o, "blocked_attempts"));
 	else
 		printf("%s", json_str(&o, "report") ? json_str(&o, "report") : "");
 	json_free(&o);
@@ -251,6 +355,8 @@ int main(int argc, char **argv)
 		return cmd_admin(cmd, argc - 2, argv + 2);
 	if (!strcmp(cmd, "verify"))
 		return verify_main(argc - 2, argv + 2);
+	if (!strcmp(cmd, "hash"))
+		return cmd_hash(argc - 2, argv + 2);
 	fprintf(stderr, "%s: unknown command '%s' (try: ckptfs-ctl help)\n", prog, cmd);
 	return CLI_USAGE;
 }

@@ -4,9 +4,13 @@
  *
  * The mount shows the backend with every pending operation applied on top.
  * A directory's entries are read from the backend the first time it is
- * touched; from then on the in-memory table is authoritative and every
- * change is both applied here and queued (with its sequence number) for
- * the publisher, so lookups never wait for the backend.
+ * touched, outside fs->ns; every change made here is both applied to the
+ * in-memory table and queued (with its sequence number) for the publisher.
+ * Other nodes change the backend too: after attr_timeout, a lookup or
+ * listing of a loaded directory has it revalidated against the backend (by
+ * the refresher thread, waiting for it only briefly), and what the backend
+ * gained or lost is merged in, this node's own unpublished changes keeping
+ * precedence (node.c).
  *
  * Lock order: fs->ns -> node->alock -> cfile->lock -> backend locks.
  *   fs->ns     the namespace: dentries, the dentry hash, node lifetimes
@@ -29,6 +33,14 @@
 #include <sys/stat.h>
 
 struct fsnode;
+
+/* What tells one backend object, or one state of it, from another. */
+struct bstamp {
+	ino_t ino;
+	mode_t mode;
+	off_t size;
+	struct timespec mtime, ctime;
+};
 
 struct fsdent {
 	struct fsdent *hnext;	/* hash chain */
@@ -58,6 +70,17 @@ struct fsnode {
 	uint32_t nentries;
 	uint32_t nsubdirs;
 	bool loaded;		/* entries read from the backend */
+	bool loading;		/* a thread reads it now; others wait on fs->load_cond */
+	bool refreshing;	/* queued for, or in, a revalidation (fs->refresh_q) */
+	bool gone;		/* removed from the backend by someone else: nothing is made in it */
+	bool track;		/* a revalidation runs: names changed here go to `changed` */
+	struct list rlink;	/* fs->refresh_q */
+	uint64_t valid_ns;	/* when the read its entries reflect began (monotonic) */
+	uint64_t refresh_deadline_ns;	/* requests wait for a revalidation until then */
+	uint64_t listed_wall_ns;	/* wall clock when its entries were last read whole */
+	struct bstamp stamp;	/* the backend directory as of that read */
+	char **changed;		/* names added or removed here while `track` */
+	uint32_t nchanged;
 
 	/* regular files (ns) */
 	bool ever_sealed;	/* a version was queued or it came from the backend */
@@ -74,6 +97,8 @@ struct fsnode {
 	gid_t gid;
 	struct timespec atime, mtime, ctime;
 	uint64_t loaded_size;	/* size on the backend when loaded (cf == NULL) */
+	struct bstamp bid;	/* the backend object as last seen in a listing (ns) */
+	bool bknown;		/* bid is set */
 	char *symlink;
 	dev_t rdev;		/* device nodes */
 	struct xattr *xattrs;	/* alock */
@@ -129,6 +154,11 @@ struct ckptfs {
 	int root_fd;
 
 	pthread_mutex_t ns;
+	pthread_cond_t load_cond;	/* a directory load or revalidation ended (ns) */
+	struct list refresh_q;		/* directories to revalidate (ns) */
+	pthread_cond_t refresh_cond;
+	pthread_t refresher;
+	bool refresher_started, refresher_stop;
 	struct fsnode *root;
 	struct fsdent **htab;
 	size_t hsize, hcount;
@@ -158,6 +188,7 @@ struct ckptfs {
 		uint64_t progress;	/* backend_progress() as a waiter last saw it */
 		uint64_t progress_ns;	/* when it last changed (0: never sampled) */
 	} waits;
+	struct sessions *sessions;	/* GPU capture sessions (session.c) */
 
 	char *zeros;		/* ZERO segments of read replies */
 	size_t zeros_len;
@@ -180,8 +211,24 @@ struct fsdent *dent_find(struct ckptfs *fs, struct fsnode *dir, const char *name
 struct fsdent *dent_add(struct ckptfs *fs, struct fsnode *dir, const char *name, struct fsnode *n);
 void dent_remove(struct ckptfs *fs, struct fsdent *d);
 struct fsdent *node_first_dent(struct fsnode *n);
-/* Read a directory's entries from the backend if not done yet: 0 or -errno. */
+/*
+ * Read a directory's entries from the backend if not done yet, outside
+ * fs->ns (concurrent callers wait for the one read).  0 if the lock was held
+ * throughout, DIR_DROPPED if it was dropped (dentries looked up before are
+ * stale: look again), or -errno.
+ */
+#define DIR_DROPPED 1
 int dir_load(struct ckptfs *fs, struct fsnode *dir);
+/*
+ * dir_load, then, if its entries are older than attr_timeout, have the
+ * refresher revalidate it against the backend, waiting at most
+ * DIR_REFRESH_WAIT_MS for it: a slow backend never stalls a lookup.
+ * For lookups and listings.  Same results as dir_load.
+ */
+#define DIR_REFRESH_WAIT_MS 100
+int dir_fresh(struct ckptfs *fs, struct fsnode *dir);
+/* Stop the refresher (no lock held), before the backend stops. */
+void fs_refresher_stop(struct ckptfs *fs);
 void node_fill_stat(struct ckptfs *fs, struct fsnode *n, struct stat *st);
 /* Open the backend file behind a loaded file's base (no lock needed). */
 int node_open_base(struct ckptfs *fs, struct fsnode *n);

@@ -10,6 +10,7 @@
  * 2 a usage error, with one line on stderr naming the problem.
  */
 #include "fs/fs.h"
+#include "fs/session.h"
 #include "backend/bsys.h"
 #include "cache/log.h"
 
@@ -198,6 +199,17 @@ static int drain_or_rescue(struct ckptfs *fs)
 	return -EIO;
 }
 
+/* The publisher's hooks for the node's peers (backend/nodes.h). */
+static uint64_t fs_hold(void *arg, const struct op *op)
+{
+	return nodes_hold(((struct ckptfs *)arg)->be.nodes, op);
+}
+
+static void fs_published(void *arg, uint64_t seq_durable, uint64_t durable_wall_ns)
+{
+	nodes_published(((struct ckptfs *)arg)->be.nodes);
+}
+
 /*
  * The kernel gives a FUSE mount a 128 KiB readahead; a restore reads whole
  * multi-GiB files.  Once INIT is answered, set the mount's own readahead
@@ -280,11 +292,16 @@ int main(int argc, char **argv)
 		.chown = geteuid() == 0,
 		.direct = fs->opt.direct,
 		.no_manifest = !fs->opt.manifest,
+		.nodes = &fs->opt.nodes,
 	};
-	struct backend_hooks hooks = { .stage_dir = fs_stage_dir, .arg = fs };
+	struct backend_hooks hooks = { .stage_dir = fs_stage_dir, .hold = fs_hold,
+				       .published = fs_published, .arg = fs };
 	if ((r = backend_start(&fs->be, fs->root_fd, &fs->cache, &bo, &hooks)) < 0) {
-		/* Metadata on the backend that is not ours: the line is printed already. */
-		rc = r == -MANIFEST_EREFUSED ? CKPTFS_USAGE_ERROR : 1;
+		/*
+		 * Metadata on the backend that is not ours, or a node another live
+		 * daemon holds: the line is printed already.
+		 */
+		rc = r == -MANIFEST_EREFUSED || r == -EADDRINUSE ? CKPTFS_USAGE_ERROR : 1;
 		if (rc == 1)
 			fprintf(stderr, "ckptfs: cannot start: %s\n", strerror(-r));
 		daemon_report(&status_fd, (unsigned char)rc);
@@ -333,6 +350,7 @@ int main(int argc, char **argv)
 		 format_size(fs->cache.size, sz, sizeof(sz)), fs->cache.chunk_size >> 10,
 		 fs->opt.flush_threads, bio_kind_name(fs->be.io_in_use),
 		 fs->opt.fsync_lazy ? "lazy" : "durable");
+	session_start(fs);
 	daemon_report(&status_fd, 0);
 	pthread_t ra;
 	bool ra_started = fs->opt.readahead && pthread_create(&ra, NULL, readahead_setter, fs) == 0;
@@ -341,6 +359,7 @@ int main(int argc, char **argv)
 	if (ra_started)
 		pthread_join(ra, NULL);	/* bounded: it gives up after 2 s, and stat()s an unmounted path */
 
+	session_stop(fs);
 	log_info("unmounted %s; draining %llu pending operations to %s", fs->opt.mountpoint_real,
 		 (unsigned long long)(backend_last_seq(&fs->be) - backend_durable_seq(&fs->be)),
 		 fs->opt.backend_real);
@@ -361,6 +380,7 @@ int main(int argc, char **argv)
 	}
 out_session:
 	fuse_session_destroy(fs->se);
+	fs_refresher_stop(fs);
 	backend_stop(&fs->be);
 	pthread_mutex_lock(&fs->ns);
 	/* Files still open when the session ended never get their RELEASE. */
@@ -374,6 +394,7 @@ out_session:
 	}
 	fs_free_namespace(fs);
 	pthread_mutex_unlock(&fs->ns);
+	session_free(fs);
 	fs_waits_destroy(fs);
 	cache_destroy(&fs->cache);
 	fuse_opt_free_args(&args);

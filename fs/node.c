@@ -16,6 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
+static void changed_note(struct fsnode *dir, const char *name);
+static void changed_clear(struct fsnode *dir);
+
 static uint64_t name_hash(const struct fsnode *dir, const char *name)
 {
 	uint64_t seed = (uint64_t)(uintptr_t)dir;
@@ -46,6 +49,7 @@ struct fsnode *node_new(struct ckptfs *fs, mode_t mode, uid_t uid, gid_t gid)
 	clock_gettime(CLOCK_REALTIME, &now);
 	list_init(&n->dents);
 	list_init(&n->entries);
+	list_init(&n->rlink);
 	pthread_mutex_init(&n->alock, NULL);
 	n->mode = mode;
 	n->uid = uid;
@@ -69,6 +73,7 @@ static void node_free(struct ckptfs *fs, struct fsnode *n)
 	}
 	bnode_put(n->b);
 	xattrs_free(n);
+	changed_clear(n);
 	free(n->symlink);
 	pthread_mutex_destroy(&n->alock);
 	list_del(&n->all);
@@ -159,6 +164,7 @@ struct fsdent *dent_add(struct ckptfs *fs, struct fsnode *dir, const char *name,
 	fs->hcount++;
 	list_add_tail(&dir->entries, &d->dlink);
 	dir->nentries++;
+	changed_note(dir, name);
 	if (S_ISDIR(n->mode))
 		dir->nsubdirs++;
 	list_add_tail(&n->dents, &d->nlink);
@@ -174,6 +180,7 @@ void dent_remove(struct ckptfs *fs, struct fsdent *d)
 		pp = &(*pp)->hnext;
 	*pp = d->hnext;
 	fs->hcount--;
+	changed_note(d->parent, d->name);
 	list_del(&d->dlink);
 	d->parent->nentries--;
 	if (S_ISDIR(d->node->mode))
@@ -230,6 +237,14 @@ void node_fill_stat(struct ckptfs *fs, struct fsnode *n, struct stat *st)
  * shown as they are; opening a FIFO, socket or device through the mount is
  * the kernel's business (FUSE sends no OPEN for them), so the daemon never
  * opens one.
+ *
+ * No backend call is made under fs->ns.  A directory is read in two steps:
+ * its entries are listed and stat'ed with the lock dropped (the directory
+ * node is referenced meanwhile; `loading` makes other threads wait on
+ * fs->load_cond for the one read), then the lock is taken again and the
+ * entries installed.  Callers that looked up dentries before must look
+ * again when dir_load says DIR_DROPPED (fsnodes are referenced, dentries
+ * are not).
  */
 static bool type_shown(mode_t mode)
 {
@@ -242,82 +257,518 @@ static bool type_shown(mode_t mode)
 	}
 }
 
-static struct fsnode *node_from_stat(struct ckptfs *fs, struct fsnode *dir, const char *name,
-				     const struct stat *st, int dfd)
+static void stamp_of(const struct stat *st, struct bstamp *b)
 {
-	struct fsnode *n = node_new(fs, st->st_mode, st->st_uid, st->st_gid);
+	b->ino = st->st_ino;
+	b->mode = st->st_mode;
+	b->size = st->st_size;
+	b->mtime = st->st_mtim;
+	b->ctime = st->st_ctim;
+}
 
+static bool ts_eq(struct timespec a, struct timespec b)
+{
+	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+static bool stamp_eq(const struct bstamp *a, const struct bstamp *b)
+{
+	return a->ino == b->ino && a->mode == b->mode && a->size == b->size &&
+	       ts_eq(a->mtime, b->mtime) && ts_eq(a->ctime, b->ctime);
+}
+
+/* One backend entry, read with the lock dropped. */
+struct bent {
+	char *name;
+	struct stat st;
+	char *target;		/* symlinks */
+	ino_t local_ino;	/* refresh: the inode this node's file has there, 0 unknown */
+};
+
+struct blist {
+	struct bent *v;
+	size_t n, cap;
+	int dfd;
+	bool at_root;
+};
+
+static int blist_add(void *arg, const char *name)
+{
+	struct blist *l = arg;
+	struct bent e = { 0 };
+
+	if (!name_valid(name) || backend_name_reserved(name, l->at_root))
+		return 0;
+	if (bsys.fstatat(l->dfd, name, &e.st) < 0 || !type_shown(e.st.st_mode))
+		return 0;	/* vanished meanwhile, or nothing the mount shows */
+	if (S_ISLNK(e.st.st_mode)) {
+		char buf[4096];
+		ssize_t len = bsys.readlinkat(l->dfd, name, buf, sizeof(buf) - 1);
+		buf[len < 0 ? 0 : len] = '\0';
+		e.target = xstrdup(buf);
+	}
+	e.name = xstrdup(name);
+	if (l->n == l->cap) {
+		l->cap = l->cap ? l->cap * 2 : 64;
+		l->v = xrealloc(l->v, l->cap * sizeof(*l->v));
+	}
+	l->v[l->n++] = e;
+	return 0;
+}
+
+static void blist_free(struct blist *l)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		free(l->v[i].name);
+		free(l->v[i].target);
+	}
+	free(l->v);
+	memset(l, 0, sizeof(*l));
+}
+
+static int bent_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct bent *)a)->name, ((const struct bent *)b)->name);
+}
+
+static struct bent *blist_find(struct blist *l, const char *name)
+{
+	struct bent key = { .name = (char *)name };
+	return l->n ? bsearch(&key, l->v, l->n, sizeof(*l->v), bent_cmp) : NULL;
+}
+
+/* List dir's backend entries (no lock held): 0 or -errno; *st gets the directory's own. */
+static int backend_list(struct ckptfs *fs, struct bnode *dir, bool at_root, struct blist *l,
+			struct stat *st)
+{
+	int r;
+
+	memset(l, 0, sizeof(*l));
+	l->at_root = at_root;
+	if ((l->dfd = bnode_dirfd(&fs->be, dir)) < 0)
+		return l->dfd;
+	if ((r = bsys.fstatat(l->dfd, "", st)) < 0 || (r = bsys.readdir(l->dfd, blist_add, l)) < 0) {
+		blist_free(l);
+		return r;
+	}
+	if (l->n)
+		qsort(l->v, l->n, sizeof(*l->v), bent_cmp);
+	return 0;
+}
+
+/* A node's attributes and identity as the backend has them. */
+static void attrs_from_backend(struct fsnode *n, const struct stat *st)
+{
+	pthread_mutex_lock(&n->alock);
+	n->mode = st->st_mode;
+	n->uid = st->st_uid;
+	n->gid = st->st_gid;
 	n->atime = st->st_atim;
 	n->mtime = st->st_mtim;
 	n->ctime = st->st_ctim;
+	pthread_mutex_unlock(&n->alock);
+	stamp_of(st, &n->bid);
+	n->bknown = true;
+}
+
+static struct fsnode *node_from_bent(struct ckptfs *fs, struct fsnode *dir, const struct bent *e)
+{
+	const struct stat *st = &e->st;
+	struct fsnode *n = node_new(fs, st->st_mode, st->st_uid, st->st_gid);
+
+	attrs_from_backend(n, st);
 	if (S_ISREG(st->st_mode)) {
 		n->ever_sealed = true;
 		n->loaded_size = (uint64_t)st->st_size;
 	} else if (S_ISLNK(st->st_mode)) {
-		char buf[4096];
-		ssize_t len = bsys.readlinkat(dfd, name, buf, sizeof(buf) - 1);
-		buf[len < 0 ? 0 : len] = '\0';
-		n->symlink = xstrdup(buf);
+		n->symlink = xstrdup(e->target ? e->target : "");
 	} else if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode)) {
 		n->rdev = st->st_rdev;
 	}
-	bnode_set_loaded(&fs->be, n->b, dir->b, name);
+	bnode_set_loaded(&fs->be, n->b, dir->b, e->name);
 	return n;
 }
 
-struct dir_loader {
-	struct ckptfs *fs;
-	struct fsnode *dir;
-	int dfd;
+/* The first read of dir: install every entry (ns held, dir empty). */
+static void install_all(struct ckptfs *fs, struct fsnode *dir, struct blist *l)
+{
 	struct fsnode *hardlinks[64];	/* multi-link files met in this directory */
 	ino_t hl_ino[64];
-	unsigned nhl;
-};
+	unsigned nhl = 0;
 
-static int dir_load_entry(void *arg, const char *name)
-{
-	struct dir_loader *l = arg;
-	struct ckptfs *fs = l->fs;
-	struct fsnode *n = NULL;
-	struct stat st;
-
-	if (!name_valid(name) || backend_name_reserved(name, l->dir == fs->root))
-		return 0;
-	if (bsys.fstatat(l->dfd, name, &st) < 0)
-		return 0;	/* vanished meanwhile */
-	if (!type_shown(st.st_mode))
-		return 0;
-	if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
-		for (unsigned i = 0; i < l->nhl; i++)
-			if (l->hl_ino[i] == st.st_ino)
-				n = l->hardlinks[i];
-		if (n)
-			bnode_set_loaded(&fs->be, n->b, l->dir->b, name);
-	}
-	if (!n) {
-		n = node_from_stat(fs, l->dir, name, &st, l->dfd);
-		if (S_ISREG(st.st_mode) && st.st_nlink > 1 && l->nhl < CKPT_ARRAY_LEN(l->hl_ino)) {
-			l->hl_ino[l->nhl] = st.st_ino;
-			l->hardlinks[l->nhl++] = n;
+	for (size_t i = 0; i < l->n; i++) {
+		const struct bent *e = &l->v[i];
+		struct fsnode *n = NULL;
+		if (S_ISREG(e->st.st_mode) && e->st.st_nlink > 1) {
+			for (unsigned k = 0; k < nhl; k++)
+				if (hl_ino[k] == e->st.st_ino)
+					n = hardlinks[k];
+			if (n)
+				bnode_set_loaded(&fs->be, n->b, dir->b, e->name);
 		}
+		if (!n) {
+			n = node_from_bent(fs, dir, e);
+			if (S_ISREG(e->st.st_mode) && e->st.st_nlink > 1 && nhl < CKPT_ARRAY_LEN(hl_ino)) {
+				hl_ino[nhl] = e->st.st_ino;
+				hardlinks[nhl++] = n;
+			}
+		}
+		dent_add(fs, dir, e->name, n);
 	}
-	dent_add(fs, l->dir, name, n);
-	return 0;
+}
+
+/* Read dir for the first time, dropping fs->ns meanwhile: 0 or -errno. */
+static int dir_read_first(struct ckptfs *fs, struct fsnode *dir)
+{
+	struct blist l;
+	struct stat st;
+	uint64_t t0 = now_ns(), w0 = wall_ns();
+	int r;
+
+	dir->loading = true;
+	node_ref(dir);
+	pthread_mutex_unlock(&fs->ns);
+	r = backend_list(fs, dir->b, dir == fs->root, &l, &st);
+	pthread_mutex_lock(&fs->ns);
+	if (r == 0) {
+		install_all(fs, dir, &l);
+		dir->loaded = true;
+		dir->valid_ns = t0;
+		dir->listed_wall_ns = w0;
+		stamp_of(&st, &dir->stamp);
+		blist_free(&l);
+	}
+	dir->loading = false;
+	pthread_cond_broadcast(&fs->load_cond);
+	node_unref(fs, dir);
+	return r;
 }
 
 int dir_load(struct ckptfs *fs, struct fsnode *dir)
 {
-	struct dir_loader l = { .fs = fs, .dir = dir };
-	int r;
+	int dropped = 0;
 
-	if (dir->loaded)
-		return 0;
-	if ((l.dfd = bnode_dirfd(&fs->be, dir->b)) < 0)
-		return l.dfd;
-	if ((r = bsys.readdir(l.dfd, dir_load_entry, &l)) < 0)
+	while (!dir->loaded) {
+		dropped = DIR_DROPPED;
+		if (dir->loading) {
+			pthread_cond_wait(&fs->load_cond, &fs->ns);
+			continue;
+		}
+		int r = dir_read_first(fs, dir);
+		if (r < 0)
+			return r;
+	}
+	return dropped;
+}
+
+/* ---- revalidating loaded directories against the backend ------------------- */
+
+/*
+ * Other nodes (and other tools) change the backend.  A loaded directory is
+ * revalidated when a lookup or listing finds its entries older than
+ * attr_timeout: the refresher thread stats the backend directory and, if
+ * its stamp (inode, mtime, ctime, size) changed — or is too recent to
+ * trust, on file systems with coarse timestamps — lists it again, all with
+ * fs->ns dropped, then merges under the lock:
+ *
+ *   - a name the backend gained appears, unless this node has a pending
+ *     operation on that name (a whiteout of its own unlink or rename);
+ *   - a name the backend lost disappears, unless this node has anything
+ *     unpublished there: a pending operation on the name or on the object
+ *     (or anywhere below a directory), a file not yet closed, open for
+ *     writing, dirty or flushing, an object never published;
+ *   - a name whose backend object changed — another inode (another node
+ *     published a new version: always by rename) or the same inode with
+ *     another size or mtime (rewritten in place by another tool) — gets a
+ *     new node, so readers see the new contents: open descriptors keep the
+ *     old node and what they had, as on a local file system, and the old
+ *     node's clean cached chunks go with it.  Same object, other
+ *     attributes: updated in place.  This node's own publications are
+ *     recognised by the inode of the file it published (cfile_base_ref).
+ * Names changed here while the refresher read, and files sealed or changed
+ * meanwhile, are left as they are for the next round.  Requests wait for a
+ * revalidation at most DIR_REFRESH_WAIT_MS: a stalled backend delays what
+ * this node learns from others, never this node's own requests.
+ */
+#define STAMP_SLACK_NS (2000ull * 1000000)	/* trust an unchanged stamp this much after its time */
+
+static void changed_note(struct fsnode *dir, const char *name)
+{
+	if (!dir->track)
+		return;
+	for (uint32_t i = 0; i < dir->nchanged; i++)
+		if (!strcmp(dir->changed[i], name))
+			return;
+	dir->changed = xrealloc(dir->changed, (dir->nchanged + 1) * sizeof(char *));
+	dir->changed[dir->nchanged++] = xstrdup(name);
+}
+
+static void changed_clear(struct fsnode *dir)
+{
+	for (uint32_t i = 0; i < dir->nchanged; i++)
+		free(dir->changed[i]);
+	free(dir->changed);
+	dir->changed = NULL;
+	dir->nchanged = 0;
+	dir->track = false;
+}
+
+static bool changed_has(const struct fsnode *dir, const char *name)
+{
+	for (uint32_t i = 0; i < dir->nchanged; i++)
+		if (!strcmp(dir->changed[i], name))
+			return true;
+	return false;
+}
+
+/* Local state that keeps n as this node sees it (ns held); budget bounds subtree walks. */
+static bool node_busy(struct ckptfs *fs, struct fsnode *n, const struct pending_set *p,
+		      unsigned *budget)
+{
+	if (!*budget || n->ctl || !atomic_load(&n->b->present) || pending_has_node(p, n->b))
+		return true;
+	(*budget)--;
+	if (S_ISREG(n->mode))
+		return n->new_file || n->writers || atomic_load(&n->b->sticky_err) ||
+		       (n->cf && cfile_state(n->cf) != CF_DURABLE);
+	if (S_ISDIR(n->mode))
+		for (struct list *e = n->entries.next; e != &n->entries; e = e->next)
+			if (node_busy(fs, list_entry(e, struct fsdent, dlink)->node, p, budget))
+				return true;
+	return false;
+}
+
+/* n left the backend: drop its subtree here; nothing can be made in it any more. */
+static void node_prune(struct ckptfs *fs, struct fsnode *n, unsigned depth)
+{
+	if (!S_ISDIR(n->mode))
+		return;
+	n->gone = true;
+	n->loaded = true;
+	while (!list_empty(&n->entries) && depth < 4096) {
+		struct fsdent *d = list_entry(n->entries.next, struct fsdent, dlink);
+		node_prune(fs, d->node, depth + 1);
+		dent_remove(fs, d);
+	}
+}
+
+static void dent_drop(struct ckptfs *fs, struct fsnode *dir, struct fsdent *d)
+{
+	struct fsnode *n = d->node;
+
+	log_debug("revalidation: '%s' left the backend or was replaced there", d->name);
+	node_ref(n);
+	bnode_set_unloaded(&fs->be, n->b, dir->b, d->name);
+	dent_remove(fs, d);
+	node_prune(fs, n, 0);
+	node_unref(fs, n);
+}
+
+/* The backend object at a name is n's, perhaps with other attributes (ns held). */
+static bool same_object(struct fsnode *n, const struct bent *e)
+{
+	ino_t ino = e->local_ino ? e->local_ino : n->bknown ? n->bid.ino : 0;
+
+	if ((n->mode & S_IFMT) != (e->st.st_mode & S_IFMT))
+		return false;
+	if (ino && ino != e->st.st_ino)
+		return false;
+	if (S_ISREG(n->mode) && !e->local_ino) {
+		/* The same inode rewritten in place (not by ckptfs, which renames). */
+		uint64_t size = n->cf ? cfile_size(n->cf) : n->loaded_size;
+		if ((uint64_t)e->st.st_size != size || !ts_eq(e->st.st_mtim, n->mtime))
+			return false;
+	}
+	return true;
+}
+
+/* A local entry as the refresher saw it before listing (to confirm identities off the lock). */
+struct snap {
+	char *name;
+	struct cfd *base;	/* its published file, for its inode */
+	struct bnode *dirb;	/* directories: their backend node, for their fd's inode */
+	struct bstamp bid;
+	bool bknown;
+};
+
+/* Merge the backend's entries into dir (ns held): how many names changed here. */
+static unsigned dir_merge(struct ckptfs *fs, struct fsnode *dir, struct blist *l,
+			  const struct pending_set *p, uint64_t seq0)
+{
+	unsigned changes = 0;
+
+	/* What the backend lost, or holds as another object. */
+	for (struct list *e = dir->entries.next; e != &dir->entries;) {
+		struct fsdent *d = list_entry(e, struct fsdent, dlink);
+		struct fsnode *n = d->node;
+		struct bent *b = blist_find(l, d->name);
+		unsigned budget = 100000;
+		e = e->next;
+		if (pending_has_name(p, d->name) || changed_has(dir, d->name) ||
+		    n->seal_seq > seq0 || node_busy(fs, n, p, &budget))
+			continue;	/* this node's own changes keep precedence */
+		if (b && same_object(n, b)) {
+			struct bstamp bs;
+			stamp_of(&b->st, &bs);
+			if (!n->bknown || !stamp_eq(&n->bid, &bs))
+				attrs_from_backend(n, &b->st);
+			continue;
+		}
+		dent_drop(fs, dir, d);
+		changes++;
+	}
+	/* What the backend gained (or holds anew under a name just dropped). */
+	for (size_t i = 0; i < l->n; i++) {
+		const struct bent *b = &l->v[i];
+		if (dent_find(fs, dir, b->name) || pending_has_name(p, b->name) ||
+		    changed_has(dir, b->name))
+			continue;
+		dent_add(fs, dir, b->name, node_from_bent(fs, dir, b));
+		changes++;
+	}
+	return changes;
+}
+
+/* Revalidate dir against the backend (ns held on entry and exit, dropped meanwhile). */
+static void dir_refresh(struct ckptfs *fs, struct fsnode *dir)
+{
+	uint64_t t0 = now_ns(), w0 = wall_ns(), seq0;
+	struct pending_set p = { 0 };
+	struct snap *sn = NULL;
+	size_t nsn = 0;
+	struct blist l = { 0 };
+	struct stat st;
+	struct bnode *db = dir->b;
+	bool at_root = dir == fs->root;
+	int dfd, r;
+
+	if (dir->gone || !dir->loaded || !atomic_load(&db->present))
+		goto done;
+	/* Has the backend directory changed since it was listed? */
+	pthread_mutex_unlock(&fs->ns);
+	dfd = bnode_dirfd(&fs->be, db);
+	r = dfd < 0 ? dfd : bsys.fstatat(dfd, "", &st);
+	pthread_mutex_lock(&fs->ns);
+	if (r < 0)
+		goto done;	/* gone or unreachable: its parent's revalidation will tell */
+	struct bstamp now_stamp;
+	stamp_of(&st, &now_stamp);
+	uint64_t stamp_time = CKPT_MAX((uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec,
+				       (uint64_t)st.st_ctim.tv_sec * 1000000000ull + (uint64_t)st.st_ctim.tv_nsec);
+	if (stamp_eq(&now_stamp, &dir->stamp) && dir->listed_wall_ns > stamp_time + STAMP_SLACK_NS)
+		goto done;
+	/* Read it again: what this node has, then the backend, then merge. */
+	for (struct list *e = dir->entries.next; e != &dir->entries; e = e->next) {
+		struct fsdent *d = list_entry(e, struct fsdent, dlink);
+		struct fsnode *n = d->node;
+		sn = xrealloc(sn, (nsn + 1) * sizeof(*sn));
+		sn[nsn] = (struct snap){ .name = xstrdup(d->name), .bid = n->bid, .bknown = n->bknown };
+		if (S_ISREG(n->mode) && n->cf)
+			sn[nsn].base = cfile_base_ref(n->cf);
+		else if (S_ISDIR(n->mode) && !n->bknown)
+			sn[nsn].dirb = bnode_get(n->b);
+		nsn++;
+	}
+	dir->track = true;
+	seq0 = backend_last_seq(&fs->be);
+	backend_pending_scan(&fs->be, db, &p);
+	pthread_mutex_unlock(&fs->ns);
+	r = backend_list(fs, db, at_root, &l, &st);
+	for (size_t i = 0; r == 0 && i < nsn; i++) {
+		struct bent *b = blist_find(&l, sn[i].name);
+		struct bstamp bs;
+		struct stat ls;
+		if (b)
+			stamp_of(&b->st, &bs);
+		if (!b || (sn[i].bknown && stamp_eq(&sn[i].bid, &bs)))
+			continue;	/* gone, or unchanged since it was last seen */
+		int fd = sn[i].base ? sn[i].base->fd
+			 : sn[i].dirb ? atomic_load(&sn[i].dirb->dfd) : -1;
+		if (fd >= 0 && bsys.fstatat(fd, "", &ls) == 0)
+			b->local_ino = ls.st_ino;
+	}
+	pthread_mutex_lock(&fs->ns);
+	dir->track = false;	/* the merge's own changes are not the user's */
+	if (r == 0) {
+		backend_pending_scan(&fs->be, db, &p);	/* and what was queued meanwhile */
+		if (!dir->gone && dir_merge(fs, dir, &l, &p, seq0))
+			log_debug("revalidated a directory: the backend changed it");
+		dir->listed_wall_ns = w0;
+		stamp_of(&st, &dir->stamp);
+	}
+	changed_clear(dir);
+	blist_free(&l);
+	pending_free(&p);
+	for (size_t i = 0; i < nsn; i++) {
+		free(sn[i].name);
+		cfd_put(sn[i].base);
+		bnode_put(sn[i].dirb);
+	}
+	free(sn);
+done:
+	dir->valid_ns = t0;
+}
+
+static void *refresher_main(void *arg)
+{
+	struct ckptfs *fs = arg;
+
+	pthread_mutex_lock(&fs->ns);
+	while (!fs->refresher_stop) {
+		if (list_empty(&fs->refresh_q)) {
+			pthread_cond_wait(&fs->refresh_cond, &fs->ns);
+			continue;
+		}
+		struct fsnode *dir = list_entry(fs->refresh_q.next, struct fsnode, rlink);
+		list_del(&dir->rlink);
+		dir_refresh(fs, dir);
+		dir->refreshing = false;
+		pthread_cond_broadcast(&fs->load_cond);
+		node_unref(fs, dir);
+	}
+	while (!list_empty(&fs->refresh_q)) {
+		struct fsnode *dir = list_entry(fs->refresh_q.next, struct fsnode, rlink);
+		list_del(&dir->rlink);
+		dir->refreshing = false;
+		node_unref(fs, dir);
+	}
+	pthread_mutex_unlock(&fs->ns);
+	return NULL;
+}
+
+int dir_fresh(struct ckptfs *fs, struct fsnode *dir)
+{
+	int r = dir_load(fs, dir);
+	uint64_t now = now_ns();
+
+	if (r < 0 || dir->ctl || dir->gone || !fs->refresher_started ||
+	    now - dir->valid_ns < (uint64_t)(fs->opt.attr_timeout * 1e9) ||
+	    !atomic_load(&dir->b->present))
 		return r;
-	dir->loaded = true;
-	return 0;
+	if (!dir->refreshing) {
+		dir->refreshing = true;
+		dir->refresh_deadline_ns = now + DIR_REFRESH_WAIT_MS * 1000000ull;
+		node_ref(dir);
+		list_add_tail(&fs->refresh_q, &dir->rlink);
+		pthread_cond_signal(&fs->refresh_cond);
+	}
+	while (dir->refreshing && (now = now_ns()) < dir->refresh_deadline_ns) {
+		cond_wait_ns(&fs->load_cond, &fs->ns, dir->refresh_deadline_ns - now);
+		r = DIR_DROPPED;
+	}
+	return r;
+}
+
+void fs_refresher_stop(struct ckptfs *fs)
+{
+	pthread_mutex_lock(&fs->ns);
+	bool started = fs->refresher_started;
+	fs->refresher_stop = true;
+	fs->refresher_started = false;
+	pthread_cond_signal(&fs->refresh_cond);
+	pthread_mutex_unlock(&fs->ns);
+	if (started)
+		pthread_join(fs->refresher, NULL);
 }
 
 int node_open_base(struct ckptfs *fs, struct fsnode *n)
@@ -356,6 +807,9 @@ int fs_init_namespace(struct ckptfs *fs)
 	struct stat st;
 
 	pthread_mutex_init(&fs->ns, NULL);
+	pthread_cond_init(&fs->load_cond, NULL);
+	pthread_cond_init(&fs->refresh_cond, NULL);
+	list_init(&fs->refresh_q);
 	list_init(&fs->all_nodes);
 	int r = bsys.fstatat(fs->root_fd, "", &st);
 	if (r < 0)
@@ -368,6 +822,11 @@ int fs_init_namespace(struct ckptfs *fs)
 	bnode_put(fs->root->b);
 	fs->root->b = bnode_get(fs->be.root);
 	fs->root->refs = 1;
+	if (pthread_create(&fs->refresher, NULL, refresher_main, fs) == 0)
+		fs->refresher_started = true;
+	else
+		log_warn("cannot start the directory refresher: what other nodes publish will not "
+			 "appear in loaded directories");
 	return 0;
 }
 

@@ -10,6 +10,7 @@
  * sealed).
  */
 #include "fs/fs.h"
+#include "fs/session.h"
 #include "cache/log.h"
 
 #include <errno.h>
@@ -121,7 +122,10 @@ static void touch_ctime(struct fsnode *n)
 	pthread_mutex_unlock(&n->alock);
 }
 
-/* A directory to look into or change: loaded, or an error (ns held). */
+/*
+ * A directory to change: loaded (node.c reads it with fs->ns dropped), or an
+ * error.  0 or DIR_DROPPED (dentries found before are stale), or -errno.
+ */
 static int dir_ready(struct ckptfs *fs, struct fsnode *d)
 {
 	if (!S_ISDIR(d->mode))
@@ -129,11 +133,21 @@ static int dir_ready(struct ckptfs *fs, struct fsnode *d)
 	return dir_load(fs, d);
 }
 
+/* A directory to look into: loaded, and revalidated against the backend when due. */
+static int dir_ready_fresh(struct ckptfs *fs, struct fsnode *d)
+{
+	if (!S_ISDIR(d->mode))
+		return -ENOTDIR;
+	return dir_fresh(fs, d);
+}
+
 /* May a new entry take this name here? */
 static int name_check(struct ckptfs *fs, struct fsnode *dir, const char *name)
 {
 	if (dir->ctl)
 		return -EPERM;
+	if (dir->gone)
+		return -ENOENT;	/* another node removed it from the backend */
 	if (strlen(name) > 255)
 		return -ENAMETOOLONG;
 	if (!name_valid(name) || backend_name_reserved(name, dir == fs->root))
@@ -153,7 +167,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 	pthread_mutex_lock(&fs->ns);
 	p = fs_node(fs, parent);
-	r = dir_ready(fs, p);
+	r = CKPT_MIN(dir_ready_fresh(fs, p), 0);
 	if (r == 0 && !backend_name_reserved(name, p == fs->root))
 		d = dent_find(fs, p, name);
 	if (r == 0 && p == fs->root && strcmp(name, CKPTFS_META_DIR) == 0) {
@@ -349,7 +363,7 @@ static struct fsnode *new_child(struct ckptfs *fs, fuse_req_t req, struct fsnode
 /* Checks shared by everything that adds a name: 0 or -errno (ns held). */
 static int prepare_add(struct ckptfs *fs, struct fsnode *p, const char *name)
 {
-	int r = dir_ready(fs, p);
+	int r = CKPT_MIN(dir_ready(fs, p), 0);
 	if (r == 0)
 		r = name_check(fs, p, name);
 	if (r == 0 && dent_find(fs, p, name))
@@ -478,13 +492,16 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 		fuse_reply_entry(req, &e);
 }
 
-/* Remove a name (unlink or rmdir); ns held. */
+/*
+ * Remove a name (unlink or rmdir); ns held.  DIR_DROPPED: a directory had to
+ * be read with the lock dropped; do it again.
+ */
 static int remove_name(struct ckptfs *fs, uid_t actor, fuse_ino_t parent, const char *name,
 		       bool dir)
 {
 	struct fsnode *p = fs_node(fs, parent), *n;
 	struct fsdent *d;
-	int r = dir_ready(fs, p);
+	int r = CKPT_MIN(dir_ready(fs, p), 0);
 
 	if (r < 0)
 		return r;
@@ -498,8 +515,8 @@ static int remove_name(struct ckptfs *fs, uid_t actor, fuse_ino_t parent, const 
 	if (!dir && S_ISDIR(n->mode))
 		return -EISDIR;
 	if (dir) {
-		if ((r = dir_load(fs, n)) < 0)
-			return r;
+		if ((r = dir_load(fs, n)) != 0)
+			return r;	/* or DIR_DROPPED: d may be stale */
 		if (n->nentries)
 			return -ENOTEMPTY;
 	}
@@ -523,7 +540,8 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, bool 
 	int r;
 
 	pthread_mutex_lock(&fs->ns);
-	r = remove_name(fs, actor_of(req), parent, name, dir);
+	while ((r = remove_name(fs, actor_of(req), parent, name, dir)) == DIR_DROPPED)
+		;
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_err(req, -r);
 }
@@ -589,8 +607,8 @@ static int rename_locked(struct ckptfs *fs, uid_t actor, fuse_ino_t parent, cons
 		if (!S_ISDIR(sn->mode) && S_ISDIR(dn->mode))
 			return -EISDIR;
 		if (S_ISDIR(dn->mode)) {
-			if ((r = dir_load(fs, dn)) < 0)
-				return r;
+			if ((r = dir_load(fs, dn)) != 0)
+				return r;	/* or DIR_DROPPED: sd, dd may be stale */
 			if (dn->nentries)
 				return -ENOTEMPTY;
 		}
@@ -637,7 +655,9 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	int r;
 
 	pthread_mutex_lock(&fs->ns);
-	r = rename_locked(fs, actor_of(req), parent, name, newparent, newname, flags);
+	while ((r = rename_locked(fs, actor_of(req), parent, name, newparent, newname, flags)) ==
+	       DIR_DROPPED)
+		;
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_err(req, -r);
 }
@@ -658,6 +678,8 @@ static struct fshandle *handle_new(fuse_req_t req, struct fsnode *n, int flags)
 		n->writers++;
 		n->writer_uid = h->uid;
 	}
+	if (n->cf)
+		cfile_opened(n->cf);
 	list_add_tail(&FS(req)->handles, &h->link);
 	return h;
 }
@@ -676,6 +698,8 @@ static void handle_drop(struct ckptfs *fs, struct fshandle *h, struct pt_drop *d
 	n->opens--;
 	if (h->writable)
 		n->writers--;
+	if (n->cf)
+		cfile_closed(n->cf);
 	node_unref(fs, n);
 }
 
@@ -783,6 +807,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	if (killed)
 		attrs_changed(fs, n);
+	/*
+	 * A published file nobody had open keeps no backend descriptor
+	 * (cfile_opened): take one now, off the lock, so the handle reads its
+	 * file even if the name is unlinked meanwhile.
+	 */
+	if (!n->ctl && !(fi->flags & O_TRUNC) && cfile_base_lazy(n->cf))
+		node_open_base(fs, n);	/* on failure, a read retries and reports it */
 	handle_setup(h, fi);
 	if (n->ctl) {		/* generated contents: no size, no page cache */
 		fi->direct_io = 1;
@@ -813,7 +844,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 
 	pthread_mutex_lock(&fs->ns);
 	p = fs_node(fs, parent);
-	if ((r = dir_ready(fs, p)) == 0 && (r = name_check(fs, p, name)) == 0) {
+	if ((r = CKPT_MIN(dir_ready(fs, p), 0)) == 0 && (r = name_check(fs, p, name)) == 0) {
 		d = dent_find(fs, p, name);
 		if (d && (fi->flags & O_EXCL)) {
 			r = -EEXIST;
@@ -1098,7 +1129,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 	pthread_mutex_lock(&fs->ns);
 	dir = fs_node(fs, ino);
-	if ((r = dir_ready(fs, dir)) == 0) {
+	if ((r = CKPT_MIN(dir_ready_fresh(fs, dir), 0)) == 0) {
 		uint32_t i = 0;
 		s = xmalloc(sizeof(*s) + dir->nentries * sizeof(s->e[0]));
 		for (struct list *e = dir->entries.next; e != &dir->entries; e = e->next) {
@@ -1194,6 +1225,22 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	fuse_reply_err(req, 0);
 }
 
+/* GPU capture sessions (session.c): a small fixed-size request, no pointers. */
+static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		     struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+		     size_t in_bufsz, size_t out_bufsz)
+{
+	struct fshandle *h = flags & FUSE_IOCTL_DIR ? NULL : (struct fshandle *)(uintptr_t)fi->fh;
+	char out[256];
+	int r = out_bufsz > sizeof(out) ? -EINVAL
+		: session_ioctl(FS(req), req, h, cmd, in_buf, in_bufsz, out, out_bufsz);
+
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_ioctl(req, 0, out_bufsz ? out : NULL, out_bufsz);
+}
+
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	struct ckptfs *fs = FS(req);
@@ -1261,6 +1308,7 @@ const struct fuse_lowlevel_ops ckptfs_ops = {
 	.releasedir = op_releasedir,
 	.fsyncdir = op_fsyncdir,
 	.statfs = op_statfs,
+	.ioctl = op_ioctl,
 	.setxattr = fs_setxattr,
 	.getxattr = fs_getxattr,
 	.listxattr = fs_listxattr,

@@ -11,6 +11,7 @@
 #include "fs/opts.h"
 #include "cache/util.h"
 #include "backend/backend.h"
+#include "backend/marker.h"
 #include "fs/mounts.h"
 
 #include <errno.h>
@@ -62,6 +63,8 @@ void opts_usage(FILE *f)
 "                       supported (default on)\n"
 "  manifest=on|off      keep the manifest of checksums that recovery and\n"
 "                       ckptfs-ctl verify need (default on)\n"
+"  sessions=on|off      offer GPU capture sessions to trainers (libckptfs,\n"
+"                       ckptfs.torch.save) (default on)\n"
 "  attr_timeout=SEC     kernel attribute and entry cache time (default 1)\n"
 "  readahead=SIZE       kernel readahead on the mount, for restores (default 4M;\n"
 "                       needs root, 0 keeps the kernel's)\n"
@@ -71,6 +74,23 @@ void opts_usage(FILE *f)
 "                       error (default 60; 0 waits forever)\n"
 "  rescue_dir=PATH      where data the backend refused is saved at exit\n"
 "                       (default /var/tmp/ckptfs-rescue)\n"
+"\n"
+"Many nodes over one backend (see docs/contract.md, \"Beyond one node\"):\n"
+"  node=NAME            this daemon's node name under BACKEND/.ckptfs/nodes/\n"
+"                       (default: the short hostname); one live daemon per name\n"
+"  peers=N|A:B:...      the job's nodes (a count, or names; this node may be\n"
+"                       listed): markers wait until every peer has made\n"
+"                       durable what it sealed before them (default: none)\n"
+"  markers=LIST         marker file names, ':'-separated globs (from=GLOB: a\n"
+"                       rename's source); +LIST adds to the defaults; none\n"
+"  peer_skew=SEC        clock-skew margin added to a marker's time (default:\n"
+"                       from the clocks' error bounds, see the contract)\n"
+"  marker_timeout=SEC   after this long, a held marker is handled by\n"
+"                       marker_policy (default 0: never)\n"
+"  marker_policy=hold|release  keep holding and reporting it (default), or\n"
+"                       release it with a log line\n"
+"  lease_ttl=SEC        how long a silent node's lease lasts before another\n"
+"                       daemon may take the node over (default 30)\n"
 "\n"
 "FUSE options passed on: allow_other, allow_root, auto_unmount, fsname=,\n"
 "subtype=, ro, rw, suid, nosuid, dev, nodev, exec, noexec, atime, noatime,\n"
@@ -180,10 +200,10 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 		return 0;
 	}
 	if (!strcmp(opt, "splice") || !strcmp(opt, "direct") || !strcmp(opt, "manifest") ||
-	    !strcmp(opt, "fuse_uring") || !strcmp(opt, "passthrough")) {
-		bool *flag = opt[0] == 's' ? &o->splice : opt[0] == 'd' ? &o->direct :
-			     opt[0] == 'm' ? &o->manifest : opt[0] == 'f' ? &o->fuse_uring :
-			     &o->passthrough;
+	    !strcmp(opt, "sessions") || !strcmp(opt, "fuse_uring") || !strcmp(opt, "passthrough")) {
+		bool *flag = !strcmp(opt, "sessions") ? &o->sessions : !strcmp(opt, "fuse_uring") ?
+			     &o->fuse_uring : !strcmp(opt, "passthrough") ? &o->passthrough :
+			     opt[0] == 's' ? &o->splice : opt[0] == 'd' ? &o->direct : &o->manifest;
 		if (val && !strcmp(val, "on"))
 			*flag = true;
 		else if (val && !strcmp(val, "off"))
@@ -203,6 +223,52 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 			o->attr_timeout = t;
 		else
 			o->drain_timeout = t;
+		return 0;
+	}
+	if (!strcmp(opt, "node")) {
+		if (!val || !nodes_name_ok(val))
+			return usage_error("option 'node=%s' is not a node name: 1-255 letters, digits, "
+					   "'.', '-' or '_', not starting with '.' or '-'%s",
+					   val ? val : "", "");
+		snprintf(o->nodes.node, sizeof(o->nodes.node), "%s", val);
+		return 0;
+	}
+	if (!strcmp(opt, "peers") || !strcmp(opt, "markers")) {
+		char why[512];
+		if ((opt[0] == 'p' ? nodes_parse_peers(&o->nodes, val, why, sizeof(why))
+				   : marker_configure(val ? val : "", why, sizeof(why))) < 0)
+			return usage_error("%s%s", why, "");
+		if (opt[0] == 'm') {
+			free(o->markers);
+			o->markers = xstrdup(val);
+		}
+		return 0;
+	}
+	if (!strcmp(opt, "marker_policy")) {
+		if (val && !strcmp(val, "hold"))
+			o->nodes.marker_policy = MARKER_HOLD;
+		else if (val && !strcmp(val, "release"))
+			o->nodes.marker_policy = MARKER_RELEASE;
+		else
+			return usage_error("option '%s' must be marker_policy=hold or "
+					   "marker_policy=release, not '%s'", opt, val ? val : "");
+		return 0;
+	}
+	if (!strcmp(opt, "peer_skew") || !strcmp(opt, "marker_timeout") ||
+	    !strcmp(opt, "lease_ttl")) {
+		char *end;
+		double t = val ? strtod(val, &end) : -1;
+		double lo = opt[0] == 'l' ? 1 : 0;
+		if (!val || !*val || *end || !(t >= lo) || t > 86400 * 7)
+			return usage_error(opt[0] == 'l' ? "option '%s' needs seconds from 1 to 604800, "
+					   "not '%s'" : "option '%s' needs seconds from 0 to 604800, "
+					   "not '%s'", opt, val ? val : "");
+		if (opt[0] == 'p')
+			o->nodes.peer_skew = t;
+		else if (opt[0] == 'm')
+			o->nodes.marker_timeout = t;
+		else
+			o->nodes.lease_ttl = t;
 		return 0;
 	}
 	if (!strcmp(opt, "rescue_dir")) {
@@ -262,10 +328,14 @@ int opts_parse(int argc, char **argv, struct ckptfs_opts *o)
 	o->passthrough = true;
 	o->direct = true;
 	o->manifest = true;
+	o->sessions = true;
 	o->attr_timeout = 1.0;
 	o->readahead = 4u << 20;
 	o->drain_timeout = 60;
 	o->rescue_dir = xstrdup("/var/tmp/ckptfs-rescue");
+	o->nodes.peer_skew = -1;	/* derived from the clocks */
+	o->nodes.lease_ttl = 30;
+	o->nodes.marker_policy = MARKER_HOLD;
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -408,5 +478,7 @@ void opts_free(struct ckptfs_opts *o)
 	free(o->mountpoint_real);
 	free(o->fuse_opts);
 	free(o->rescue_dir);
+	free(o->markers);
+	nodes_opts_free(&o->nodes);
 	memset(o, 0, sizeof(*o));
 }

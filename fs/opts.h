@@ -6,6 +6,7 @@
 #define CKPTFS_OPTS_H
 
 #include "backend/bio.h"
+#include "backend/nodes.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -32,10 +33,13 @@ struct ckptfs_opts {
 	bool passthrough;	/* FUSE passthrough for clean files opened read-only */
 	bool direct;		/* flush with O_DIRECT where aligned */
 	bool manifest;		/* keep the manifest log (checksums, recovery, verify) */
+	bool sessions;		/* offer GPU capture sessions (fs/session.c) */
 	double attr_timeout;
 	uint64_t readahead;	/* the mount's kernel readahead, bytes */
 	char *rescue_dir;	/* where unpersistable data goes at exit */
 	double drain_timeout;	/* seconds without progress before rescuing; 0 = never */
+	struct nodes_opts nodes;	/* node=, peers=, peer_skew=, marker_*=, lease_ttl= */
+	char *markers;		/* markers= as given (installed by opts_parse) */
 	char *fuse_opts;	/* -o string passed on to libfuse */
 	bool allow_other;
 };

@@ -18,6 +18,7 @@
  * (the base file is opened before, see node_open_base callers).
  */
 #include "fs/fs.h"
+#include "fs/session.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -25,7 +26,9 @@
 
 bool node_needs_seal(struct fsnode *n)
 {
-	return S_ISREG(n->mode) && !n->ctl && (n->new_file || (n->cf && cfile_dirty(n->cf)));
+	/* A file bound to a GPU session is complete only once unbound (session.c S2). */
+	return S_ISREG(n->mode) && !n->ctl && (n->new_file || (n->cf && cfile_dirty(n->cf))) &&
+	       !session_node_bound(n);
 }
 
 int fs_submit(struct ckptfs *fs, uid_t actor, struct op *op)

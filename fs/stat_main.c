@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 enum fmt { FMT_HUMAN, FMT_JSON, FMT_PROM };
@@ -82,6 +83,12 @@ static const struct metric {
 	{ "degraded", "gauge", "1 while the backend is failing" },
 	{ "blocked_ops", "gauge", "Operations the backend refused, holding back later ones" },
 	{ "files_open_for_writing", "gauge", "Modified files still open for writing" },
+	{ "watermark_age_s", "gauge", "Age of this node's durable watermark" },
+	{ "peers_known", "gauge", "Peers whose watermark this node has read" },
+	{ "peer_behind_s", "gauge", "Age of the watermark of the peer furthest behind" },
+	{ "markers_held", "gauge", "Markers held until the peers confirm them" },
+	{ "marker_held_since_s", "gauge", "Seconds the oldest held marker has waited" },
+	{ "markers_released_by_policy", "counter", "Markers released by marker_policy=release" },
 };
 
 /*
@@ -160,6 +167,35 @@ static const char *sz(double bytes, char *buf)
 
 #define NUM(o, key) json_num_or0(o, key)
 
+/* The node line, and a held marker: "marker `latest` held for node b since 12:00:01". */
+static void show_nodes_human(const struct json_obj *o)
+{
+	const char *node = json_str(o, "node"), *held = json_str(o, "marker_held");
+	const char *behind = json_str(o, "peer_behind"), *lease = json_str(o, "lease");
+	double peers = NUM(o, "peers");
+
+	if (!node)
+		return;
+	if (peers > 0)
+		printf("  node:         %s, peers %.0f/%.0f seen, furthest behind %s by %.1f s, "
+		       "lease %s\n", node, NUM(o, "peers_known"), peers, behind && *behind ? behind : "-",
+		       NUM(o, "peer_behind_s"), lease ? lease : "?");
+	else
+		printf("  node:         %s, no peers, lease %s\n", node, lease ? lease : "?");
+	if (held && *held) {
+		const char *for_node = json_str(o, "marker_held_for");
+		const char *why = json_str(o, "marker_held_reason");
+		char when[32] = "?";
+		time_t t = (time_t)NUM(o, "marker_held_since_wall");
+		struct tm tm;
+		if (localtime_r(&t, &tm))
+			strftime(when, sizeof(when), "%H:%M:%S", &tm);
+		printf("  MARKER:       marker `%s` held for node %s since %s (%.1f s; %.0f held): %s\n",
+		       held, for_node ? for_node : "?", when, NUM(o, "marker_held_since_s"),
+		       NUM(o, "markers_held"), why ? why : "");
+	}
+}
+
 static void show_human(const struct json_obj *o)
 {
 	char a[32], b[32], c[32], d[32], e[32], bb[41];
@@ -231,6 +267,7 @@ static void show_human(const struct json_obj *o)
 		printf(", requests up to %.0f KiB, passthrough %s\n", NUM(o, "fuse_max_write") / 1024,
 		       json_is_true(o, "passthrough") ? "on" : "off");
 	}
+	show_nodes_human(o);
 }
 
 static void show_files_human(const char *text)

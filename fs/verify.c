@@ -1,5 +1,5 @@
 /*
- * verify.c — `ckptfs-ctl verify PATH...`: recompute the XXH3-128 of backend
+ * verify.c — `ckptfs-ctl verify PATH...`: recompute the digest of backend
  * files and compare each with the newest manifest record for its path.
  *
  * PATH is a directory (or file) on the backend — no daemon needed — or in a
@@ -8,7 +8,11 @@
  * are replayed in time order into a map path -> (size, digest): versions
  * set entries, unlink/rmdir remove them, rename moves them (directories with
  * everything below), records voided by a recovery are skipped.  Then each
- * file under PATH is hashed (files in parallel, 4 MiB sequential reads):
+ * file under PATH is hashed (files in parallel, 4 MiB sequential reads of
+ * its data; holes are not read — backend/digest.h) with the digest its
+ * record holds: the block-run digest, or for records of a mount whose
+ * "mount" record says format 1, the XXH3-128 of the whole file (a record
+ * whose mount record is gone, compacted away, may hold either).
  *
  *   OK        digest and size match the newest record
  *   MISMATCH  they do not: the file is not what was published
@@ -20,6 +24,7 @@
 #include "fs/cli.h"
 #include "fs/mounts.h"
 #include "backend/manifest.h"
+#include "backend/digest.h"
 #include "cache/json.h"
 #include "cache/strmap.h"
 
@@ -44,6 +49,8 @@ struct entry {
 	char *path;
 	uint64_t size;
 	char xxh3[33];
+	enum digest_kind kind;	/* how xxh3 was computed (by its mount's format) */
+	bool either;		/* its mount's format is unknown: flat is tried too */
 	bool seen;		/* found on the backend walk */
 	struct entry *next;	/* in a list pm_take returns */
 };
@@ -227,9 +234,48 @@ static bool voided(const struct voids *v, const struct json_obj *o)
 	return false;
 }
 
+/* The manifest format of each mount, from its "mount" record. */
+struct mformat {
+	struct strmap_node node;	/* key: the mount id (in the record) */
+	bool flat;			/* format 1: records hold whole-file XXH3-128 */
+};
+
+static struct mformat *mformats_collect(const struct recs *r, struct strmap *map)
+{
+	struct mformat *v = xcalloc(r->n + 1, sizeof(*v));
+	size_t n = 0;
+	double f;
+
+	for (size_t i = 0; i < r->n; i++) {
+		const char *t = json_str(&r->v[i].o, "t"), *m = json_str(&r->v[i].o, "m");
+		if (!t || !m || strcmp(t, "mount") || strmap_get(map, m))
+			continue;
+		v[n].node.key = m;
+		v[n].flat = !json_num(&r->v[i].o, "format", &f) || f <= 1;
+		strmap_insert(map, &v[n++].node);
+	}
+	return v;
+}
+
+/*
+ * The digest a record of mount `mid` holds: format 1 hashed whole files.
+ * A mount whose "mount" record is in no log (a compacted log keeps only the
+ * current mount's) may be of either format: the current one first, then
+ * (on a mismatch) format 1.
+ */
+static void record_kind(const struct strmap *map, const char *mid, struct entry *e)
+{
+	struct strmap_node *n = mid ? strmap_get(map, mid) : NULL;
+
+	e->kind = n && CKPT_CONTAINER_OF(n, struct mformat, node)->flat ? DIGEST_FLAT : DIGEST_RUNS;
+	e->either = !n;
+}
+
 static void replay(struct pmap *m, const struct recs *r)
 {
 	struct voids v;
+	struct strmap fmap = { 0 };
+	struct mformat *fmt = mformats_collect(r, &fmap);
 
 	voids_collect(r, &v);
 	for (size_t i = 0; i < r->n; i++) {
@@ -247,6 +293,7 @@ static void replay(struct pmap *m, const struct recs *r)
 			}
 			e->size = (uint64_t)json_num_or0(o, "size");
 			snprintf(e->xxh3, sizeof(e->xxh3), "%s", x ? x : "");
+			record_kind(&fmap, json_str(o, "m"), e);
 		} else if (!strcmp(t, "unlink") || !strcmp(t, "rmdir")) {
 			pm_remove(m, path);
 		} else if (!strcmp(t, "rename") && to) {
@@ -264,6 +311,8 @@ static void replay(struct pmap *m, const struct recs *r)
 				e->path = xstrdup(to);
 				e->size = src->size;
 				memcpy(e->xxh3, src->xxh3, sizeof(e->xxh3));
+				e->kind = src->kind;
+				e->either = src->either;
 				pm_remove(m, to);
 				pm_insert(m, e);
 			}
@@ -271,6 +320,8 @@ static void replay(struct pmap *m, const struct recs *r)
 	}
 	free(v.cut);
 	free(v.one);
+	strmap_destroy(&fmap);
+	free(fmt);
 }
 
 /* A warning about a node's metadata, the path shown escaped. */
@@ -462,12 +513,19 @@ static void *hasher(void *arg)
 		}
 		snprintf(path, sizeof(path), "%s/%s", w->root, it->rel);
 		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		if (fd < 0 || hash_fd(fd, &h, &it->bytes) < 0) {
+		if (fd < 0 || digest_fd_kind(fd, it->e->kind, &h, &it->bytes) < 0) {
 			it->status = 1;
 			snprintf(it->got, sizeof(it->got), "unreadable");
 		} else {
 			hash_hex(h, it->got);
 			it->status = it->bytes == it->e->size && !strcmp(it->got, it->e->xxh3) ? 0 : 1;
+			char flat[33];
+			uint64_t n;
+			if (it->status && it->e->either && it->bytes == it->e->size &&
+			    digest_fd_kind(fd, DIGEST_FLAT, &h, &n) == 0) {
+				hash_hex(h, flat);
+				it->status = n == it->e->size && !strcmp(flat, it->e->xxh3) ? 0 : 1;
+			}
 		}
 		if (fd >= 0)
 			close(fd);

@@ -6,7 +6,9 @@
  *
  * Two read-only keys are ckptfs's own, on every regular file:
  *   user.ckptfs.state  dirty | flushing | durable
- *   user.ckptfs.xxh3   XXH3-128 of the published contents (hex), once durable
+ *   user.ckptfs.xxh3   the digest of the published contents (32 hex digits,
+ *                      as in the manifest and `ckptfs-ctl hash`: the
+ *                      block-run XXH3-128 of backend/digest.h), once durable
  */
 #include "fs/fs.h"
 
@@ -68,7 +70,7 @@ static int xattr_del(struct fsnode *n, const char *key)
 	return 0;
 }
 
-/* Read the xattrs of the object at (dfd, name) into n (alock held). */
+/* Read the xattrs of the object at (dfd, name) into n, a private holder. */
 static int xattrs_read(void *arg, int dfd, const char *name)
 {
 	struct fsnode *n = arg;
@@ -86,20 +88,37 @@ static int xattrs_read(void *arg, int dfd, const char *name)
 }
 
 /*
- * Read the backend's xattrs into memory once (alock held), through bsys: a
- * symlink planted where the object was is refused (-ELOOP), never followed.
+ * Read the backend's xattrs into memory once, through bsys (a symlink
+ * planted where the object was is refused, -ELOOP, never followed), with no
+ * lock held: stat takes a node's alock under the namespace lock, so a slow
+ * backend must never be waited for while holding either.  Two readers may
+ * race; the first to finish installs what it read.  0 or -errno.
  */
-static int xattrs_load(struct ckptfs *fs, struct fsnode *n)
+static int xattrs_ensure(struct ckptfs *fs, struct fsnode *n)
 {
+	struct fsnode tmp;
 	int r;
 
-	if (n->xattrs_loaded)
+	pthread_mutex_lock(&n->alock);
+	bool loaded = n->xattrs_loaded;
+	memset(&tmp, 0, sizeof(tmp));
+	tmp.mode = n->mode;
+	pthread_mutex_unlock(&n->alock);
+	if (loaded)
 		return 0;
-	r = bnode_at(&fs->be, n->b, xattrs_read, n);
+	r = bnode_at(&fs->be, n->b, xattrs_read, &tmp);
 	if (r == -ENOENT)
 		r = 0;	/* not on the backend: nothing to read */
-	if (r == 0)
+	pthread_mutex_lock(&n->alock);
+	if (r == 0 && !n->xattrs_loaded) {
+		n->xattrs = tmp.xattrs;
+		n->nxattrs = tmp.nxattrs;
+		tmp.xattrs = NULL;
+		tmp.nxattrs = 0;
 		n->xattrs_loaded = true;
+	}
+	pthread_mutex_unlock(&n->alock);
+	xattrs_free(&tmp);
 	return r;
 }
 
@@ -135,11 +154,9 @@ static int own_xattr(struct ckptfs *fs, struct fsnode *n, const char *key, char 
 	if (strcmp(key, XATTR_XXH3) == 0) {
 		if (strcmp(node_state_name(fs, n), "durable") != 0 || !atomic_load(&n->b->has_digest))
 			return -ENODATA;
-		XXH128_canonical_t c;
-		XXH128_canonicalFromHash(&c, n->b->digest);
-		for (int i = 0; i < 16; i++)
-			snprintf(buf + 2 * i, len - 2 * (size_t)i, "%02x", c.digest[i]);
-		return 32;
+		char hex[33];
+		hash_hex(n->b->digest, hex);
+		return snprintf(buf, len, "%s", hex);
 	}
 	return -ENODATA;
 }
@@ -171,8 +188,8 @@ void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *key, size_t size)
 			reply_value(req, own, (size_t)r, size);
 		return;
 	}
+	r = xattrs_ensure(fs, n);
 	pthread_mutex_lock(&n->alock);
-	r = xattrs_load(fs, n);
 	struct xattr *x = r == 0 ? xattr_find(n, key) : NULL;
 	if (r == 0 && !x)
 		r = -ENODATA;
@@ -198,8 +215,8 @@ void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	size_t len = 0;
 	int r;
 
+	r = xattrs_ensure(fs, n);
 	pthread_mutex_lock(&n->alock);
-	r = xattrs_load(fs, n);
 	for (uint32_t i = 0; r == 0 && i < n->nxattrs; i++) {
 		size_t kl = strlen(n->xattrs[i].key) + 1;
 		buf = xrealloc(buf, len + kl);
@@ -239,9 +256,9 @@ static void xattr_change(fuse_req_t req, fuse_ino_t ino, const char *key, const 
 		fuse_reply_err(req, EPERM);
 		return;
 	}
+	r = xattrs_ensure(fs, n);
 	pthread_mutex_lock(&fs->ns);
 	pthread_mutex_lock(&n->alock);
-	r = xattrs_load(fs, n);
 	if (r == 0) {
 		struct xattr *x = xattr_find(n, key);
 		if (val && (flags & XATTR_CREATE) && x)

@@ -35,11 +35,25 @@ def parse_size(text):
 	"""'4G' -> 4294967296; K/M/G/T suffixes are powers of two."""
 	s = str(text).strip().upper().rstrip("B").rstrip("I")
 	mult = 1
-	for suf, m in (("K", KiB), ("M", MiB), ("G", GiB), ("T", GiB << 10)):
+	for suf, m in (("K", KiB), ("M", MiB), ("G", GiB), ("T", GiB << 10), ("P", GiB << 20)):
 		if s.endswith(suf):
 			s, mult = s[:-1], m
 			break
 	return int(float(s) * mult)
+
+
+def find_daemon(repo):
+	"""$CKPTFS_BIN, else build/fs/ckptfs of the checkout at repo, else main's build."""
+	for p in (os.environ.get("CKPTFS_BIN"), os.path.join(repo, "build", "fs", "ckptfs"),
+		  "/work/main/build/fs/ckptfs"):
+		if p and os.access(p, os.X_OK):
+			return os.path.abspath(p)
+	sys.exit("no ckptfs binary: set CKPTFS_BIN or build this checkout")
+
+
+def find_ctl(daemon):
+	"""$CKPTFS_CTL (one with `hash`, to measure an older daemon), else beside the daemon."""
+	return os.environ.get("CKPTFS_CTL") or os.path.join(os.path.dirname(daemon), "ckptfs-ctl")
 
 
 def fmt_bytes(n):

@@ -39,6 +39,8 @@ ckptfs_slurm_set() {
 	case $1 in
 	backend_root | job_dir | mount_point | rescue_dir | options | cache_size | \
 		optout_comment | require_feature | log_file | daemon) ;;
+	multinode)
+		case $2 in auto | off) ;; *) return 1 ;; esac ;;
 	epilog_timeout)
 		ckptfs_is_uint "$2" || return 1 ;;
 	on_prolog_error)
@@ -56,7 +58,7 @@ ckptfs_slurm_load_config() {
 	conf=${CKPTFS_CONF:-/etc/ckptfs/ckptfs.conf}
 	cfg_backend_root='' cfg_job_dir=%u/%j cfg_mount_point='' cfg_rescue_dir=''
 	cfg_options='' cfg_cache_size='' cfg_optout_comment=ckptfs=off cfg_require_feature=''
-	cfg_log_file='' cfg_daemon='' cfg_epilog_timeout=600
+	cfg_log_file='' cfg_daemon='' cfg_epilog_timeout=600 cfg_multinode=auto
 	cfg_on_prolog_error=fail cfg_on_drain_failure=drain
 	[ -r "$conf" ] || ckptfs_slurm_config_error "config file '$conf' is missing or unreadable; install one (example: share/ckptfs/slurm/ckptfs.conf)"
 	_n=0
@@ -137,6 +139,62 @@ ckptfs_slurm_wanted() {
 	ckptfs_slurm_has_word "${SLURM_JOB_COMMENT:-}" "$cfg_optout_comment" && return 1
 	[ -z "$cfg_require_feature" ] && return 0
 	ckptfs_slurm_has_word "${SLURM_JOB_CONSTRAINTS:-}" "$cfg_require_feature"
+}
+
+# ckptfs_slurm_hostnames HOSTLIST: the node names of a Slurm hostlist
+# expression ("gpu[01-03,07],login2"), one per line; false if it cannot be
+# read.  scontrol where it works (it needs the cluster's configuration),
+# else a reading of the common forms: one bracket group per name, holding
+# numbers and zero-padded ranges.
+ckptfs_slurm_hostnames() {
+	scontrol show hostnames "$1" 2>/dev/null && return 0
+	printf '%s\n' "$1" | awk '
+	function emit(it,   p, rest, q, pre, body, post, n, parts, j, r, w, x) {
+		if (it == "") return
+		p = index(it, "[")
+		if (!p) { if (it ~ /\]/) bad = 1; else print it; return }
+		pre = substr(it, 1, p - 1); rest = substr(it, p + 1); q = index(rest, "]")
+		body = substr(rest, 1, q - 1); post = substr(rest, q + 1)
+		if (!q || post ~ /[][]/ || body !~ /^[0-9,-]+$/) { bad = 1; return }
+		n = split(body, parts, ",")
+		for (j = 1; j <= n; j++) {
+			if (split(parts[j], r, "-") == 2) {
+				w = length(r[1])
+				for (x = r[1] + 0; x <= r[2] + 0; x++)
+					printf "%s%0" w "d%s\n", pre, x, post
+			} else {
+				print pre parts[j] post
+			}
+		}
+	}
+	{
+		item = ""; depth = 0
+		for (i = 1; i <= length($0); i++) {
+			c = substr($0, i, 1)
+			if (c == "[") depth++
+			if (c == "]") depth--
+			if (c == "," && depth == 0) { emit(item); item = "" } else item = item c
+		}
+		emit(item)
+	}
+	END { exit bad }'
+}
+
+# ckptfs_slurm_peer_opts: the daemon's node= and peers= for a job on several
+# nodes (multinode = auto): this node's Slurm name, and the job's node list
+# (or, if it cannot be read, their number).  Empty for a one-node job or
+# with multinode = off.
+ckptfs_slurm_peer_opts() {
+	[ "$cfg_multinode" = auto ] && [ -n "${SLURM_JOB_NODELIST:-}" ] || return 0
+	_names=$(ckptfs_slurm_hostnames "$SLURM_JOB_NODELIST") || _names=
+	_n=$(printf '%s\n' "$_names" | grep -c .)
+	_node=${SLURMD_NODENAME:+node=$SLURMD_NODENAME,}
+	if [ "$_n" -gt 1 ]; then
+		printf '%speers=%s\n' "$_node" "$(printf '%s\n' "$_names" | paste -sd: -)"
+	elif [ -z "$_names" ] && ckptfs_is_uint "${SLURM_JOB_NUM_NODES:-}" &&
+		[ "$SLURM_JOB_NUM_NODES" -gt 1 ]; then
+		printf '%speers=%s\n' "$_node" "$SLURM_JOB_NUM_NODES"
+	fi
 }
 
 # ckptfs_slurm_as_user COMMAND...: run COMMAND as the job's user and group.

@@ -2,6 +2,7 @@
  * ctl_util.c — helpers of the control-interface tests (see ctl_util.h).
  */
 #include "tests/ctl/ctl_util.h"
+#include "tests/digest_ref.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -266,18 +267,12 @@ bool ct_wait_state(const char *path, const char *state, unsigned timeout_ms)
 	return false;
 }
 
-void ct_xxh3_hex(const char *path, char hex[33])
+void ct_digest_hex(const char *path, char hex[33])
 {
-	size_t len;
-	char *data = read_file(path, &len);
-	XXH128_canonical_t c;
+	int r = td_digest_file(path, hex);
 
-	if (!data)
-		FAILF("read %s: %s", path, strerror(errno));
-	XXH128_canonicalFromHash(&c, XXH3_128bits(data, len));
-	for (int i = 0; i < 16; i++)
-		sprintf(hex + 2 * i, "%02x", c.digest[i]);
-	free(data);
+	if (r < 0)
+		FAILF("read %s: %s", path, strerror(-r));
 }
 
 /* ---- the daemon ------------------------------------------------------------- */

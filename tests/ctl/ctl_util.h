@@ -66,8 +66,8 @@ void ct_touch(const char *path);
 int ct_getxattr(const char *path, const char *key, char *buf, size_t len);
 /* Poll user.ckptfs.state until it reads `state`; false after timeout_ms. */
 bool ct_wait_state(const char *path, const char *state, unsigned timeout_ms);
-/* Canonical (big-endian) hex XXH3-128 of a file, computed with libxxhash. */
-void ct_xxh3_hex(const char *path, char hex[33]);
+/* The manifest's digest of a file, by the reference code (tests/digest_ref.h). */
+void ct_digest_hex(const char *path, char hex[33]);
 
 /* ---- the daemon ---- */
 /*

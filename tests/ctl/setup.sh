@@ -1,7 +1,7 @@
 #!/bin/sh
 # setup.sh — what the control-interface tests need beyond the build:
-# xxhash (xxhsum -H2, an XXH3-128 computed outside ckptfs, to check the
-# user.ckptfs.xxh3 xattr against), attr (getfattr/setfattr, for checking by
+# xxhash (xxhsum -H2, an XXH3-128 computed outside ckptfs, to check
+# `ckptfs-ctl hash --format 1` against), attr (getfattr/setfattr, for checking by
 # hand what the tests check), man-db and groff-base (the man-page test
 # renders the pages; without them that part is skipped).  Idempotent: with
 # everything installed it only asks dpkg.  Needs root to install (tests/run.sh

@@ -15,8 +15,18 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
+
+/* Reads an xattr of a file whose xattrs are not loaded yet: waits for the backend. */
+static void *slow_getxattr(void *arg)
+{
+	char v[64];
+	getxattr((const char *)arg, "user.none", v, sizeof(v));
+	return NULL;
+}
 
 #define STALL_MS 10000
 #define BOUND_MS (STALL_MS / 2)
@@ -65,7 +75,17 @@ int main(void)
 		closedir(d);
 		took(t0, "stat and readdir of a loaded directory");
 	}
+	/* One request waiting for the backend's xattrs holds no lock others need. */
+	pthread_t xt;
+	char warm[PATH_MAX];
+	snprintf(warm, sizeof(warm), "%s", tm_path(&m, "ckpt/warm"));
+	pthread_create(&xt, NULL, slow_getxattr, warm);
+	usleep(1200 * 1000);	/* and the kernel's attributes of warm have expired */
 	uint64_t t0 = mono_ms();
+	CHECK_SYS(stat(warm, &st));
+	CHECK_SYS(stat(tm_path(&m, "ckpt/f2"), &st));
+	took(t0, "stat while another request reads the backend's xattrs");
+	t0 = mono_ms();
 	CHECK_SYS(rename(tm_path(&m, "ckpt/f0"), tm_path(&m, "ckpt/renamed")));
 	CHECK_SYS(mkdir(tm_path(&m, "ckpt/sub"), 0755));
 	CHECK_SYS(unlink(tm_path(&m, "ckpt/f1")));
@@ -77,6 +97,7 @@ int main(void)
 		(unsigned long long)worst, STALL_MS);
 
 	CHECK_SYS(unlink(flag));
+	pthread_join(xt, NULL);
 	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "drain", m.mnt, "--timeout", "90", NULL });
 	ct_expect_status(&r, 0, "ckptfs-ctl drain after the stall");
 	ct_result_free(&r);

@@ -6,7 +6,7 @@
  * exists, so it has a pending file and a degraded backend; M2 is healthy.
  *  - default: per mount, a header line "MOUNT  (backend DIR)" then the
  *    lines cache:, held:, durable:, pending:, rates:, sequence:,
- *    backpressure:, backend:, io: in that order, each matched by a
+ *    backpressure:, backend:, io:, node: in that order, each matched by a
  *    pattern (bars, percentages, units); reports of two mounts separated
  *    by one blank line; "backend: ok" on M2, "BLOCKED at seq" on M1;
  *  - --json: exactly one strict JSON object per mount per line, in order;
@@ -95,7 +95,9 @@ static const char *const human[] = {
 	"retrying; data stays cached .+)$",
 	"^  io: +(io_uring|pwrite), fsync (durable|lazy), up [0-9]+ s$",
 	"^  fuse: +(/dev/fuse|io_uring \\([0-9]+ queues\\)), requests up to [0-9]+ KiB, passthrough (on|off)$",
+	"^  node: +[A-Za-z0-9._-]+, (no peers|peers [0-9]+/[0-9]+ seen, .+), lease (held|lost)$",
 };
+#define BACKEND_LINE 8	/* human[] index of the backend: line */
 #define HUMAN_LINES (1 + sizeof(human) / sizeof(*human))
 
 /* Check one report starting at lines[at]; its backend line must contain `backend`. */
@@ -112,7 +114,7 @@ static void check_report(char **lines, size_t n, size_t at, struct tmount *m, co
 		if (!matches(human[i], lines[at + 1 + i]))
 			FAILF("line %zu of the report does not match %s:\n%s", at + 2 + i, human[i],
 			      lines[at + 1 + i]);
-	ct_expect_in(lines[at + HUMAN_LINES - 3], backend, "the backend: line");
+	ct_expect_in(lines[at + 1 + BACKEND_LINE], backend, "the backend: line");
 }
 
 static void check_human(void)

@@ -12,7 +12,9 @@
  *                   ds/latest rewritten in place, then the mount root fsync'd;
  *   DCP-like        dcp/step_<N>/__<r>_0.distcp each fsync'd, .metadata.tmp
  *                   fsync'd then renamed to .metadata;
- *   Megatron-like   mg/iter_<N:07>/mp_rank_0<r>/model_optim_rng.pt, then
+ *   Megatron-like   mg/iter_<N:07>/mp_rank_0<r>/model_optim_rng.pt (rank 1's
+ *                   sparse: 4-12 MiB with two small data ranges, written
+ *                   by seeking over the holes, and a hole at its end), then
  *                   mg/latest_checkpointed_iteration.txt rewritten in place;
  *   Orbax-like      orbax/<N>.orbax-checkpoint-tmp/{array_<r>, _CHECKPOINT_METADATA},
  *                   no fsync, then the directory renamed to orbax/<N>;
@@ -58,7 +60,30 @@ struct cs_spec {
 	size_t size;
 	bool direct;		/* written with O_DIRECT */
 	bool fsync;		/* fsync'd before close */
+	bool sparse;		/* data only in cs_sparse_ranges(), holes elsewhere */
 };
+
+/* The data ranges of a sparse file ([0]..[1] and [2]..[3]); zeros elsewhere. */
+static void cs_sparse_ranges(const struct cs_spec *sp, size_t r[4])
+{
+	r[0] = 0;
+	r[1] = 64 * KiB + sp->seed % 4096;
+	r[2] = sp->size / 2 - 5000;
+	r[3] = sp->size / 2 + 70 * KiB;
+}
+
+/* The contents of a file of the stream (size bytes at buf). */
+static void cs_spec_fill(const struct cs_spec *sp, char *buf)
+{
+	size_t r[4];
+
+	fill_pattern(buf, sp->size, sp->seed, 0);
+	if (!sp->sparse)
+		return;
+	cs_sparse_ranges(sp, r);
+	memset(buf + r[1], 0, r[2] - r[1]);
+	memset(buf + r[3], 0, sp->size - r[3]);
+}
 
 static uint64_t mix(uint64_t x)
 {
@@ -108,7 +133,8 @@ static unsigned cs_ckpt_files(enum cs_fw fw, unsigned step, struct cs_spec *s)
 			s[n].fsync = true;
 		} else if (fw == CS_FW_MG) {
 			snprintf(s[n].rel, sizeof(s[n].rel), "%s/mp_rank_%02u/model_optim_rng.pt", dir, i);
-			s[n].size = 64 * KiB + h % MiB;
+			s[n].size = i == 1 ? 4 * MiB + h % (8 * MiB) : 64 * KiB + h % MiB;
+			s[n].sparse = i == 1;
 		} else if (i < 2) {
 			snprintf(s[n].rel, sizeof(s[n].rel), "%s/array_%u", dir, i);
 			s[n].size = 1 + h % (768 * KiB);
@@ -190,20 +216,38 @@ static void s_mkdir(struct stream *s, const char *rel)
 		s_end(s, "mkdir", rel);
 }
 
-static void s_write(struct stream *s, const char *rel, const char *buf, size_t len, bool direct,
-		    bool do_fsync)
+/* Write [off, end) of buf at the same offset. */
+static void s_pwrite(struct stream *s, int fd, const char *rel, const char *buf, size_t off,
+		     size_t end)
 {
-	int fd = openat(s->root, rel, O_CREAT | O_WRONLY | O_TRUNC | (direct ? O_DIRECT : 0), 0644);
 	const size_t piece = 256 * KiB;
 
-	if (fd < 0)
-		s_end(s, "open", rel);
-	for (size_t off = 0; off < len;) {
-		size_t k = len - off < piece ? len - off : piece;
-		ssize_t n = write(fd, buf + off, k);
+	while (off < end) {
+		size_t k = end - off < piece ? end - off : piece;
+		ssize_t n = pwrite(fd, buf + off, k, (off_t)off);
 		if (n <= 0)
 			s_end(s, "write", rel);
 		off += (size_t)n;
+	}
+}
+
+/* sparse: only the ranges of cs_sparse_ranges(sparse) are written; the rest are holes. */
+static void s_write(struct stream *s, const char *rel, const char *buf, size_t len, bool direct,
+		    bool do_fsync, const struct cs_spec *sparse)
+{
+	int fd = openat(s->root, rel, O_CREAT | O_WRONLY | O_TRUNC | (direct ? O_DIRECT : 0), 0644);
+
+	if (fd < 0)
+		s_end(s, "open", rel);
+	if (sparse) {
+		size_t r[4];
+		cs_sparse_ranges(sparse, r);
+		s_pwrite(s, fd, rel, buf, r[0], r[1]);
+		s_pwrite(s, fd, rel, buf, r[2], r[3]);
+		if (ftruncate(fd, (off_t)len) < 0)
+			s_end(s, "ftruncate", rel);
+	} else {
+		s_pwrite(s, fd, rel, buf, 0, len);
 	}
 	/* The version is sealed at the fsync or close below. */
 	s_log(s, "V %s %zu %016llx", rel, len, (unsigned long long)it_hash64(buf, len));
@@ -216,14 +260,41 @@ static void s_write(struct stream *s, const char *rel, const char *buf, size_t l
 		s_end(s, "close", rel);
 }
 
+/*
+ * The GPU copy of the crash loop (tests/gpu/crash_gpu.c) captures some files
+ * through libckptfs instead: crash_capture_open() returns the new file open
+ * and bound, its contents captured (-1: write it here; -2: the mount is
+ * gone), crash_capture_close() closes it, sealing the version, and with
+ * do_fsync waits for durability.  Absent (weak, NULL) everywhere else.
+ */
+int crash_capture_open(int root, const char *rel, const char *buf, size_t len) __attribute__((weak));
+int crash_capture_close(int root, int fd, bool do_fsync) __attribute__((weak));
+
+static bool s_capture(struct stream *s, const struct cs_spec *sp, const char *buf)
+{
+	int fd = crash_capture_open ? crash_capture_open(s->root, sp->rel, buf, sp->size) : -1;
+
+	if (fd == -2)
+		s_end(s, "capture", sp->rel);
+	if (fd < 0)
+		return false;
+	s_log(s, "V %s %zu %016llx", sp->rel, sp->size, (unsigned long long)it_hash64(buf, sp->size));
+	if (crash_capture_close(s->root, fd, sp->fsync) < 0)
+		s_end(s, "capture close", sp->rel);
+	if (sp->fsync)
+		s_log(s, "A");
+	return true;
+}
+
 static void s_write_spec(struct stream *s, const struct cs_spec *sp)
 {
 	char *buf;
 
 	if (posix_memalign((void **)&buf, 4096, sp->size ? sp->size : 1))
 		_exit(4);
-	fill_pattern(buf, sp->size, sp->seed, 0);
-	s_write(s, sp->rel, buf, sp->size, sp->direct, sp->fsync);
+	cs_spec_fill(sp, buf);
+	if (sp->direct || !s_capture(s, sp, buf))
+		s_write(s, sp->rel, buf, sp->size, sp->direct, sp->fsync, sp->sparse ? sp : NULL);
 	free(buf);
 }
 
@@ -344,12 +415,12 @@ static void s_checkpoint(struct stream *s, enum cs_fw fw, unsigned step)
 	cs_marker(fw, step, mpath, sizeof(mpath), mtext, sizeof(mtext));
 	if (fw == CS_FW_DCP) {
 		snprintf(tmp, sizeof(tmp), "%s.tmp", mpath);
-		s_write(s, tmp, mtext, strlen(mtext), false, true);
+		s_write(s, tmp, mtext, strlen(mtext), false, true, NULL);
 		s_log(s, "R %s %s", tmp, mpath);
 		if (renameat(s->root, tmp, s->root, mpath) < 0)
 			s_end(s, "rename", tmp);
 	} else {
-		s_write(s, mpath, mtext, strlen(mtext), false, false);	/* in place */
+		s_write(s, mpath, mtext, strlen(mtext), false, false, NULL);	/* in place */
 	}
 	if (fw == CS_FW_DS) {
 		if (fsync(s->root) < 0)
@@ -628,7 +699,8 @@ static void check_checkpoint(struct cs_judge *c, const struct it_tree *b, bool v
 		return;
 	}
 	for (unsigned k = 0; k < n; k++) {
-		void *want = it_pattern(sp[k].seed, sp[k].size);
+		char *want = malloc(sp[k].size ? sp[k].size : 1);
+		cs_spec_fill(&sp[k], want);
 		uint64_t h = it_hash64(want, sp[k].size);
 		free(want);
 		if (!(e = it_tree_find(b, sp[k].rel)))

@@ -52,7 +52,7 @@ static void check_records_match_files(struct tmount *m)
 		long k = file_record(&l, files[i].rel);
 		if (k < 0)
 			FAILF("no manifest record for %s", files[i].rel);
-		ASSERT_EQ(it_xxh128_file(tm_bpath(m, files[i].rel), want), 0);
+		ASSERT_EQ(td_digest_file(tm_bpath(m, files[i].rel), want), 0);
 		ASSERT_TRUE(it_json_get(l.r[k].payload, "xxh3", got, sizeof(got)));
 		ASSERT_STR_EQ(got, want);
 		ASSERT_EQ(it_json_num(l.r[k].payload, "size"), files[i].size);

@@ -189,18 +189,8 @@ uint64_t it_hash64(const void *buf, size_t len)
 	return XXH3_64bits(buf, len);
 }
 
-static void hex128(XXH128_hash_t h, char hex[33])
-{
-	snprintf(hex, 33, "%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
-}
-
-void it_xxh128_hex(const void *buf, size_t len, char hex[33])
-{
-	hex128(XXH3_128bits(buf, len), hex);
-}
-
-/* Stream a file through one of libxxhash's states; 0 or -errno. */
-static int hash_stream(const char *path, XXH3_state_t *st, bool wide, uint64_t *size)
+/* Stream a file through libxxhash's XXH3-64; 0 or -errno. */
+static int hash_stream(const char *path, XXH3_state_t *st, uint64_t *size)
 {
 	char *buf = malloc(IO_BUF);
 	int fd = open(path, O_RDONLY | O_NOFOLLOW), r = 0;
@@ -210,10 +200,7 @@ static int hash_stream(const char *path, XXH3_state_t *st, bool wide, uint64_t *
 		free(buf);
 		return -errno;
 	}
-	if (wide)
-		XXH3_128bits_reset(st);
-	else
-		XXH3_64bits_reset(st);
+	XXH3_64bits_reset(st);
 	for (;;) {
 		ssize_t n = read(fd, buf, IO_BUF);
 		if (n < 0 && errno == EINTR)
@@ -222,26 +209,13 @@ static int hash_stream(const char *path, XXH3_state_t *st, bool wide, uint64_t *
 			r = -errno;
 		if (n <= 0)
 			break;
-		if (wide)
-			XXH3_128bits_update(st, buf, (size_t)n);
-		else
-			XXH3_64bits_update(st, buf, (size_t)n);
+		XXH3_64bits_update(st, buf, (size_t)n);
 		total += (uint64_t)n;
 	}
 	close(fd);
 	free(buf);
 	if (size)
 		*size = total;
-	return r;
-}
-
-int it_xxh128_file(const char *path, char hex[33])
-{
-	XXH3_state_t *st = XXH3_createState();
-	int r = hash_stream(path, st, true, NULL);
-	if (r == 0)
-		hex128(XXH3_128bits_digest(st), hex);
-	XXH3_freeState(st);
 	return r;
 }
 
@@ -542,7 +516,7 @@ static void tree_walk(const char *root, const char *rel, struct it_tree *t, int 
 		} else if (S_ISREG(st.st_mode)) {
 			XXH3_state_t *hs = XXH3_createState();
 			uint64_t size = 0;
-			int r = hash_stream(full, hs, false, &size);
+			int r = hash_stream(full, hs, &size);
 			if (r < 0)
 				*err = r;
 			it_tree_put(t, child, 'f', size, XXH3_64bits_digest(hs));

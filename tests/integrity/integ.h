@@ -6,7 +6,8 @@
  * manifest log, and tree snapshots.
  *
  * Everything here checks the daemon from the outside: hashes are computed
- * with libxxhash directly (not through the daemon's code), manifest records
+ * with libxxhash directly (not through the daemon's code; the manifest's
+ * digest by tests/digest_ref.h, an independent implementation), manifest records
  * are parsed by our own reader, and trees are walked on the backend itself.
  *
  * A tree snapshot (struct it_tree) lists every object below a root, sorted
@@ -20,6 +21,7 @@
 #define CKPTFS_TESTS_INTEG_H
 
 #include "tests/core/core_util.h"	/* cu_fault_env, cu_stop_any, cu_sync_retry, ... */
+#include "tests/digest_ref.h"		/* td_digest_file, td_digest_buf */
 
 /* ---- commands ---- */
 /* ckptfs-ctl, found next to the daemon binary. */
@@ -55,9 +57,7 @@ bool it_wait_stat(struct tmount *m, const char *key, const char *want, unsigned 
 
 /* ---- contents ---- */
 uint64_t it_hash64(const void *buf, size_t len);
-/* XXH3-128 of a file as the manifest writes it (32 hex digits); 0 or -errno. */
-int it_xxh128_file(const char *path, char hex[33]);
-void it_xxh128_hex(const void *buf, size_t len, char hex[33]);
+/* The digest of a file or buffer as the manifest writes it: tests/digest_ref.h. */
 /* `size` bytes of pattern `seed` (malloc'd). */
 void *it_pattern(uint64_t seed, size_t size);
 /* Create or truncate path with pattern contents; close(2)'s result (0 or -errno). */

@@ -65,7 +65,7 @@ uint64_t ml_file(struct mlog *l, const char *path, const char *content, bool app
 {
 	char hex[33];
 
-	it_xxh128_hex(content, strlen(content), hex);
+	td_digest_buf(content, strlen(content), hex);	/* the manifest's digest (format 2) */
 	l->seq++;
 	ml_rec(l, "{\"t\": \"file\", \"m\": \"%s\", \"seq\": %llu, \"time\": %llu, \"path\": \"%s\", "
 	       "\"size\": %zu, \"mode\": 420, \"mtime\": 1.000000000, \"xxh3\": \"%s\"}", l->id,

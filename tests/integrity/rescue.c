@@ -62,7 +62,7 @@ static void check_rescued(const char *where)
 	for (size_t i = 0; i < NVER; i++) {
 		const struct it_file *w = &unpersisted[i];
 		void *buf = it_pattern(w->seed, w->size);
-		it_xxh128_hex(buf, w->size, want);
+		td_digest_buf(buf, w->size, want);
 		free(buf);
 		if (!(line = jsonl_find(text, "file", w->rel)))
 			FAILF("%s is not in %s:\n%s", w->rel, mf, text);
@@ -74,7 +74,7 @@ static void check_rescued(const char *where)
 		snprintf(file, sizeof(file), "%s/files/%s", where, w->rel);
 		if (!it_has_pattern(file, w->seed, w->size))
 			FAILF("rescued %s does not hold what was written", file);
-		ASSERT_EQ(it_xxh128_file(file, v), 0);
+		ASSERT_EQ(td_digest_file(file, v), 0);
 		ASSERT_STR_EQ(v, want);
 	}
 	if (!(line = jsonl_find(text, "rename", "c.tmp")) || !it_json_get(line, "to", v, sizeof(v)))

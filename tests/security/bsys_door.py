@@ -48,6 +48,11 @@ EXCEPTIONS = {
     ("main.c.o", "open"): "/dev/null when daemonizing, the mount's bdi readahead file in /sys",
     ("main.c.o", "stat"): "the mount point's device number, for its bdi",
     ("main.c.o", "chdir"): "chdir(\"/\") when daemonizing",
+    # GPU capture sessions: the arena is a memfd, placed by NUMA node from /sys.
+    ("session.c.o", "ftruncate"): "sizes a GPU session's arena and ring memfds, not backend files",
+    ("session.c.o", "open"): "reads the GPU's numa_node from /sys/bus/pci/devices",
+    ("session.c.o", "access"): "checks /sys/devices/system/node/nodeN exists before mbind",
+    ("session.c.o", "syscall"): "mbind(2) of a GPU session's arena (no libc wrapper)",
     ("loop.c.o", "fopen"): "reads /proc/sys/fs/fuse/max_pages_limit",
     ("prefault.c.o", "syscall"): "gettid, to lower the pre-fault thread's priority",
     ("devio.c.o", "syscall"): "capget: may the daemon use FUSE passthrough (CAP_SYS_ADMIN)",

@@ -1,0 +1,252 @@
+/*
+ * nodes.h — one daemon among many over one backend: its node identity and
+ * exclusivity (lease.c), its durable watermark (watermark.c), its peers'
+ * watermarks and the markers that wait for them (peers.c), and which
+ * operations are markers (marker.c).  No coordinator of our own: the
+ * parallel file system is the shared medium (DESIGN "Beyond one node";
+ * docs/contract.md "Beyond one node").
+ *
+ * Everything lives under BACKEND/.ckptfs/nodes/<node>/:
+ *   lock            flock(2)ed by the live daemon (where the backend has a
+ *                   working flock);
+ *   lease.json      who holds the node: mount id, pid, host, boot id,
+ *                   heartbeat (wall clock) and ttl — for backends whose
+ *                   flock does not reach across clients;
+ *   watermark.json  "every operation sealed on this node before wall time
+ *                   T is durable (seq N)", with the clock's error bound and,
+ *                   after an unclean stop, the window whose operations may
+ *                   have been lost;
+ *   manifest.log, state.json  the manifest (manifest.c).
+ * Records are written whole: temporary name, write, fsync, rename,
+ * directory fsync — all through bsys.
+ *
+ * Invariants (tests cite them as N1..N5):
+ *  N1  at most one live daemon holds a node: a second is refused (exit 2)
+ *      while the holder's flock is held, or its lease is fresh; a dead
+ *      holder's lease is taken over only once it has expired (at once when
+ *      the holder provably died: same host, and its boot ended or its pid
+ *      is gone);
+ *  N2  recovery and every write to the node directory happen only while
+ *      the lease is held; a daemon that finds its lease taken (it was
+ *      stopped past the ttl) stops publishing and says so;
+ *  N3  a watermark (T, seq) is written only when every operation sealed on
+ *      this node before T is durable, markers held for peers excepted: T is
+ *      the seal time of the oldest other pending operation, or when none is
+ *      pending a time no later seal can precede (seal times never go back:
+ *      backend.h's wall floor).  (Counting its own held markers would let
+ *      two nodes' markers sealed within the skew margin wait for each other
+ *      forever; a held marker is a marker, not a shard another checkpoint
+ *      needs.);
+ *  N4  a marker is applied only after every peer's watermark T has passed
+ *      its seal time plus the skew margin for that peer, or after
+ *      marker_timeout under marker_policy=release, which is logged; a
+ *      held marker holds back only what the publisher's order puts after
+ *      it (its actor's later operations and its dependants);
+ *  N5  a peer that stopped uncleanly reports the window of seal times its
+ *      lost incarnation had not confirmed; a marker sealed inside that
+ *      window is never released by a watermark, only by the policy.
+ *
+ * Threads: the node keeper (watermark.c: watermarks and lease heartbeats)
+ * and, with peers, the peer watcher (peers.c).  Lock order: be->lock ->
+ * nodes->lock (a leaf; the hold hook takes it under be->lock).
+ */
+#ifndef CKPTFS_NODES_H
+#define CKPTFS_NODES_H
+
+#include "cache/util.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct backend;
+struct op;
+
+#define NODE_NAME_MAX 255
+#define NODES_PEERS_MAX 4096
+
+enum marker_policy { MARKER_HOLD, MARKER_RELEASE };
+
+/* What the command line chose (fs/opts.c fills it). */
+struct nodes_opts {
+	char node[NODE_NAME_MAX + 1];	/* "" : the default (short hostname) */
+	unsigned peers_count;		/* peers=N: the job has N nodes, this one included */
+	char **peer_names;		/* peers=a:b:c (this node left out) */
+	unsigned npeer_names;
+	double peer_skew;		/* seconds; < 0: derived from the clocks */
+	double marker_timeout;		/* seconds; 0: never */
+	enum marker_policy marker_policy;
+	double lease_ttl;		/* seconds */
+};
+
+static inline bool nodes_opts_have_peers(const struct nodes_opts *o)
+{
+	return o->peers_count > 1 || o->npeer_names > 0;
+}
+
+/* Is name usable as a node name (one path component, not hidden)? */
+bool nodes_name_ok(const char *name);
+/* peers=N or peers=a:b:c into o: 0, or -EINVAL with one line in why. */
+int nodes_parse_peers(struct nodes_opts *o, const char *val, char *why, size_t len);
+void nodes_opts_free(struct nodes_opts *o);
+
+/* ---- a peer's watermark record, as read from the backend ---------------- */
+
+struct wm_record {
+	bool valid;
+	char node[NODE_NAME_MAX + 1];
+	char mount_id[24];
+	char boot_id[40];
+	uint64_t seq;
+	uint64_t before_ns;	/* T: everything sealed before it is durable */
+	uint64_t written_ns;	/* its own clock when written */
+	uint64_t maxerror_ns;	/* its clock's error bound */
+	bool synced;
+	bool stopped;		/* the daemon stopped cleanly after writing it */
+	uint64_t gap_from_ns, gap_to_ns;	/* N5: seal times possibly lost (0, 0: none) */
+	char gap_mount[24];
+	uint64_t lost_files;
+};
+/* Parse a watermark record (a flat JSON object): true if it is one. */
+bool wm_parse(const char *text, size_t len, struct wm_record *r);
+
+/* ---- the lease ----------------------------------------------------------- */
+
+struct lease_record {
+	bool valid;
+	char mount_id[24];
+	char host[256];
+	char boot_id[40];
+	long pid;
+	uint64_t heartbeat_ns;
+	uint64_t ttl_ns;
+	bool released;
+};
+bool lease_parse(const char *text, size_t len, struct lease_record *r);
+
+/* ---- the whole ----------------------------------------------------------- */
+
+/* A marker the hold hook is holding now (nodes->lock). */
+struct held_marker {
+	uint64_t seq;
+	char path[512];
+	char waiting[NODE_NAME_MAX + 1];	/* the first peer it waits for */
+	char reason[512];
+	uint64_t since_ns;	/* monotonic */
+	uint64_t since_wall_ns;
+	uint64_t sealed_wall_ns;
+	bool released;		/* released by the timeout policy */
+	unsigned warned;	/* times the timeout was logged */
+};
+
+struct peer {
+	char name[NODE_NAME_MAX + 1];
+	struct wm_record wm;	/* the last record read (nodes->lock) */
+	struct lease_record lease;
+	uint64_t read_ns;	/* monotonic: when it was read */
+	uint64_t read_wall_ns;	/* this node's wall clock when the read began */
+	int read_err;		/* -errno of the last read, 0 */
+};
+
+struct nodes {
+	struct backend *be;
+	struct nodes_opts opt;	/* peer_names: without this node */
+	bool list_mode;		/* peers named (even if only this node): no discovery */
+	char node[NODE_NAME_MAX + 1];
+	char host[256];
+	char boot_id[40];
+	int dirfd;		/* BACKEND/.ckptfs/nodes/<node> */
+	int nodes_fd;		/* BACKEND/.ckptfs/nodes */
+	int lock_fd;
+	bool flock_ok;
+	bool taken;		/* the lease was taken: only then is anything written */
+	atomic_bool lease_lost;
+	uint64_t started_wall_ns;
+	struct wm_record prev;	/* this node's record left by the previous mount */
+	struct wm_record gap;	/* what this incarnation reports about the last (N5) */
+
+	/* the node keeper (watermark.c) */
+	pthread_t keeper;
+	bool keeper_started;
+	pthread_mutex_t klock;
+	pthread_cond_t kcond;
+	bool kstop, kdirty;
+	uint64_t last_lease_ns;	/* monotonic: last heartbeat written */
+	uint64_t last_activity_ns;
+	uint64_t last_seen_seq;
+	atomic_uint_least64_t wm_before_ns;	/* the last watermark written */
+	atomic_uint_least64_t wm_seq;
+	atomic_uint_least64_t wm_writes;
+	atomic_int wm_err;
+	atomic_uint_least64_t maxerror_ns;
+	atomic_bool synced;
+
+	/* the peers (peers.c) */
+	pthread_t watcher;
+	bool watcher_started;
+	pthread_mutex_t lock;	/* everything below; a leaf */
+	pthread_cond_t wcond;
+	bool wstop;
+	struct peer *peers;
+	unsigned npeers;
+	struct held_marker held[16];
+	unsigned nheld;
+	uint64_t fast_until_ns;	/* poll fast until then (a marker is held) */
+	atomic_uint_least64_t markers_held_total;
+	atomic_uint_least64_t markers_released_by_policy;
+	atomic_uint_least64_t marker_wait_ns_last;	/* how long the last held marker waited */
+};
+
+/*
+ * Take the node (N1) before anything touches its directory: 0, or
+ * -EADDRINUSE (another live daemon holds it; the line naming it is printed),
+ * or another -errno with a line printed.
+ */
+int nodes_start(struct nodes *nd, struct backend *be, int root_fd, const char *mount_id,
+		const struct nodes_opts *opt);
+/* After recovery: start the keeper (and the watcher with peers). */
+int nodes_run(struct nodes *nd);
+/*
+ * Stop the threads; if the node was taken, write the final watermark (clean:
+ * "stopped") and release the lease.  Also after a failed nodes_start.
+ */
+void nodes_stop(struct nodes *nd, bool clean);
+
+/* The backend's hooks (backend.h), called through the front end's. */
+uint64_t nodes_hold(struct nodes *nd, const struct op *op);
+void nodes_published(struct nodes *nd);
+
+/* For stats: the held marker (lowest seq) still pending; false if none. */
+bool nodes_held_report(struct nodes *nd, struct held_marker *out, unsigned *count);
+/* Peers known and how many have passed now; and the one furthest behind. */
+void nodes_peer_summary(struct nodes *nd, unsigned *known, char *behind, size_t len,
+			double *behind_s);
+
+/* ---- lease.c (used by watermark.c) ---- */
+/*
+ * Take the node: its lock, and without a working flock its lease record
+ * (which then must exclude before recovery).  0 or -EADDRINUSE (refused,
+ * one line printed) or -errno.
+ */
+int lease_acquire(struct nodes *nd, const char *mount_id);
+/* After recovery: write the lease record (where the lock excluded until now). */
+void lease_record(struct nodes *nd);
+/* Rewrite lease.json with a new heartbeat; -EADDRINUSE if another daemon took it. */
+int lease_heartbeat(struct nodes *nd);
+/* Is the lease still ours?  0, or -EADDRINUSE (and lease_lost set, logged). */
+int lease_check(struct nodes *nd);
+void lease_release(struct nodes *nd);
+/* Read a small file of dirfd whole into buf (NUL-terminated): its length or -errno. */
+ssize_t nodes_read_file(int dirfd, const char *name, char *buf, size_t len);
+
+/* ---- peers.c (used by watermark.c) ---- */
+/* Is seq a marker held for peers now?  (nodes->lock held) */
+bool nodes_held_locked(struct nodes *nd, uint64_t seq);
+
+/* ---- watermark.c ---- */
+/* The clock's error bound (adjtimex), sampled into nd. */
+void nodes_clock_sample(struct nodes *nd);
+
+#endif

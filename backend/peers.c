@@ -1,0 +1,442 @@
+/*
+ * peers.c — markers wait for the peers (nodes.h N4, N5): the peer watcher
+ * thread, the hold hook, and the report of held markers.
+ *
+ * The watcher reads each peer's watermark.json (and now and then its
+ * lease.json) into memory: every POLL_SLOW_NS, and every POLL_FAST_NS (more
+ * with many peers) while a marker is held.  With peers=N (a node count) the
+ * peers are discovered: every directory under .ckptfs/nodes but this one.
+ *
+ * The hold hook (called by the publisher under be->lock, for each marker
+ * ready to be applied) decides from those snapshots alone — no I/O — whether
+ * every peer's watermark T has passed the marker's seal time Tm plus the
+ * margin for that peer:
+ *
+ *   margin = peer_skew                     when -o peer_skew=SEC is given;
+ *          = MARGIN_FLOOR_NS               when the peer shares this clock
+ *                                          (same boot id: one machine);
+ *          = MARGIN_FLOOR_NS + E_here + E_peer   otherwise, where E is the
+ *            clock's maxerror from adjtimex(2) (unsynchronized, the kernel
+ *            reports its cap, 16 s).
+ *
+ * A peer passes when T >= Tm + margin, and only then: not because its
+ * record says it stopped cleanly, which a caching client may show after
+ * the peer's next mount.  It never passes while its record reports an
+ * unclean stop whose unconfirmed window
+ * [gap_from, gap_to) overlaps [Tm - margin, Tm + margin) (N5).  With
+ * peers=N, N - 1 peers must pass.  Otherwise the marker is held: the hook
+ * returns HOLD_RECHECK_NS and the publisher asks again (the watcher also
+ * wakes it after each fast poll).  A held marker holds back only what the
+ * publisher's order puts after it.  After marker_timeout it is released
+ * under marker_policy=release (logged), and reported again and again under
+ * hold (the default).  Held markers are kept in nodes->held for stats.
+ *
+ * Lock order: be->lock -> nodes->lock; the watcher takes nodes->lock only
+ * to copy what it read, and be->lock (alone) to wake the publisher.
+ */
+#include "backend/nodes.h"
+#include "backend/pub.h"
+#include "backend/bsys.h"
+#include "cache/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define POLL_FAST_NS (20ull * 1000000)
+#define POLL_SLOW_NS (1000ull * 1000000)
+#define POLL_PER_PEER_NS (100ull * 1000)	/* fast polls of many peers spread out */
+#define LEASE_READ_NS (1000ull * 1000000)
+#define HOLD_RECHECK_NS (100ull * 1000000)
+#define FAST_FOR_NS (1000ull * 1000000)	/* poll fast this long after a hold */
+#define MARGIN_FLOOR_NS (1ull * 1000000)
+
+static bool count_mode(const struct nodes *nd)
+{
+	return nd->opt.peers_count > 1 && !nd->list_mode;
+}
+
+/* nodes->lock held */
+static struct peer *peer_find(struct nodes *nd, const char *name)
+{
+	for (unsigned i = 0; i < nd->npeers; i++)
+		if (!strcmp(nd->peers[i].name, name))
+			return &nd->peers[i];
+	return NULL;
+}
+
+static void peer_add_locked(struct nodes *nd, const char *name)
+{
+	if (!strcmp(name, nd->node) || peer_find(nd, name) || nd->npeers >= NODES_PEERS_MAX)
+		return;
+	nd->peers = xrealloc(nd->peers, (nd->npeers + 1) * sizeof(*nd->peers));
+	memset(&nd->peers[nd->npeers], 0, sizeof(nd->peers[0]));
+	snprintf(nd->peers[nd->npeers].name, sizeof(nd->peers[0].name), "%s", name);
+	nd->npeers++;
+}
+
+/* ---- the watcher ------------------------------------------------------------ */
+
+static int discover_one(void *arg, const char *name)
+{
+	struct nodes *nd = arg;
+
+	if (nodes_name_ok(name)) {
+		pthread_mutex_lock(&nd->lock);
+		peer_add_locked(nd, name);
+		pthread_mutex_unlock(&nd->lock);
+	}
+	return 0;
+}
+
+/* Read one peer's records (no lock held); the result goes into nd->peers. */
+static void peer_read(struct nodes *nd, const char *name, bool with_lease)
+{
+	struct peer p = { 0 };
+	char buf[1024];
+	int dfd = bsys.openat(nd->nodes_fd, name, O_RDONLY | O_DIRECTORY, 0);
+
+	p.read_wall_ns = wall_ns();
+	p.read_ns = now_ns();
+	if (dfd < 0) {
+		p.read_err = dfd;
+	} else {
+		ssize_t n = nodes_read_file(dfd, "watermark.json", buf, sizeof(buf));
+		if (n < 0)
+			p.read_err = (int)n;
+		else if (!wm_parse(buf, (size_t)n, &p.wm))
+			p.read_err = -EBADMSG;
+		if (with_lease && (n = nodes_read_file(dfd, "lease.json", buf, sizeof(buf))) >= 0)
+			lease_parse(buf, (size_t)n, &p.lease);
+		bsys.close(dfd);
+	}
+	pthread_mutex_lock(&nd->lock);
+	struct peer *q = peer_find(nd, name);
+	if (q) {
+		snprintf(p.name, sizeof(p.name), "%s", name);
+		if (!with_lease)
+			p.lease = q->lease;
+		*q = p;
+	}
+	pthread_mutex_unlock(&nd->lock);
+}
+
+/* Let the publisher look at held markers again now. */
+static void publisher_kick(struct backend *be)
+{
+	pthread_mutex_lock(&be->lock);
+	pthread_cond_signal(&be->pub_cond);
+	pthread_mutex_unlock(&be->lock);
+}
+
+static void *watcher_main(void *arg)
+{
+	struct nodes *nd = arg;
+	uint64_t last_discover = 0, last_lease = 0;
+	char (*names)[NODE_NAME_MAX + 1] = NULL;
+
+	pthread_mutex_lock(&nd->lock);
+	while (!nd->wstop) {
+		uint64_t now = now_ns();
+		bool fast = now < nd->fast_until_ns;
+		pthread_mutex_unlock(&nd->lock);
+
+		if (count_mode(nd) && now - last_discover >= POLL_SLOW_NS) {
+			bsys.readdir(nd->nodes_fd, discover_one, nd);
+			last_discover = now;
+		}
+		bool with_lease = now - last_lease >= LEASE_READ_NS;
+		if (with_lease)
+			last_lease = now;
+		pthread_mutex_lock(&nd->lock);
+		unsigned n = nd->npeers;
+		names = xrealloc(names, (n ? n : 1) * sizeof(*names));
+		for (unsigned i = 0; i < n; i++)
+			memcpy(names[i], nd->peers[i].name, sizeof(names[i]));
+		pthread_mutex_unlock(&nd->lock);
+		for (unsigned i = 0; i < n; i++)
+			peer_read(nd, names[i], with_lease);
+		if (fast)
+			publisher_kick(nd->be);
+
+		pthread_mutex_lock(&nd->lock);
+		if (nd->wstop)
+			break;
+		uint64_t wait = fast ? CKPT_MAX(POLL_FAST_NS, n * POLL_PER_PEER_NS) : POLL_SLOW_NS;
+		cond_wait_ns(&nd->wcond, &nd->lock, wait);
+	}
+	pthread_mutex_unlock(&nd->lock);
+	free(names);
+	return NULL;
+}
+
+void peers_start(struct nodes *nd)
+{
+	pthread_mutex_lock(&nd->lock);
+	for (unsigned i = 0; i < nd->opt.npeer_names; i++)
+		peer_add_locked(nd, nd->opt.peer_names[i]);
+	pthread_mutex_unlock(&nd->lock);
+	if (pthread_create(&nd->watcher, NULL, watcher_main, nd) == 0)
+		nd->watcher_started = true;
+	else
+		log_err("node %s: cannot start the peer watcher: markers will be held", nd->node);
+}
+
+void peers_stop(struct nodes *nd)
+{
+	pthread_mutex_lock(&nd->lock);
+	nd->wstop = true;
+	pthread_cond_signal(&nd->wcond);
+	pthread_mutex_unlock(&nd->lock);
+	pthread_join(nd->watcher, NULL);
+	nd->watcher_started = false;
+}
+
+/* ---- the verdict --------------------------------------------------------------- */
+
+static uint64_t margin_ns(struct nodes *nd, const struct wm_record *w)
+{
+	if (nd->opt.peer_skew >= 0)
+		return (uint64_t)(nd->opt.peer_skew * 1e9);
+	if (strcmp(w->boot_id, "-") != 0 && !strcmp(w->boot_id, nd->boot_id))
+		return MARGIN_FLOOR_NS;		/* one machine, one clock */
+	return MARGIN_FLOOR_NS + atomic_load(&nd->maxerror_ns) + w->maxerror_ns;
+}
+
+static double secs(uint64_t a, uint64_t b)
+{
+	return a > b ? (double)(a - b) / 1e9 : -(double)(b - a) / 1e9;
+}
+
+/* Does peer p let a marker sealed at tm go?  If not, why (nodes->lock held). */
+static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, char *why,
+			size_t len)
+{
+	const struct wm_record *w = &p->wm;
+	uint64_t now = wall_ns();
+
+	if (!w->valid) {
+		snprintf(why, len, "no watermark from node %s yet%s%s", p->name,
+			 p->read_err ? ": " : "", p->read_err ? strerror(-p->read_err) : "");
+		return false;
+	}
+	uint64_t m = margin_ns(nd, w);
+	if (w->gap_mount[0] && w->gap_from_ns < tm + m && w->gap_to_ns + m > tm) {
+		snprintf(why, len, "node %s stopped uncleanly (mount %s) without confirming what it "
+			 "sealed from %.3f s before the marker on (%llu files lost): only "
+			 "marker_policy=release lets it go", p->name, w->gap_mount,
+			 secs(tm, w->gap_from_ns), (unsigned long long)w->lost_files);
+		return false;
+	}
+	if (w->before_ns >= tm + m)
+		return true;
+	/*
+	 * A record saying the peer stopped cleanly proves nothing about seals
+	 * after it: a client that caches (GlusterFS, NFS) may still show it
+	 * after the peer's next mount wrote a new one.  Only T counts.
+	 */
+	const struct lease_record *l = &p->lease;
+	if (w->stopped)
+		snprintf(why, len, "node %s stopped cleanly %.3f s before the marker; it confirms "
+			 "the marker once it is mounted again", p->name, secs(tm, w->before_ns));
+	else if (l->valid && !l->released && now > l->heartbeat_ns && now - l->heartbeat_ns > l->ttl_ns)
+		snprintf(why, len, "node %s's durable watermark is %.3f s short of the marker, and "
+			 "its lease expired %.1f s ago (is its daemon dead?)", p->name,
+			 secs(tm + m, w->before_ns), secs(now, l->heartbeat_ns + l->ttl_ns));
+	else
+		snprintf(why, len, "node %s's durable watermark is %.3f s short of the marker (margin "
+			 "%.3f s)", p->name, secs(tm + m, w->before_ns), (double)m / 1e9);
+	return false;
+}
+
+/* Do the peers let a marker sealed at tm go?  waiting/why: the first peer it waits for. */
+static bool peers_pass(struct nodes *nd, uint64_t tm, char *waiting, size_t wlen, char *why,
+		       size_t len)
+{
+	unsigned passed = 0, need;
+	char one[512];
+
+	waiting[0] = why[0] = '\0';
+	if (!count_mode(nd)) {
+		for (unsigned i = 0; i < nd->npeers; i++) {
+			if (peer_passes(nd, &nd->peers[i], tm, one, sizeof(one)))
+				continue;
+			snprintf(waiting, wlen, "%s", nd->peers[i].name);
+			snprintf(why, len, "%s", one);
+			return false;
+		}
+		return true;
+	}
+	need = nd->opt.peers_count - 1;
+	for (unsigned i = 0; i < nd->npeers; i++) {
+		if (peer_passes(nd, &nd->peers[i], tm, one, sizeof(one))) {
+			passed++;
+		} else if (!waiting[0]) {
+			snprintf(waiting, wlen, "%s", nd->peers[i].name);
+			snprintf(why, len, "%s", one);
+		}
+	}
+	if (passed >= need)
+		return true;
+	if (!waiting[0]) {
+		snprintf(waiting, wlen, "?");
+		snprintf(why, len, "%u of the %u other nodes have confirmed it; %u are known", passed,
+			 need, nd->npeers);
+	}
+	return false;
+}
+
+/* ---- the hold hook ------------------------------------------------------------- */
+
+static struct held_marker *held_find(struct nodes *nd, uint64_t seq)
+{
+	for (unsigned i = 0; i < nd->nheld; i++)
+		if (nd->held[i].seq == seq)
+			return &nd->held[i];
+	return NULL;
+}
+
+static void held_remove(struct nodes *nd, struct held_marker *h)
+{
+	*h = nd->held[--nd->nheld];
+}
+
+bool nodes_held_locked(struct nodes *nd, uint64_t seq)
+{
+	struct held_marker *h = held_find(nd, seq);
+	return h && !h->released;
+}
+
+uint64_t nodes_hold(struct nodes *nd, const struct op *op)
+{
+	char waiting[NODE_NAME_MAX + 1], why[512];
+	uint64_t now = now_ns();
+
+	if (atomic_load(&nd->lease_lost))
+		return 1000ull * 1000000;	/* N2: nothing more from this daemon */
+	if (!nodes_opts_have_peers(&nd->opt) || !op_is_marker(op))
+		return 0;
+	pthread_mutex_lock(&nd->lock);
+	bool pass = peers_pass(nd, op->sealed_wall_ns, waiting, sizeof(waiting), why, sizeof(why));
+	struct held_marker *h = held_find(nd, op->seq);
+	if (pass) {
+		if (h) {
+			uint64_t waited = now - h->since_ns;
+			atomic_store(&nd->marker_wait_ns_last, waited);
+			log_info("marker %s (operation %llu) released after %.3f s: every peer has "
+				 "confirmed what it sealed before it", h->path, (unsigned long long)op->seq,
+				 (double)waited / 1e9);
+			held_remove(nd, h);
+		}
+		pthread_mutex_unlock(&nd->lock);
+		return 0;
+	}
+	if (h && h->released) {		/* released by the policy */
+		pthread_mutex_unlock(&nd->lock);
+		return 0;
+	}
+	if (!h) {
+		struct backend_blocked b;
+		pthread_mutex_unlock(&nd->lock);
+		blocked_fill(nd->be, op, &b);	/* takes bt_lock: not under nodes->lock */
+		pthread_mutex_lock(&nd->lock);
+		if ((h = held_find(nd, op->seq)) == NULL && nd->nheld < CKPT_ARRAY_LEN(nd->held)) {
+			h = &nd->held[nd->nheld++];
+			memset(h, 0, sizeof(*h));
+			h->seq = op->seq;
+			h->since_ns = now;
+			h->since_wall_ns = wall_ns();
+			h->sealed_wall_ns = op->sealed_wall_ns;
+			snprintf(h->path, sizeof(h->path), "%s", b.path[0] ? b.path : "/");
+			atomic_fetch_add(&nd->markers_held_total, 1);
+			log_info("marker %s (operation %llu) held: %s", h->path,
+				 (unsigned long long)op->seq, why);
+		}
+	}
+	if (h) {
+		snprintf(h->waiting, sizeof(h->waiting), "%s", waiting);
+		snprintf(h->reason, sizeof(h->reason), "%s", why);
+	}
+	bool wake = now >= nd->fast_until_ns;
+	nd->fast_until_ns = now + FAST_FOR_NS;
+	if (wake)
+		pthread_cond_signal(&nd->wcond);
+	double timeout = nd->opt.marker_timeout;
+	if (h && timeout > 0 && (double)(now - h->since_ns) / 1e9 >= timeout) {
+		if (nd->opt.marker_policy == MARKER_RELEASE) {
+			log_warn("marker %s (operation %llu) released after %.0f s although node %s has "
+				 "not confirmed it (marker_policy=release): %s", h->path,
+				 (unsigned long long)op->seq, timeout, waiting, why);
+			atomic_fetch_add(&nd->markers_released_by_policy, 1);
+			h->released = true;
+			pthread_mutex_unlock(&nd->lock);
+			return 0;
+		}
+		if (now - h->since_ns >= (uint64_t)(timeout * 1e9) * ((uint64_t)h->warned + 1)) {
+			log_warn("marker %s (operation %llu) still held for node %s after %.0f s "
+				 "(marker_policy=hold): %s", h->path, (unsigned long long)op->seq, waiting,
+				 (double)(now - h->since_ns) / 1e9, why);
+			h->warned++;
+		}
+	}
+	pthread_mutex_unlock(&nd->lock);
+	return HOLD_RECHECK_NS;
+}
+
+/* ---- reports ------------------------------------------------------------------- */
+
+bool nodes_held_report(struct nodes *nd, struct held_marker *out, unsigned *count)
+{
+	struct backend *be = nd->be;
+	bool any = false;
+
+	*count = 0;
+	pthread_mutex_lock(&be->lock);
+	pthread_mutex_lock(&nd->lock);
+	for (unsigned i = 0; i < nd->nheld;) {
+		struct held_marker *h = &nd->held[i];
+		bool pending = false;
+		for (struct list *e = be->ops.next; e != &be->ops && !pending; e = e->next) {
+			const struct op *op = list_entry(e, struct op, link);
+			pending = op->seq == h->seq && !op->skipped;
+		}
+		if (!pending) {		/* applied after the policy released it, or skipped */
+			held_remove(nd, h);
+			continue;
+		}
+		if (!h->released) {
+			(*count)++;
+			if (!any || h->seq < out->seq)
+				*out = *h;
+			any = true;
+		}
+		i++;
+	}
+	pthread_mutex_unlock(&nd->lock);
+	pthread_mutex_unlock(&be->lock);
+	return any;
+}
+
+void nodes_peer_summary(struct nodes *nd, unsigned *known, char *behind, size_t len,
+			double *behind_s)
+{
+	uint64_t now = wall_ns(), worst = UINT64_MAX;
+
+	behind[0] = '\0';
+	*behind_s = 0;
+	pthread_mutex_lock(&nd->lock);
+	*known = 0;
+	for (unsigned i = 0; i < nd->npeers; i++) {
+		const struct peer *p = &nd->peers[i];
+		if (!p->wm.valid)
+			continue;
+		(*known)++;
+		if (p->wm.before_ns < worst) {
+			worst = p->wm.before_ns;
+			snprintf(behind, len, "%s", p->name);
+			*behind_s = secs(now, worst);
+		}
+	}
+	pthread_mutex_unlock(&nd->lock);
+}

@@ -1,0 +1,294 @@
+/*
+ * watermark.c — this node's durable watermark (nodes.h N3, N5) and the node
+ * keeper thread that writes it and renews the lease.
+ *
+ * BACKEND/.ckptfs/nodes/<node>/watermark.json says: every operation sealed
+ * on this node before wall time `durable_before_ns` is durable, and so is
+ * every sequence number up to `seq`.  Peers compare it with the seal time of
+ * a marker they hold (peers.c).  It carries this clock's error bound
+ * (adjtimex(2) maxerror, and whether the clock is synchronized) so peers can
+ * add it to their margin, the boot id (two nodes on one machine share a
+ * clock), and, after an unclean stop, the window of seal times the lost
+ * incarnation never confirmed (N5).
+ *
+ * When it is written:
+ *  - after publish groups, coalesced: at most every WM_COALESCE_NS;
+ *  - when idle, as a heartbeat with T = now: every WM_FAST_NS while this
+ *    node sealed or published something in the last WM_RECENT_NS (the time
+ *    around a checkpoint, when a peer's marker may wait for it), every
+ *    WM_SLOW_NS otherwise — only with peers configured; without, a node's
+ *    record is kept true but not fresh;
+ *  - at mount, before the mount serves anything (so a peer that reads this
+ *    node's record after one of its seals sees this incarnation), and at a
+ *    clean stop, marked "stopped".
+ * The lease's heartbeat rides on the same thread, every ttl/4.
+ *
+ * Records are written whole (temp, write, fsync, rename, directory fsync)
+ * through bsys (manifest_write_file).  A write that fails is retried at the next turn; the last
+ * error is in stats.
+ */
+#include "backend/nodes.h"
+#include "backend/pub.h"
+#include "backend/bsys.h"
+#include "cache/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/timex.h>
+
+#define WM_FILE "watermark.json"
+#define WM_TMP "watermark.json.tmp"
+#define WM_COALESCE_NS (50ull * 1000000)
+#define WM_FAST_NS (250ull * 1000000)
+#define WM_SLOW_NS (5ull * 1000000000)
+#define WM_RECENT_NS (60ull * 1000000000)
+
+#define WM_FMT "{\"format\": 1, \"node\": \"%s\", \"mount_id\": \"%s\", \"boot_id\": \"%s\", "   \
+	       "\"state\": \"%s\", \"seq\": %llu, \"durable_before_ns\": %llu, "              \
+	       "\"written_ns\": %llu, \"maxerror_ns\": %llu, \"clock_synced\": %s, "          \
+	       "\"gap_mount\": \"%s\", \"gap_from_ns\": %llu, \"gap_to_ns\": %llu, "          \
+	       "\"lost_files\": %llu}\n"
+
+bool wm_parse(const char *text, size_t len, struct wm_record *r)
+{
+	char state[16], synced[8];
+	unsigned long long seq, before, written, maxerr, gf, gt, lost;
+	int fmt;
+
+	memset(r, 0, sizeof(*r));
+	if (!len || text[len] != '\0')
+		return false;
+	if (sscanf(text, "{\"format\": %d, \"node\": \"%255[^\"]\", \"mount_id\": \"%23[^\"]\", "
+		   "\"boot_id\": \"%39[^\"]\", \"state\": \"%15[a-z]\", \"seq\": %llu, "
+		   "\"durable_before_ns\": %llu, \"written_ns\": %llu, \"maxerror_ns\": %llu, "
+		   "\"clock_synced\": %7[a-z], \"gap_mount\": \"%23[^\"]\", \"gap_from_ns\": %llu, "
+		   "\"gap_to_ns\": %llu, \"lost_files\": %llu}",
+		   &fmt, r->node, r->mount_id, r->boot_id, state, &seq, &before, &written, &maxerr,
+		   synced, r->gap_mount, &gf, &gt, &lost) != 14 || fmt != 1)
+		return false;
+	r->seq = seq;
+	r->before_ns = before;
+	r->written_ns = written;
+	r->maxerror_ns = maxerr;
+	r->synced = !strcmp(synced, "true");
+	r->stopped = !strcmp(state, "stopped");
+	r->gap_from_ns = gf;
+	r->gap_to_ns = gt;
+	r->lost_files = lost;
+	if (!strcmp(r->gap_mount, "-"))
+		r->gap_mount[0] = '\0';
+	r->valid = true;
+	return true;
+}
+
+void nodes_clock_sample(struct nodes *nd)
+{
+	struct timex tx = { 0 };
+	int st = adjtimex(&tx);
+
+	/* maxerror is in microseconds; unsynchronized, the kernel reports its cap (16 s). */
+	atomic_store(&nd->maxerror_ns, (uint64_t)(tx.maxerror < 0 ? 0 : tx.maxerror) * 1000);
+	atomic_store(&nd->synced, st >= 0 && st != TIME_ERROR && !(tx.status & STA_UNSYNC));
+	if (st < 0)
+		atomic_store(&nd->maxerror_ns, 16ull * 1000000000);
+}
+
+/* N3: T for this node's record (be->lock held). */
+static uint64_t durable_wall_locked(struct nodes *nd, uint64_t *seq)
+{
+	struct backend *be = nd->be;
+	uint64_t wall = UINT64_MAX;
+
+	pthread_mutex_lock(&nd->lock);
+	for (struct list *e = be->ops.next; e != &be->ops; e = e->next) {
+		const struct op *op = list_entry(e, struct op, link);
+		if (!nd->nheld || !nodes_held_locked(nd, op->seq))
+			wall = CKPT_MIN(wall, op->sealed_wall_ns);
+	}
+	pthread_mutex_unlock(&nd->lock);
+	*seq = list_empty(&be->ops) ? be->last_seq : atomic_load(&be->durable_seq);
+	return wall != UINT64_MAX ? wall : backend_wall_stamp_locked(be);
+}
+
+/* Write this node's record; `stopped` at a clean stop.  0 or -errno. */
+static int wm_write(struct nodes *nd, bool stopped)
+{
+	struct backend *be = nd->be;
+	char buf[1024];
+	uint64_t seq, before;
+	int r;
+
+	/* N2: not ours to write any more.  Without flock, a stopped daemon may have lost it. */
+	if (atomic_load(&nd->lease_lost) || (!nd->flock_ok && lease_check(nd) < 0))
+		return -EADDRINUSE;
+	nodes_clock_sample(nd);
+	pthread_mutex_lock(&be->lock);
+	before = durable_wall_locked(nd, &seq);
+	pthread_mutex_unlock(&be->lock);
+	int n = snprintf(buf, sizeof(buf), WM_FMT, nd->node, be->mount_id, nd->boot_id,
+			 stopped ? "stopped" : "running", (unsigned long long)seq,
+			 (unsigned long long)before, (unsigned long long)wall_ns(),
+			 (unsigned long long)atomic_load(&nd->maxerror_ns),
+			 atomic_load(&nd->synced) ? "true" : "false",
+			 nd->gap.valid ? nd->gap.gap_mount : "-",
+			 (unsigned long long)nd->gap.gap_from_ns, (unsigned long long)nd->gap.gap_to_ns,
+			 (unsigned long long)nd->gap.lost_files);
+	r = manifest_write_file(nd->dirfd, WM_FILE, WM_TMP, buf, (size_t)n);
+	int was = atomic_exchange(&nd->wm_err, r);
+	if (r < 0 && was != r)
+		log_warn("node %s: cannot write its watermark: %s; peers' markers wait until it "
+			 "can", nd->node, strerror(-r));
+	else if (r == 0 && was)
+		log_info("node %s: its watermark is written again", nd->node);
+	if (r == 0) {
+		atomic_store(&nd->wm_before_ns, before);
+		atomic_store(&nd->wm_seq, seq);
+		atomic_fetch_add(&nd->wm_writes, 1);
+	}
+	return r;
+}
+
+/*
+ * What this incarnation says about the last one (N5): if it did not stop
+ * cleanly, the seal times from its last watermark to now are unconfirmed;
+ * a window reported before is carried on (merged), never forgotten.
+ */
+static void gap_init(struct nodes *nd)
+{
+	char buf[1024];
+	ssize_t n = nodes_read_file(nd->dirfd, WM_FILE, buf, sizeof(buf));
+	struct wm_record *p = &nd->prev;
+
+	memset(&nd->gap, 0, sizeof(nd->gap));
+	if (n <= 0 || !wm_parse(buf, (size_t)n, p))
+		return;
+	if (p->gap_mount[0]) {		/* carried on */
+		nd->gap = *p;
+		nd->gap.valid = true;
+	}
+	if (!p->stopped) {
+		uint64_t from = p->before_ns;
+		if (nd->gap.valid)
+			from = CKPT_MIN(from, nd->gap.gap_from_ns);
+		nd->gap.valid = true;
+		nd->gap.gap_from_ns = from;
+		nd->gap.gap_to_ns = nd->started_wall_ns;
+		snprintf(nd->gap.gap_mount, sizeof(nd->gap.gap_mount), "%s", p->mount_id);
+		log_warn("node %s: mount %s stopped uncleanly; operations it sealed after its last "
+			 "watermark (%.3f s before this mount) are reported to peers as unconfirmed, "
+			 "so markers they sealed since are not released by watermarks", nd->node,
+			 p->mount_id, (double)(nd->started_wall_ns - CKPT_MIN(from, nd->started_wall_ns)) / 1e9);
+	}
+}
+
+/* ---- the keeper ---------------------------------------------------------- */
+
+static void *keeper_main(void *arg)
+{
+	struct nodes *nd = arg;
+	uint64_t last_wm = now_ns(), lease_every = (uint64_t)(nd->opt.lease_ttl * 1e9) / 4;
+
+	pthread_mutex_lock(&nd->klock);
+	while (!nd->kstop) {
+		uint64_t now = now_ns(), seq = backend_last_seq(nd->be), next;
+		if (seq != nd->last_seen_seq) {		/* something was sealed */
+			nd->last_seen_seq = seq;
+			nd->last_activity_ns = now;
+		}
+		uint64_t idle_every = !nodes_opts_have_peers(&nd->opt) ? UINT64_MAX
+				      : now - nd->last_activity_ns < WM_RECENT_NS ? WM_FAST_NS
+				      : WM_SLOW_NS;
+		bool wm_due = (nd->kdirty && now - last_wm >= WM_COALESCE_NS) ||
+			      now - last_wm >= idle_every;
+		bool lease_due = now - nd->last_lease_ns >= lease_every;
+		if (!wm_due && !lease_due) {
+			next = nd->kdirty ? last_wm + WM_COALESCE_NS
+			       : idle_every == UINT64_MAX ? UINT64_MAX : last_wm + idle_every;
+			next = CKPT_MIN(next, nd->last_lease_ns + lease_every);
+			if (nodes_opts_have_peers(&nd->opt))	/* notice seals made while idle */
+				next = CKPT_MIN(next, now + WM_FAST_NS);
+			cond_wait_ns(&nd->kcond, &nd->klock, next > now ? next - now : 1);
+			continue;
+		}
+		bool dirty = nd->kdirty;
+		nd->kdirty = false;
+		pthread_mutex_unlock(&nd->klock);
+		if (lease_due)
+			lease_heartbeat(nd);
+		if (wm_due && wm_write(nd, false) < 0 && dirty) {
+			pthread_mutex_lock(&nd->klock);
+			nd->kdirty = true;	/* try again at the next turn */
+			pthread_mutex_unlock(&nd->klock);
+		}
+		pthread_mutex_lock(&nd->klock);
+		if (wm_due)
+			last_wm = now_ns();
+	}
+	pthread_mutex_unlock(&nd->klock);
+	return NULL;
+}
+
+void nodes_published(struct nodes *nd)
+{
+	pthread_mutex_lock(&nd->klock);
+	nd->kdirty = true;
+	nd->last_activity_ns = now_ns();
+	pthread_cond_signal(&nd->kcond);
+	pthread_mutex_unlock(&nd->klock);
+}
+
+void peers_start(struct nodes *nd);
+void peers_stop(struct nodes *nd);
+
+int nodes_run(struct nodes *nd)
+{
+	lease_record(nd);
+	gap_init(nd);
+	nd->gap.lost_files = nd->be->recovery.inflight_files;
+	nd->last_activity_ns = now_ns();
+	/*
+	 * Before the mount serves anything: peers see this incarnation first.  A
+	 * backend refusing it is no reason not to mount (the data waits in the
+	 * cache): the keeper tries again, and peers' markers wait meanwhile.
+	 */
+	if (wm_write(nd, false) < 0)
+		nd->kdirty = true;
+	if (pthread_create(&nd->keeper, NULL, keeper_main, nd) != 0)
+		return -EAGAIN;
+	nd->keeper_started = true;
+	if (nodes_opts_have_peers(&nd->opt))
+		peers_start(nd);
+	return 0;
+}
+
+void nodes_stop(struct nodes *nd, bool clean)
+{
+	if (nd->watcher_started)
+		peers_stop(nd);
+	if (nd->keeper_started) {
+		pthread_mutex_lock(&nd->klock);
+		nd->kstop = true;
+		pthread_cond_signal(&nd->kcond);
+		pthread_mutex_unlock(&nd->klock);
+		pthread_join(nd->keeper, NULL);
+		nd->keeper_started = false;
+	}
+	if (nd->taken && clean)
+		wm_write(nd, true);
+	lease_release(nd);		/* writes only a lease it holds; closes the lock */
+	if (nd->dirfd >= 0)
+		bsys.close(nd->dirfd);
+	nd->dirfd = -1;
+	if (nd->nodes_fd >= 0)
+		bsys.close(nd->nodes_fd);
+	nd->nodes_fd = -1;
+	free(nd->peers);
+	nd->peers = NULL;
+	nodes_opts_free(&nd->opt);
+	pthread_mutex_destroy(&nd->lock);
+	pthread_mutex_destroy(&nd->klock);
+	pthread_cond_destroy(&nd->kcond);
+	pthread_cond_destroy(&nd->wcond);
+}

@@ -1,0 +1,161 @@
+/*
+ * lease.c — one live daemon per node name (nodes.h N1, N2).
+ *
+ *  - a second daemon with a node name already live is refused: exit 2 and
+ *    one line naming the node and the holder (its flock, then its lease);
+ *  - bad node names are refused with exit 2 and one line;
+ *  - a lease left by a daemon on another host is honoured while fresh and
+ *    taken over once it has expired (logged);
+ *  - a node whose daemon was SIGKILLed is taken over at once (same host,
+ *    the lock went with the process), and recovery runs;
+ *  - without a working flock (CKPTFS_FAULT op=flock,err=ENOLCK) the lease
+ *    alone refuses a second daemon; and a daemon stopped past its lease's
+ *    ttl, whose node another daemon took over, finds its lease lost when it
+ *    resumes: it says so and publishes nothing more.
+ */
+#include "tests/multinode/mn_util.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/* Run a second daemon in the foreground on node i's backend and a fresh mount point. */
+static int second(struct mcluster *c, int i, const char *opts, const char *env, char *out,
+		  size_t len)
+{
+	char mnt[PATH_MAX], o[512], cmd[4 * PATH_MAX];
+	static int k;
+
+	snprintf(mnt, sizeof(mnt), "%s/second%d", c->node[i].m.root, k++);
+	CHECK_SYS(mkdir(mnt, 0755));
+	snprintf(o, sizeof(o), "cache_size=64M,%s", opts);
+	snprintf(cmd, sizeof(cmd), "%s%s '%s' '%s' '%s' -f -o '%s' 2>&1; echo \"status $?\"",
+		 env ? env : "", env ? " " : "", tm_daemon_bin(), c->node[i].m.backend, mnt, o);
+	const char *argv[] = { "sh", "-c", cmd, NULL };
+	char *text = NULL;
+	tm_run(argv, &text);
+	char *st = text ? strstr(text, "status ") : NULL;
+	int status = st ? atoi(st + 7) : -1;
+	if (st)
+		*st = '\0';
+	snprintf(out, len, "%s", text ? text : "");
+	free(text);
+	if (status == 0) {	/* mounted after all: take it down */
+		const char *um[] = { "fusermount3", "-u", mnt, NULL };
+		tm_run(um, NULL);
+	}
+	return status;
+}
+
+static void expect_refused(int status, const char *out, const char *needle, const char *what)
+{
+	size_t n = strlen(out);
+	unsigned lines = 0;
+
+	for (size_t i = 0; i < n; i++)
+		lines += out[i] == '\n';
+	if (status != 2)
+		FAILF("%s: exit status %d, expected 2; output:\n%s", what, status, out);
+	if (lines != 1)
+		FAILF("%s: expected exactly one line, got:\n%s", what, out);
+	if (!strstr(out, needle))
+		FAILF("%s: the line does not say '%s': %s", what, needle, out);
+	fprintf(stderr, "%s: %s", what, out);
+}
+
+static void write_fake_lease(struct mcluster *c, const char *node, const char *host,
+			     double age_s)
+{
+	char path[PATH_MAX + 64], text[1024];
+	struct timespec ts;
+
+	snprintf(path, sizeof(path), "%s/.ckptfs", c->backend);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/.ckptfs/nodes", c->backend);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/.ckptfs/nodes/%s", c->backend, node);
+	mkdir(path, 0755);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	snprintf(text, sizeof(text), "{\"format\": 1, \"node\": \"%s\", \"mount_id\": \"0123456789ab\", "
+		 "\"pid\": 4242, \"host\": \"%s\", \"boot_id\": \"elsewhere\", \"heartbeat_ns\": %llu, "
+		 "\"ttl_ns\": 30000000000, \"state\": \"held\"}\n", node, host,
+		 (unsigned long long)(now - (uint64_t)(age_s * 1e9)));
+	snprintf(path, sizeof(path), "%s/.ckptfs/nodes/%s/lease.json", c->backend, node);
+	cu_write_text(path, text);
+	/* Through the other node's client (a shared file system caches for a while). */
+	snprintf(path, sizeof(path), "%s/.ckptfs/nodes/%s/lease.json", c->node[1].m.backend, node);
+	for (uint64_t t0 = mono_ms(); strcmp(cu_slurp(path), text); usleep(50000))
+		if (mono_ms() - t0 > 10000)
+			FAILF("%s does not show the lease written through the first client", path);
+}
+
+int main(void)
+{
+	struct mcluster c;
+	char out[4096];
+	int st;
+
+	tm_require_fuse();
+	mn_init(&c, "mn-lease", 2);
+
+	/* A live node: refused by its lock. */
+	mn_mount_raw(&c, 0, "node=x", NULL);
+	st = second(&c, 1, "node=x", NULL, out, sizeof(out));
+	expect_refused(st, out, "node 'x' is held by a live daemon", "second daemon on node x");
+	ASSERT_TRUE(strstr(out, "pid") != NULL);
+
+	/* Bad names. */
+	st = second(&c, 1, "node=../up", NULL, out, sizeof(out));
+	expect_refused(st, out, "node", "node=../up");
+	st = second(&c, 1, "node=.ckptfs", NULL, out, sizeof(out));
+	expect_refused(st, out, "node", "node=.ckptfs");
+
+	/* Another host's fresh lease is honoured; an expired one is taken over. */
+	write_fake_lease(&c, "y", "otherhost", 1);
+	st = second(&c, 1, "node=y", NULL, out, sizeof(out));
+	expect_refused(st, out, "on host otherhost", "a fresh lease of another host");
+	write_fake_lease(&c, "y", "otherhost", 40);
+	mn_mount_raw(&c, 1, "node=y", NULL);
+	ASSERT_GE(mn_log_count(&c, 1, "taking over from mount 0123456789ab (pid 4242 on otherhost): its lease expired"), 1);
+	mn_stop(&c, 1);
+
+	/* A killed daemon's node is taken over at once, and recovered. */
+	cu_write_text(mn_path(&c, 0, "f"), "x");
+	tm_sync(&c.node[0].m);
+	mn_kill(&c, 0);
+	mn_mount_raw(&c, 0, "node=x", NULL);
+	ASSERT_GE(mn_log_count(&c, 0, "taking over from mount"), 1);
+	ASSERT_STR_EQ(cu_slurp(mn_path(&c, 0, "f")), "x");
+	mn_stop(&c, 0);
+
+	/* Without flock: the lease alone. */
+	const char *noflock = "CKPTFS_FAULT=op=flock,err=ENOLCK";
+	const char *const env[] = { noflock, NULL };
+	mn_mount_raw(&c, 0, "node=z,lease_ttl=1", env);
+	ASSERT_GE(mn_log_count(&c, 0, "no working flock"), 1);
+	ASSERT_STR_EQ(mn_stat(&c, 0, "node_flock"), "false");
+	st = second(&c, 1, "node=z,lease_ttl=1", noflock, out, sizeof(out));
+	expect_refused(st, out, "node 'z' is held by a live daemon", "no flock, a live lease");
+
+	/* Stopped past the ttl: another daemon takes the node; the first finds it lost. */
+	kill(c.node[0].m.pid, SIGSTOP);
+	usleep(1600 * 1000);
+	mn_mount_raw(&c, 1, "node=z,lease_ttl=1", env);
+	ASSERT_GE(mn_log_count(&c, 1, "its lease expired"), 1);
+	kill(c.node[0].m.pid, SIGCONT);
+	bool lost = false;
+	for (uint64_t t0 = mono_ms(); !lost && mono_ms() - t0 < 5000; usleep(50000))
+		lost = !strcmp(mn_stat(&c, 0, "lease"), "lost");
+	if (!lost)
+		FAILF("the resumed daemon does not say its lease is lost");
+	ASSERT_GE(mn_log_count(&c, 0, "has taken this node's lease"), 1);
+	cu_write_text(mn_path(&c, 0, "after-loss"), "x");
+	usleep(1000 * 1000);
+	if (file_exists(mn_bpath(&c, "after-loss")))
+		FAILF("a daemon that lost its lease still published");
+	mn_kill(&c, 0);		/* its drain could never finish */
+	mn_stop(&c, 1);
+	mn_cleanup(&c);
+	return 0;
+}

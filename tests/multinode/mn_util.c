@@ -1,0 +1,185 @@
+/*
+ * mn_util.c — several daemons over one backend (see mn_util.h).
+ */
+#include "tests/multinode/mn_util.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct mcluster *live;
+
+/* On a failed test: every node's log, then every daemon down. */
+static void mn_at_exit(void)
+{
+	struct mcluster *c = live;
+
+	if (!c)
+		return;
+	for (int i = 0; i < c->n; i++) {
+		if (!c->node[i].up)
+			continue;
+		char *log = it_log_text(&c->node[i].m);
+		fprintf(stderr, "---- node %s (%s) ----\n%s", c->node[i].name, c->node[i].m.log, log);
+		free(log);
+		tm_kill(&c->node[i].m);
+		c->node[i].up = false;
+	}
+}
+
+void mn_init(struct mcluster *c, const char *test, int n)
+{
+	const char *env = getenv("CKPTFS_MN_BACKENDS");
+	char *dup = env && *env ? strdup(env) : NULL, *save = NULL;
+	char *bk[MN_MAX] = { 0 };
+	int nbk = 0;
+
+	memset(c, 0, sizeof(*c));
+	c->n = n;
+	for (char *t = dup ? strtok_r(dup, ":", &save) : NULL; t && nbk < MN_MAX;
+	     t = strtok_r(NULL, ":", &save))
+		bk[nbk++] = t;
+	for (int i = 0; i < n; i++) {
+		char name[64];
+		snprintf(c->node[i].name, sizeof(c->node[i].name), "%c", 'a' + i);
+		snprintf(name, sizeof(name), "%s-%c", test, 'a' + i);
+		tm_init(&c->node[i].m, name);
+		if (nbk) {
+			/* One fresh directory per test, seen through node i's own client. */
+			snprintf(c->node[i].m.backend, sizeof(c->node[i].m.backend), "%s/%s.%d",
+				 bk[i % nbk], test, (int)getpid());
+			if (i == 0 && mkdir(c->node[i].m.backend, 0755) < 0 && errno != EEXIST)
+				FAILF("mkdir %s: %s", c->node[i].m.backend, strerror(errno));
+		} else if (i > 0) {
+			snprintf(c->node[i].m.backend, sizeof(c->node[i].m.backend), "%s",
+				 c->node[0].m.backend);
+		}
+	}
+	snprintf(c->backend, sizeof(c->backend), "%s", c->node[0].m.backend);
+	c->shared_backends = nbk > 0;
+	free(dup);
+	/* Other clients may need a moment to see the directory node 0's made. */
+	for (int i = 1; i < n && nbk; i++)
+		for (uint64_t t0 = mono_ms(); access(c->node[i].m.backend, F_OK) != 0;) {
+			if (mono_ms() - t0 > 5000)
+				FAILF("%s did not appear through the second client", c->node[i].m.backend);
+			usleep(20000);
+		}
+	live = c;
+	atexit(mn_at_exit);
+}
+
+void mn_mount_raw(struct mcluster *c, int i, const char *opts, const char *const *env)
+{
+	tm_mount(&c->node[i].m, opts, env);
+	c->node[i].up = true;
+}
+
+void mn_mount(struct mcluster *c, int i, const char *opts, const char *const *env)
+{
+	char o[1024], peers[64] = "";
+
+	for (int k = 0; k < c->n; k++)
+		snprintf(peers + strlen(peers), sizeof(peers) - strlen(peers), "%s%s", k ? ":" : "",
+			 c->node[k].name);
+	snprintf(o, sizeof(o), "node=%s,peers=%s%s%s", c->node[i].name, peers, opts ? "," : "",
+		 opts ? opts : "");
+	mn_mount_raw(c, i, o, env);
+}
+
+void mn_stop(struct mcluster *c, int i)
+{
+	tm_stop(&c->node[i].m);
+	c->node[i].up = false;
+}
+
+void mn_kill(struct mcluster *c, int i)
+{
+	tm_kill(&c->node[i].m);
+	c->node[i].up = false;
+}
+
+void mn_cleanup(struct mcluster *c)
+{
+	for (int i = 0; i < c->n; i++) {
+		if (c->node[i].up)
+			mn_stop(c, i);
+		tm_cleanup(&c->node[i].m);
+	}
+	if (c->shared_backends) {
+		char cmd[PATH_MAX + 16];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", c->backend);
+		if (system(cmd) != 0)
+			fprintf(stderr, "warning: could not remove %s\n", c->backend);
+	}
+	live = NULL;
+}
+
+const char *mn_path(struct mcluster *c, int i, const char *rel)
+{
+	return tm_path(&c->node[i].m, rel);
+}
+
+const char *mn_bpath(struct mcluster *c, const char *rel)
+{
+	return tm_bpath(&c->node[0].m, rel);
+}
+
+const char *mn_stat(struct mcluster *c, int i, const char *key)
+{
+	static char v[1024];
+
+	if (!it_json_get(it_stats(&c->node[i].m), key, v, sizeof(v)))
+		v[0] = '\0';
+	return v;
+}
+
+double mn_stat_num(struct mcluster *c, int i, const char *key)
+{
+	return atof(mn_stat(c, i, key));
+}
+
+int mn_log_count(struct mcluster *c, int i, const char *needle)
+{
+	return it_log_count(&c->node[i].m, needle);
+}
+
+void mn_write(const char *path, size_t size, uint64_t seed)
+{
+	if (it_write_pattern(path, seed, size) < 0)
+		FAILF("writing %s failed", path);
+}
+
+bool mn_has(const char *path, size_t size, uint64_t seed)
+{
+	return it_has_pattern(path, seed, size);
+}
+
+uint64_t mn_wait_file(const char *path, size_t size, unsigned timeout_ms)
+{
+	struct stat st;
+
+	for (uint64_t t0 = mono_ms(); mono_ms() - t0 < timeout_ms; usleep(1000))
+		if (stat(path, &st) == 0 && (size_t)st.st_size == size)
+			return mono_ms();
+	return 0;
+}
+
+const char *mn_tool(const char *name)
+{
+	static char bufs[4][PATH_MAX];
+	static int next;
+	char *b = bufs[next++ % 4];
+	const char *d = tm_daemon_bin(), *slash = strrchr(d, '/');
+
+	snprintf(b, PATH_MAX, "%.*s/%s", slash ? (int)(slash - d) : 1, slash ? d : ".", name);
+	return b;
+}
+
+double mn_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}

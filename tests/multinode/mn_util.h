@@ -1,0 +1,68 @@
+/*
+ * mn_util.h — what the multi-node tests share (tests/multinode only):
+ * several daemons with distinct node names over one backend, as the nodes
+ * of a job share a parallel file system.
+ *
+ * The backend is a scratch directory, or, when CKPTFS_MN_BACKENDS lists
+ * directories separated by ':' (gluster.sh sets it: one directory per
+ * GlusterFS client mount of one volume), node i uses the i-th of them
+ * (cycling), so each daemon sees the backend through its own client, as
+ * nodes do.  mn_bpath() reads the backend through the first one.
+ *
+ * Every daemon logs to its own file; when a test fails, all of them are
+ * printed and every daemon is killed and unmounted (an atexit handler).
+ */
+#ifndef CKPTFS_TESTS_MN_UTIL_H
+#define CKPTFS_TESTS_MN_UTIL_H
+
+#include "tests/integrity/integ.h"
+
+#define MN_MAX 4
+
+struct mnode {
+	struct tmount m;
+	char name[32];
+	bool up;
+};
+
+struct mcluster {
+	int n;
+	struct mnode node[MN_MAX];
+	char backend[PATH_MAX];		/* what mn_bpath reads: node 0's view */
+	bool shared_backends;		/* from CKPTFS_MN_BACKENDS */
+};
+
+/* n nodes named a, b, c, d with scratch directories; nothing mounted yet. */
+void mn_init(struct mcluster *c, const char *test, int n);
+/*
+ * Mount node i with "node=<name>,peers=a:b:...,<opts>" (opts may be NULL)
+ * and extra environment entries; wait until mounted.
+ */
+void mn_mount(struct mcluster *c, int i, const char *opts, const char *const *env);
+/* Mount node i with exactly these -o options (no node= or peers= added). */
+void mn_mount_raw(struct mcluster *c, int i, const char *opts, const char *const *env);
+void mn_stop(struct mcluster *c, int i);	/* unmount, drain, exit 0 */
+void mn_kill(struct mcluster *c, int i);	/* SIGKILL: a crashed node */
+void mn_cleanup(struct mcluster *c);		/* every node down, scratch removed */
+
+const char *mn_path(struct mcluster *c, int i, const char *rel);
+const char *mn_bpath(struct mcluster *c, const char *rel);
+
+/* A stats value of node i ("" if absent; static buffer). */
+const char *mn_stat(struct mcluster *c, int i, const char *key);
+double mn_stat_num(struct mcluster *c, int i, const char *key);
+/* Lines of node i's log containing needle. */
+int mn_log_count(struct mcluster *c, int i, const char *needle);
+
+/* Create path (through a mount) with `size` bytes of pattern `seed`; close must succeed. */
+void mn_write(const char *path, size_t size, uint64_t seed);
+/* Does path (on the backend) hold exactly `size` bytes of pattern `seed`? */
+bool mn_has(const char *path, size_t size, uint64_t seed);
+/* Poll until path exists with `size` bytes; its time (mono_ms), or 0 after timeout_ms. */
+uint64_t mn_wait_file(const char *path, size_t size, unsigned timeout_ms);
+/* A tool built beside the daemon ("ckptfs-stat", "ckptfs-ctl"); static buffer. */
+const char *mn_tool(const char *name);
+/* Milliseconds now, finer than mono_ms: for figures. */
+double mn_now_ms(void);
+
+#endif
