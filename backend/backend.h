@@ -147,6 +147,7 @@ struct op {
 	unsigned records;	/* write-ahead records written (each attempt's "try") */
 	char *path_hint;	/* versions: the mount path at seal, for the intent record */
 	XXH128_hash_t digest;
+	struct cleaves *leaves;	/* versions: the flushed file's block digests, or NULL */
 	uint64_t enqueued_ns;
 	uint64_t sealed_wall_ns;	/* wall clock when it was sequenced */
 	uid_t actor;		/* who made the change: its order domain (P1) */
@@ -185,6 +186,7 @@ struct pub_waiter {
 struct backend_stats {
 	atomic_uint_least64_t persisted_bytes;	/* cached bytes of durable versions */
 	atomic_uint_least64_t written_bytes;	/* bytes written to the backend */
+	atomic_uint_least64_t copied_bytes;	/* ... copied there from published files (base_copy) */
 	atomic_uint_least64_t versions_published;
 	atomic_uint_least64_t ops_applied;
 	atomic_uint_least64_t errors;
@@ -222,6 +224,7 @@ struct backend_opts {
 	bool chown;		/* set owners on the backend (running as root) */
 	bool direct;		/* write aligned data with O_DIRECT where the backend allows */
 	bool no_manifest;	/* manifest=off: no records, no recovery, no verify */
+	int base_copy;		/* -1 auto (by file system), 0 off, 1 on: see base_copy_decide */
 	const struct nodes_opts *nodes;	/* node identity, peers, markers (nodes.h); NULL: defaults */
 };
 
@@ -234,6 +237,8 @@ struct backend {
 	char mount_id[24];
 	enum bio_kind io_in_use;
 	atomic_bool direct_unsupported;
+	bool base_copy;			/* unchanged ranges copied from the published file */
+	const char *base_copy_why;	/* ... and why (log, stats) */
 	const char *io_fallback_reason;
 
 	pthread_rwlock_t bt_lock;	/* bnode links: held only to read or update them */
@@ -282,6 +287,16 @@ struct backend {
  * Open the backend at root_fd (ownership passes) and start the threads.
  * Returns 0 or -errno.
  */
+/*
+ * Whether new versions take their unchanged ranges from the published file
+ * (copy_file_range) rather than from clean cache chunks: opt->base_copy, or
+ * for auto, by the backend's file system — XFS and btrfs reflink, NFS 4.2
+ * copies on the server; elsewhere the kernel would copy the bytes itself,
+ * from disk, which costs more than writing them from the cache.  Sets
+ * be->base_copy(_why) and cache->seal_from_base (flush.c).
+ */
+void base_copy_decide(struct backend *be);
+
 int backend_start(struct backend *be, int root_fd, struct cache *cache,
 		  const struct backend_opts *opt, const struct backend_hooks *hooks);
 /* Wait until everything queued is durable, then stop threads and free. */
@@ -336,7 +351,7 @@ static inline uint64_t backend_progress(struct backend *be)
 {
 	uint64_t p = atomic_load(&be->st.ops_applied);
 	if (!atomic_load(&be->st.degraded))
-		p += atomic_load(&be->st.written_bytes);
+		p += atomic_load(&be->st.written_bytes) + atomic_load(&be->st.copied_bytes);
 	return p;
 }
 /* The errno the backend last failed with (positive), 0 while healthy. */

@@ -38,6 +38,7 @@
  * once under pthread_once.
  */
 #include "backend/digest.h"
+#include "cache/cfile.h"
 #include "cache/util.h"
 
 #include <errno.h>
@@ -93,13 +94,67 @@ static void run_emit(struct digest *d)
 	d->nrun = 0;
 }
 
-/* n more blocks whose leaf is `leaf`. */
+/* Append n blocks of `leaf` to a leaf record, merging with its last run. */
+static void rec_add(struct cleaves *lv, XXH128_hash_t leaf, uint64_t n)
+{
+	struct cleaf_run *t = lv->n ? &lv->run[lv->n - 1] : NULL;
+
+	lv->blocks += n;
+	if (t && t->hi == leaf.high64 && t->lo == leaf.low64) {
+		t->n += n;
+		return;
+	}
+	if (lv->n == lv->cap) {
+		lv->cap = lv->cap ? 2 * lv->cap : 16;
+		lv->run = xrealloc(lv->run, lv->cap * sizeof(*lv->run));
+	}
+	lv->run[lv->n++] = (struct cleaf_run){ .hi = leaf.high64, .lo = leaf.low64, .n = n };
+}
+
+/* n more whole blocks whose leaf is `leaf`. */
 static void run_add(struct digest *d, XXH128_hash_t leaf, uint64_t n)
 {
 	if (d->nrun && !XXH128_isEqual(d->run, leaf))
 		run_emit(d);
 	d->run = leaf;
 	d->nrun += n;
+	if (d->rec)
+		rec_add(d->rec, leaf, n);
+}
+
+void digest_record(struct digest *d)
+{
+	if (!d->rec)
+		d->rec = cleaves_new();
+}
+
+struct cleaves *digest_take_leaves(struct digest *d)
+{
+	struct cleaves *lv = d->rec;
+
+	d->rec = NULL;
+	return lv;
+}
+
+bool digest_feed_leaves(struct digest *d, const struct cleaves *lv, uint64_t first, uint64_t n)
+{
+	uint64_t at = 0;
+
+	if (d->fill || !lv || first > lv->blocks || n > lv->blocks - first)
+		return false;
+	d->size += n * DIGEST_BLOCK;
+	for (uint32_t i = 0; i < lv->n && n; i++) {
+		const struct cleaf_run *r = &lv->run[i];
+		if (at + r->n > first) {
+			uint64_t skip = first > at ? first - at : 0;
+			uint64_t k = CKPT_MIN(r->n - skip, n);
+			run_add(d, (XXH128_hash_t){ .low64 = r->lo, .high64 = r->hi }, k);
+			first += k;
+			n -= k;
+		}
+		at += r->n;
+	}
+	return true;
 }
 
 /* Feed len (< what completes the block, or exactly that) into the open block. */
@@ -152,8 +207,12 @@ XXH128_hash_t digest_final(struct digest *d)
 	unsigned char sz[8];
 	XXH128_hash_t h;
 
-	if (d->fill)
+	if (d->fill) {	/* the short last block: a leaf of the digest, not of the record */
+		struct cleaves *rec = d->rec;
+		d->rec = NULL;
 		run_add(d, XXH3_128bits_digest(d->leaf), 1);
+		d->rec = rec;
+	}
 	run_emit(d);
 	put_le64(sz, d->size);
 	XXH3_128bits_update(d->top, sz, sizeof(sz));
@@ -167,6 +226,8 @@ void digest_free(struct digest *d)
 	XXH3_freeState(d->leaf);
 	XXH3_freeState(d->top);
 	d->leaf = d->top = NULL;
+	cleaves_put(d->rec);
+	d->rec = NULL;
 }
 
 /* ---- extents ------------------------------------------------------------ */

@@ -19,6 +19,7 @@
 #ifndef CKPTFS_DIGEST_H
 #define CKPTFS_DIGEST_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <xxhash.h>
@@ -44,12 +45,27 @@ struct digest {
 	uint64_t size;		/* bytes fed so far */
 	XXH128_hash_t run;	/* leaf of the current run */
 	uint64_t nrun;		/* blocks in the current run; 0 before the first block */
+	struct cleaves *rec;	/* digest_record: the whole blocks' leaves, as fed */
 };
+
+struct cleaves;
 
 void digest_init(struct digest *d);
 void digest_update(struct digest *d, const void *buf, size_t len);
 /* len zero bytes, in O(1) for whole blocks (at most one block is hashed). */
 void digest_zeros(struct digest *d, uint64_t len);
+/*
+ * Leaves.  digest_record() (right after digest_init) makes the digest keep
+ * the leaf runs of the whole blocks fed; digest_take_leaves() hands them
+ * over (a reference; call before digest_final, which frees what is not
+ * taken).  digest_feed_leaves() feeds blocks [first, first + n) of a file
+ * whose leaves are `lv`, in O(runs), without their bytes: only at a block
+ * boundary of this digest and within lv->blocks (false, nothing fed, else).
+ */
+void digest_record(struct digest *d);
+struct cleaves *digest_take_leaves(struct digest *d);
+bool digest_feed_leaves(struct digest *d, const struct cleaves *lv, uint64_t first, uint64_t n);
+
 /* The digest of everything fed; frees the state (digest_init to reuse). */
 XXH128_hash_t digest_final(struct digest *d);
 /* Drop a digest without finishing it (error paths); safe after digest_final. */

@@ -38,6 +38,8 @@
 #include "cache/log.h"
 
 #include <errno.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +48,31 @@
 #define FLUSH_BATCH 64
 #define FLUSH_BATCH_BYTES (256ull << 20)
 #define BOUNCE_SIZE (1u << 20)
+/* Versions this large keep their block digests for the next version (flush_fd_seg). */
+#define LEAVES_MIN (4ull * DIGEST_BLOCK)
+
+/* ---- copying from the published file ------------------------------------ */
+
+void base_copy_decide(struct backend *be)
+{
+	struct statfs sf;
+	bool cheap = false;
+
+	if (fstatfs(be->root_fd, &sf) == 0)
+		cheap = sf.f_type == XFS_SUPER_MAGIC || sf.f_type == BTRFS_SUPER_MAGIC ||
+			sf.f_type == NFS_SUPER_MAGIC;
+	if (be->opt.base_copy >= 0) {
+		be->base_copy = be->opt.base_copy;
+		be->base_copy_why = be->base_copy ? "base_copy=on" : "base_copy=off";
+	} else {
+		be->base_copy = cheap;
+		be->base_copy_why = cheap ? "the backend copies files cheaply (XFS, btrfs or NFS)"
+					  : "the backend would copy the bytes (not XFS, btrfs or NFS)";
+	}
+	be->cache->seal_from_base = be->base_copy;
+	log_debug("unchanged ranges of new versions come from %s: %s",
+		 be->base_copy ? "the published file" : "the cache", be->base_copy_why);
+}
 
 /* ---- temporary files ---------------------------------------------------- */
 
@@ -253,6 +280,7 @@ struct xcopy {
 	bool skip_zeros;	/* dst is fresh: pages of zeros are not written */
 	bool *no_cfr;
 	uint64_t written;	/* bytes that reached dst */
+	uint64_t copied;	/* ... of them, by copy_file_range of whole extents (cfr_extent) */
 	uint64_t end;		/* dst offset after the last byte written (0: none) */
 };
 
@@ -350,9 +378,91 @@ static int xcopy_range(struct xcopy *x, uint64_t soff, uint64_t doff, uint64_t l
  * A segment held in a backend file: copied extent by extent, or only hashed
  * when it is the output itself (a stage file's spilled ranges).
  */
+/* Copy the data extents of a range without reading them (copy_file_range; pread/pwrite where it cannot). */
+static int cfr_extent(void *arg, uint64_t start, uint64_t len)
+{
+	struct xcopy *x = arg;
+
+	while (len && !*x->no_cfr) {
+		ssize_t k = x->sys->copy_file_range(x->src, (off_t)start, x->dst,
+						    (off_t)(start + x->shift), (size_t)CKPT_MIN(len, 1ull << 30));
+		if (k == -EINTR || k == -EAGAIN)
+			continue;
+		if (k < 0 && cfr_unsupported(k))
+			*x->no_cfr = true;
+		else if (k < 0)
+			return (int)k;
+		else if (k == 0)
+			return 0;	/* the source ended meanwhile */
+		else {
+			x->copied += (uint64_t)k;
+			x->end = start + (uint64_t)k + x->shift;
+			start += (uint64_t)k;
+			len -= (uint64_t)k;
+		}
+	}
+	while (len) {
+		ssize_t n = x->sys->pread(x->src, x->buf, (size_t)CKPT_MIN(len, BOUNCE_SIZE), (off_t)start);
+		if (n == -EINTR)
+			continue;
+		if (n <= 0)
+			return (int)n;
+		x->pos = start;
+		int r = xcopy_out(x, 0, (size_t)n);
+		if (r < 0)
+			return r;
+		start += (uint64_t)n;
+		len -= (uint64_t)n;
+	}
+	return 0;
+}
+
+/*
+ * A range of the published file that the version keeps unchanged, at the
+ * same offsets, with the leaves that file was flushed with: the whole
+ * blocks go into the digest from the leaves and the data is copied without
+ * passing through the daemon (a reflink on XFS/btrfs, a server-side copy on
+ * NFS 4.2; elsewhere the kernel's copy); only the partial blocks at its ends
+ * are read and hashed.  The digest then states what ckptfs published, so a
+ * base changed behind its back on the backend shows up in verify.  False
+ * when the range does not qualify (the caller reads and hashes it all).
+ */
+static bool flush_fd_seg_leaves(struct flusher *fl, struct fjob *j, const struct cseg *s, int *err)
+{
+	const uint64_t B = DIGEST_BLOCK, o = s->off, e = s->off + s->len;
+	uint64_t b0 = (o + B - 1) / B, b1 = e / B;
+	struct xcopy x = { .dg = &j->dg, .src = s->f->fd, .dst = -1, .buf = fl->bounce,
+			   .sys = &bsys, .no_cfr = &fl->no_cfr };
+	int r;
+
+	if (!s->lv || s->foff != s->off || s->f == j->out || b1 > s->lv->blocks)
+		return false;
+	if (b0 >= b1 || (b1 - b0) * B < s->len / 2)
+		return false;	/* mostly partial blocks: reading them is as cheap */
+	r = xcopy_range(&x, o, o, b0 * B - o);	/* the head's bytes, hashed */
+	if (r == 0 && !digest_feed_leaves(&j->dg, s->lv, b0, b1 - b0))
+		r = -EIO;	/* cannot happen: checked above */
+	if (r == 0)
+		r = xcopy_range(&x, b1 * B, b1 * B, e - b1 * B);	/* the tail's */
+	if (r == 0) {
+		x.dst = j->out->fd;
+		x.shift = 0;
+		r = digest_data_extents(s->f->fd, o, s->len, cfr_extent, &x);
+	}
+	atomic_fetch_add(&fl->be->st.written_bytes, x.written);
+	atomic_fetch_add(&fl->be->st.copied_bytes, x.copied);
+	j->end = CKPT_MAX(j->end, x.end);
+	*err = r;
+	return true;
+}
+
 static int flush_fd_seg(struct flusher *fl, struct fjob *j, const struct cseg *s)
 {
 	bool own = s->f == j->out;
+	int err;
+
+	if (flush_fd_seg_leaves(fl, j, s, &err))
+		return err;
 	struct xcopy x = { .dg = &j->dg, .src = s->f->fd, .dst = own ? -1 : j->out->fd,
 			   .buf = fl->bounce, .sys = &bsys, .skip_zeros = j->fresh,
 			   .no_cfr = &fl->no_cfr };
@@ -590,6 +700,8 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 		struct fjob *j = &jobs[i];
 		j->v = j->op->ver;
 		digest_init(&j->dg);
+		if (j->v->size >= LEAVES_MIN)
+			digest_record(&j->dg);
 		j->dfd = -1;
 		if (j->v->out) {
 			j->out = cfd_get(j->v->out);
@@ -621,8 +733,11 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 		atomic_fetch_sub(&be->st.flushing_bytes, j->v->size);
 		if (j->dfd >= 0)
 			bsys.close(j->dfd);
-		if (!j->err)
+		if (!j->err) {
+			cleaves_put(j->op->leaves);
+			j->op->leaves = digest_take_leaves(&j->dg);
 			j->op->digest = digest_final(&j->dg);
+		}
 		digest_free(&j->dg);
 		if (j->err && j->out && j->fresh) {
 			cfd_put(j->out);	/* unlinks the temp file */

@@ -63,6 +63,7 @@ void op_free(struct op *op)
 	if (op->ver)
 		cver_free(op->ver);
 	cfd_put(op->out);
+	cleaves_put(op->leaves);
 	free(op);
 }
 
@@ -406,7 +407,8 @@ static void op_published(struct backend *be, struct op *op)
 	atomic_fetch_add(&be->st.versions_published, 1);
 	atomic_fetch_sub(&be->st.pending_versions, 1);
 	atomic_fetch_add(&be->st.persisted_bytes, op->ver->bytes_cached);
-	cfile_published(op->ver, op->out);
+	cfile_published(op->ver, op->out, op->leaves);
+	op->leaves = NULL;
 }
 
 /* Write the intent records of versions queued since the last look (no lock held on entry). */
@@ -751,6 +753,7 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 	if (why)
 		log_warn("%s; flushing with pwrite", why);
 
+	base_copy_decide(be);
 	cache->spill_wanted = backend_want_spill;
 	cache->spill_arg = be;
 	if (pthread_create(&be->publisher, NULL, publisher_main, be) != 0 ||

@@ -131,6 +131,13 @@ struct cache {
 	int (*wait_check)(void *arg, uint64_t waited_ns);
 	void *wait_arg;
 	bool hugepages;
+	/*
+	 * Seal unchanged ranges from the published file, not from clean chunks
+	 * (cfile_seal): set by the backend where copying between its files is
+	 * cheap (base_copy); the flusher then copies them with copy_file_range
+	 * and takes their digest from the file's leaves.
+	 */
+	bool seal_from_base;
 
 	struct cache_stats st;
 	struct cache_prefault pf;

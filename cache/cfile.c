@@ -50,9 +50,32 @@ static struct clayer *layer_new(struct cfd *f, uint64_t ver)
 	return l;
 }
 
+struct cleaves *cleaves_new(void)
+{
+	struct cleaves *lv = xcalloc(1, sizeof(*lv));
+	atomic_init(&lv->refs, 1);
+	return lv;
+}
+
+struct cleaves *cleaves_get(struct cleaves *lv)
+{
+	if (lv)
+		atomic_fetch_add(&lv->refs, 1);
+	return lv;
+}
+
+void cleaves_put(struct cleaves *lv)
+{
+	if (lv && atomic_fetch_sub(&lv->refs, 1) == 1) {
+		free(lv->run);
+		free(lv);
+	}
+}
+
 static void layer_free(struct clayer *l)
 {
 	cfd_put(l->f);
+	cleaves_put(l->leaves);
 	free(l->ext);
 	free(l);
 }
@@ -389,8 +412,11 @@ static int map_under(struct cfile *cf, uint64_t p, uint64_t q, struct segbuf *b)
 	return 0;
 }
 
-/* Segments for [p, end) of the whole file (C4). */
-static int map_range(struct cfile *cf, uint64_t p, uint64_t end, struct segbuf *b)
+/*
+ * Segments for [p, end) of the whole file (C4).  With from_base, the ranges
+ * of clean chunks come from the base file, which holds the same bytes (C2).
+ */
+static int map_range(struct cfile *cf, uint64_t p, uint64_t end, struct segbuf *b, bool from_base)
 {
 	const uint64_t cs = cf->cache->chunk_size;
 	uint32_t pos = map_lower(cf, p / cs);
@@ -404,6 +430,14 @@ static int map_range(struct cfile *cf, uint64_t p, uint64_t end, struct segbuf *
 			pos++;
 		if (pos < cf->nmap && cf->map[pos].index == i)
 			ch = cf->map[pos].ch;
+		if (ch && p >= cbase + ch->lo && p < cbase + ch->hi && from_base &&
+		    ch->state == CH_CLEAN) {
+			q = CKPT_MIN(end, cbase + ch->hi);
+			if ((r = map_under(cf, p, q, b)) < 0)
+				return r;
+			p = q;
+			continue;
+		}
 		if (ch && p >= cbase + ch->lo && p < cbase + ch->hi) {
 			struct cseg s = { .kind = CSEG_MEM, .off = p, .ch = ch,
 					  .mem = cache_chunk_mem(cf->cache, ch) + (p - cbase) };
@@ -435,7 +469,7 @@ int cfile_map(struct cfile *cf, uint64_t off, uint64_t len, struct cseg **segs, 
 
 	pthread_mutex_lock(&cf->lock);
 	uint64_t end = off + len > cf->size || off + len < off ? cf->size : off + len;
-	r = off < end ? map_range(cf, off, end, &b) : 0;
+	r = off < end ? map_range(cf, off, end, &b, false) : 0;
 	if (r == 0) {
 		for (uint32_t i = 0; i < b.n; i++) {
 			if (b.v[i].kind == CSEG_MEM)
@@ -708,11 +742,14 @@ struct cver *cfile_seal(struct cfile *cf, uint64_t seq)
 {
 	struct segbuf b = { 0 };
 	struct cver *v;
-	struct clayer *stage;
+	struct clayer *stage, *base;
 	struct cfd *sf = NULL;
 
 	pthread_mutex_lock(&cf->lock);
-	if (map_range(cf, 0, cf->size, &b) < 0) {
+	/* Only the base under the map, and its leaves known: clean ranges come from it. */
+	bool from_base = cf->cache->seal_from_base && cf->nlayers == 1 &&
+			 cf->layers[0]->base && cf->layers[0]->leaves;
+	if (map_range(cf, 0, cf->size, &b, from_base) < 0) {
 		pthread_mutex_unlock(&cf->lock);
 		free(b.v);
 		return NULL;	/* base not opened: the caller opens it and retries */
@@ -724,6 +761,7 @@ struct cver *cfile_seal(struct cfile *cf, uint64_t seq)
 	v->trunc_after = UINT64_MAX;
 	v->segs = b.v;
 	v->nseg = b.n;
+	base = cf->nlayers && cf->layers[cf->nlayers - 1]->base ? cf->layers[cf->nlayers - 1] : NULL;
 	if ((stage = live_stage(cf))) {
 		/*
 		 * The stage is retired either way: later spills start a new one.
@@ -747,6 +785,8 @@ struct cver *cfile_seal(struct cfile *cf, uint64_t seq)
 			cfd_get(s->f);
 			if (s->f == sf)
 				v->bytes_cached += s->len;
+			else if (base && base->f == s->f)
+				s->lv = cleaves_get(base->leaves);
 		}
 	}
 	v->absorbed = cf->absorbed;	/* written since the last seal: goes with this version */
@@ -774,6 +814,7 @@ static void ver_release_locked(struct cver *v, bool published)
 				chunk_maybe_free(cf, ch);
 		} else if (s->kind == CSEG_FD) {
 			cfd_put(s->f);
+			cleaves_put(s->lv);
 		}
 	}
 	v->nseg = 0;
@@ -781,7 +822,7 @@ static void ver_release_locked(struct cver *v, bool published)
 		list_del(&v->link);
 }
 
-void cfile_published(struct cver *v, struct cfd *out)
+void cfile_published(struct cver *v, struct cfd *out, struct cleaves *leaves)
 {
 	struct cfile *cf = v->cf;
 	uint32_t k = 0;
@@ -803,6 +844,8 @@ void cfile_published(struct cver *v, struct cfd *out)
 		/* Nobody has it open: keep no descriptor (it is reopened when needed). */
 		struct clayer *base = layer_new(cf->opens ? cfd_get(out) : NULL, v->seq);
 		base->base = true;
+		base->leaves = leaves;
+		leaves = NULL;
 		layer_add(base, 0, CKPT_MIN(CKPT_MIN(v->size, v->trunc_after), cf->size));
 		layers_append(cf, base);
 		cf->base_lazy = !cf->opens && base->next;
@@ -811,6 +854,7 @@ void cfile_published(struct cver *v, struct cfd *out)
 		}
 	}
 	pthread_mutex_unlock(&cf->lock);
+	cleaves_put(leaves);
 }
 
 void cfile_opened(struct cfile *cf)

@@ -49,12 +49,34 @@ struct cext {
 	uint64_t lo, hi;
 };
 
+/*
+ * The block digests (backend/digest.h) of a published file's first `blocks`
+ * whole blocks, as runs of equal leaves: kept by the flusher that wrote the
+ * file, so that a later version of it reuses them for the ranges it takes
+ * from that file unchanged instead of reading those bytes back.  The cache
+ * only carries them; references are counted.
+ */
+struct cleaf_run {
+	uint64_t hi, lo;	/* the leaf (XXH128_hash_t's halves) */
+	uint64_t n;		/* blocks */
+};
+struct cleaves {
+	atomic_uint refs;
+	uint64_t blocks;
+	uint32_t n, cap;
+	struct cleaf_run *run;
+};
+struct cleaves *cleaves_new(void);
+struct cleaves *cleaves_get(struct cleaves *lv);	/* NULL stays NULL */
+void cleaves_put(struct cleaves *lv);
+
 struct clayer {
 	struct cfd *f;		/* NULL: base not opened yet (cfile_set_base_fd) */
 	struct cext *ext;
 	uint32_t next, cap;
 	uint64_t ver;		/* sequence that sealed or published it; 0 = live stage */
 	bool base;		/* the published file (reopened by name when f is NULL) */
+	struct cleaves *leaves;	/* base: its block digests, or NULL */
 };
 
 enum cseg_kind { CSEG_MEM, CSEG_FD, CSEG_ZERO };
@@ -67,6 +89,7 @@ struct cseg {
 	struct chunk *ch;	/* CSEG_MEM */
 	struct cfd *f;		/* CSEG_FD */
 	uint64_t foff;		/* CSEG_FD: offset in f */
+	struct cleaves *lv;	/* CSEG_FD of a version, from the base: its leaves (ref) */
 };
 
 struct cver;
@@ -159,8 +182,11 @@ void cfile_closed(struct cfile *cf);
  * past the sealed size).
  */
 struct cver *cfile_seal(struct cfile *cf, uint64_t seq);
-/* The version's output is durable under the final name: `out` is the file. */
-void cfile_published(struct cver *v, struct cfd *out);
+/*
+ * The version's output is durable under the final name: `out` is the file,
+ * `leaves` its block digests or NULL (the reference passes to the file).
+ */
+void cfile_published(struct cver *v, struct cfd *out, struct cleaves *leaves);
 /* Drop a version that will never be published (its file was deleted). */
 void cver_discard(struct cver *v);
 /* Free a version after cfile_published/cver_discard. */

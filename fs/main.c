@@ -292,6 +292,7 @@ int main(int argc, char **argv)
 		.chown = geteuid() == 0,
 		.direct = fs->opt.direct,
 		.no_manifest = !fs->opt.manifest,
+		.base_copy = fs->opt.base_copy,
 		.nodes = &fs->opt.nodes,
 	};
 	struct backend_hooks hooks = { .stage_dir = fs_stage_dir, .hold = fs_hold,

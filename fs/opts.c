@@ -63,6 +63,10 @@ void opts_usage(FILE *f)
 "                       supported (default on)\n"
 "  manifest=on|off      keep the manifest of checksums that recovery and\n"
 "                       ckptfs-ctl verify need (default on)\n"
+"  base_copy=auto|on|off  build a new version of a file from its published\n"
+"                       file where unchanged (copy_file_range: reflink on\n"
+"                       XFS/btrfs, server-side on NFS) instead of from the\n"
+"                       cache (default auto: on for XFS, btrfs and NFS)\n"
 "  sessions=on|off      offer GPU capture sessions to trainers (libckptfs,\n"
 "                       ckptfs.torch.save) (default on)\n"
 "  attr_timeout=SEC     kernel attribute and entry cache time (default 1)\n"
@@ -186,6 +190,16 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 			o->fsync_lazy = true;
 		else
 			return usage_error("option '%s' must be fsync=durable or fsync=lazy, not '%s'",
+					   opt, val ? val : "");
+		return 0;
+	}
+	if (!strcmp(opt, "base_copy")) {
+		if (val && !strcmp(val, "auto"))
+			o->base_copy = -1;
+		else if (val && (!strcmp(val, "on") || !strcmp(val, "off")))
+			o->base_copy = !strcmp(val, "on");
+		else
+			return usage_error("option '%s' must be base_copy=auto, on or off, not '%s'",
 					   opt, val ? val : "");
 		return 0;
 	}
@@ -326,6 +340,7 @@ int opts_parse(int argc, char **argv, struct ckptfs_opts *o)
 	o->splice = true;
 	o->fuse_uring = true;
 	o->passthrough = true;
+	o->base_copy = -1;
 	o->direct = true;
 	o->manifest = true;
 	o->sessions = true;

@@ -34,6 +34,7 @@ struct ckptfs_opts {
 	bool direct;		/* flush with O_DIRECT where aligned */
 	bool manifest;		/* keep the manifest log (checksums, recovery, verify) */
 	bool sessions;		/* offer GPU capture sessions (fs/session.c) */
+	int base_copy;		/* base_copy=auto|on|off: -1, 1, 0 (backend_opts) */
 	double attr_timeout;
 	uint64_t readahead;	/* the mount's kernel readahead, bytes */
 	char *rescue_dir;	/* where unpersistable data goes at exit */

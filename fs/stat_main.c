@@ -68,6 +68,7 @@ static const struct metric {
 	  "Bytes of durable versions that came from the cache (a rewritten file's unchanged cached "
 	  "data counts again with each version)" },
 	{ "backend_written_bytes", "counter", "Bytes written to the backend" },
+	{ "backend_copied_bytes", "counter", "Bytes copied on the backend from published files (base_copy)" },
 	{ "read_bytes", "counter", "Bytes read through the mount" },
 	{ "absorb_rate_bps", "gauge", "Bytes absorbed per second, recent" },
 	{ "persist_rate_bps", "gauge", "Bytes persisted per second, recent" },
@@ -229,8 +230,12 @@ static void show_human(const struct json_obj *o)
 		if (dropped > 0)
 			printf(" (%s dropped: deleted before a close published them)", sz(dropped, a));
 		printf("\n");
-		printf("  published:    %s in durable versions, %s written to the backend\n",
+		printf("  published:    %s in durable versions, %s written to the backend",
 		       sz(persisted, b), sz(NUM(o, "backend_written_bytes"), c));
+		if (NUM(o, "backend_copied_bytes") > 0)
+			printf(", %s copied there from published files",
+			       sz(NUM(o, "backend_copied_bytes"), a));
+		printf("\n");
 	} else {
 		bar(absorbed > 0 ? persisted / absorbed : 1, bb, 30);
 		printf("  durable:      [%s] %3.0f%%  %s of %s absorbed\n", bb,

@@ -1,0 +1,194 @@
+/*
+ * basecopy — a new version of a file built from its published file where
+ * it did not change (base_copy, backend/flush.c): the unchanged ranges are
+ * copied on the backend with copy_file_range and their digest comes from
+ * the published file's block leaves, never from reading them back.  What
+ * must hold, through the real mount, whatever the backend does with the
+ * copy (ext4 here: the kernel copies; XFS/btrfs reflink):
+ *
+ *   1. base_copy=on: appends (each published before the next: leaves of
+ *      leaves), an append sealed while the previous version is pending, a
+ *      small overwrite in the middle, a shrink and a re-extension — after
+ *      each, the backend file holds exactly the model's bytes, and the
+ *      xattr digest is the reference digest of those bytes
+ *      (tests/digest_ref.c); the path was taken (backend_copied_bytes
+ *      grew); ckptfs-ctl verify passes after unmount.
+ *   2. base_copy=off and auto on this file system (not XFS, btrfs or NFS):
+ *      the same file, nothing copied; stats say which.
+ *   3. base_copy=maybe is refused with exit 2, naming the option.
+ */
+#include "tests/core/core_util.h"
+#include "tests/digest_ref.h"
+
+#include <linux/magic.h>
+#include <sys/vfs.h>
+#include <sys/xattr.h>
+
+#define BIG (10 * MiB + 77)
+
+struct model {
+	char *buf;
+	size_t len, cap;
+};
+
+static void model_write(struct model *md, uint64_t off, const void *p, size_t n)
+{
+	if (off + n > md->cap)
+		FAILF("model overflow");
+	if (off > md->len)
+		memset(md->buf + md->len, 0, off - md->len);
+	memcpy(md->buf + off, p, n);
+	if (off + n > md->len)
+		md->len = off + n;
+}
+
+static void model_truncate(struct model *md, size_t n)
+{
+	if (n > md->len)
+		memset(md->buf + md->len, 0, n - md->len);
+	md->len = n;
+}
+
+static void drain(struct tmount *m)
+{
+	ASSERT_TRUE(strstr(cu_slurp(tm_path(m, ".ckptfs/drain")), "durable") != NULL);
+}
+
+/* The backend file is the model, and the digest the mount reports is the model's. */
+static void check(struct tmount *m, const char *rel, const struct model *md, const char *when)
+{
+	char want[33], x[64];
+	size_t len;
+	char *got = read_file(tm_bpath(m, rel), &len);
+
+	if (!got)
+		FAILF("%s: backend file %s: %s", when, rel, strerror(errno));
+	if (len != md->len || memcmp(got, md->buf, len))
+		FAILF("%s: backend %s differs from the model (%zu vs %zu bytes)", when, rel, len,
+		      md->len);
+	free(got);
+	td_digest_buf(md->buf, md->len, want);
+	ssize_t n = CHECK_SYS(getxattr(tm_path(m, rel), "user.ckptfs.xxh3", x, sizeof(x) - 1));
+	x[n] = '\0';
+	if (strcmp(x, want))
+		FAILF("%s: digest of %s is %s, the reference says %s", when, rel, x, want);
+}
+
+static void append_line(struct tmount *m, struct model *md, const char *rel, int i)
+{
+	char line[64];
+	int n = snprintf(line, sizeof(line), "step %d loss 0.%04d\n", i, 1234 + i);
+	int fd = cu_open(tm_path(m, rel), O_WRONLY | O_APPEND);
+
+	ASSERT_EQ(write(fd, line, (size_t)n), n);
+	cu_close(fd);
+	model_write(md, md->len, line, (size_t)n);
+}
+
+static void ctl_bin(char *buf, size_t len, const char *tool)
+{
+	snprintf(buf, len, "%s", tm_daemon_bin());
+	char *slash = strrchr(buf, '/');
+	ASSERT_TRUE(slash != NULL);
+	snprintf(slash + 1, len - (size_t)(slash + 1 - buf), "%s", tool);
+}
+
+/* What base_copy=auto decides for this directory's file system. */
+static bool cheap_copies(const char *dir)
+{
+	struct statfs sf;
+
+	CHECK_SYS(statfs(dir, &sf));
+	return sf.f_type == XFS_SUPER_MAGIC || sf.f_type == BTRFS_SUPER_MAGIC ||
+	       sf.f_type == NFS_SUPER_MAGIC;
+}
+
+/* Steps 1 and 2: the whole history on one mount; copied says whether base_copy is on. */
+static void history(const char *name, const char *opts, int copied_or_auto)
+{
+	struct tmount m;
+	struct model md = { .buf = malloc(16 * MiB), .cap = 16 * MiB };
+	char *data = malloc(BIG);
+
+	ASSERT_TRUE(md.buf && data);
+	tm_start(&m, name, opts, NULL);
+	bool copied = copied_or_auto < 0 ? cheap_copies(m.backend) : copied_or_auto;
+	ASSERT_EQ(strstr(cu_slurp(tm_path(&m, ".ckptfs/stats")),
+			 copied ? "\"base_copy\": true" : "\"base_copy\": false") != NULL, true);
+	fill_pattern(data, BIG, 41, 0);
+	write_file(tm_path(&m, "log"), data, BIG);
+	model_write(&md, 0, data, BIG);
+	drain(&m);
+	check(&m, "log", &md, "first version");
+	uint64_t c0 = cu_stat(&m, "backend_copied_bytes");
+
+	/* Appends, each published before the next: its leaves come from leaves. */
+	for (int i = 0; i < 4; i++) {
+		append_line(&m, &md, "log", i);
+		drain(&m);
+		check(&m, "log", &md, "append");
+	}
+	/* Two appends sealed back to back: the second may find the first pending. */
+	append_line(&m, &md, "log", 4);
+	append_line(&m, &md, "log", 5);
+	drain(&m);
+	check(&m, "log", &md, "appends in a row");
+
+	/* 1000 bytes in the middle of a block, at an odd offset. */
+	int fd = cu_open(tm_path(&m, "log"), O_WRONLY);
+	fill_pattern(data, 1000, 42, 0);
+	cu_pwrite_all(fd, data, 1000, 5 * MiB + 123);
+	cu_close(fd);
+	model_write(&md, 5 * MiB + 123, data, 1000);
+	drain(&m);
+	check(&m, "log", &md, "overwrite in the middle");
+
+	/* Shrink into a block, extend with zeros past the old end, one line more. */
+	fd = cu_open(tm_path(&m, "log"), O_WRONLY);
+	CHECK_SYS(ftruncate(fd, 7 * MiB + 5));
+	model_truncate(&md, 7 * MiB + 5);
+	CHECK_SYS(ftruncate(fd, 12 * MiB));
+	model_truncate(&md, 12 * MiB);
+	cu_close(fd);
+	append_line(&m, &md, "log", 6);
+	drain(&m);
+	check(&m, "log", &md, "shrunk and extended");
+
+	uint64_t c1 = cu_stat(&m, "backend_copied_bytes");
+	if (copied && c1 < c0 + 6 * 10 * MiB)
+		FAILF("base_copy=on: only %llu bytes copied from the published file",
+		      (unsigned long long)(c1 - c0));
+	if (!copied && c1 != 0)
+		FAILF("base_copy off: %llu bytes copied", (unsigned long long)c1);
+	tm_stop(&m);
+
+	char ctl[PATH_MAX], *out = NULL;
+	ctl_bin(ctl, sizeof(ctl), "ckptfs-ctl");
+	const char *argv[] = { ctl, "verify", m.backend, NULL };
+	int st = tm_run(argv, &out);
+	if (st != 0 || !strstr(out, "1 ok, 0 mismatch"))
+		FAILF("verify after %s (exit %d):\n%s", name, st, out);
+	free(out);
+	tm_cleanup(&m);
+	free(md.buf);
+	free(data);
+}
+
+int main(void)
+{
+	tm_require_fuse();
+	history("basecopy_on", "base_copy=on", 1);
+	history("basecopy_off", "base_copy=off", 0);
+	history("basecopy_auto", NULL, -1);	/* by the scratch directory's file system */
+
+	/* Step 3. */
+	struct tmount m;
+	char err[4096];
+	tm_init(&m, "basecopy_bad");
+	const char *argv[] = { "ckptfs", m.backend, m.mnt, "-o", "base_copy=maybe", NULL };
+	ASSERT_EQ(tm_run_daemon(argv, err, sizeof(err)), 2);
+	if (!strstr(err, "base_copy"))
+		FAILF("the refusal does not name the option:\n%s", err);
+	tm_cleanup(&m);
+	return 0;
+}
