@@ -8,6 +8,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,22 +44,57 @@ void cli_put_path(FILE *f, const char *s)
 	}
 }
 
+/*
+ * The real path of path's directory, with path's last name: never looks at
+ * that name itself, so a mount whose daemon does not answer is found
+ * without waiting for it.  False where the last name is not a plain name.
+ */
+static bool real_parent_path(const char *path, char *out, size_t len)
+{
+	char dir[PATH_MAX], real[PATH_MAX];
+	size_t n = strlen(path);
+
+	while (n > 1 && path[n - 1] == '/')
+		n--;
+	if (n == 0 || n >= sizeof(dir))
+		return false;
+	memcpy(dir, path, n);
+	dir[n] = '\0';
+	char *slash = strrchr(dir, '/');
+	const char *base = slash ? slash + 1 : dir;
+	if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+		return false;
+	if (slash == dir)
+		snprintf(real, sizeof(real), "/");
+	else if (slash) {
+		*slash = '\0';
+		if (!realpath(dir, real))
+			return false;
+	} else if (!getcwd(real, sizeof(real)))
+		return false;
+	return snprintf(out, len, "%s%s%s", real, strcmp(real, "/") ? "/" : "", base) < (int)len;
+}
+
 int cli_mount(const char *prog, const char *path, char *mnt, size_t mlen, char *backend,
 	      size_t blen)
 {
 	char real[PATH_MAX];
 	struct mountent *m;
-	int n, i;
+	int n, i = -1;
 
-	if (!realpath(path, real)) {
-		fprintf(stderr, "%s: '%s': %s\n", prog, path, strerror(errno));
-		return CLI_USAGE;
-	}
 	if ((n = mounts_read(&m)) < 0) {
 		fprintf(stderr, "%s: cannot read /proc/self/mountinfo: %s\n", prog, strerror(-n));
 		return 1;
 	}
-	i = mounts_find(m, n, real);
+	if (real_parent_path(path, real, sizeof(real)))
+		i = mounts_find(m, n, real);
+	if (i < 0 && !realpath(path, real)) {
+		fprintf(stderr, "%s: '%s': %s\n", prog, path, strerror(errno));
+		mounts_free(m, n);
+		return CLI_USAGE;
+	}
+	if (i < 0)
+		i = mounts_find(m, n, real);
 	if (i < 0 || strcmp(m[i].fstype, CKPTFS_FSTYPE) != 0) {
 		fprintf(stderr, "%s: '%s' is not a ckptfs mount\n", prog, path);
 		mounts_free(m, n);
@@ -86,17 +124,15 @@ int cli_all_mounts(char ***out)
 	return k;
 }
 
-char *cli_read_ctl(const char *prog, const char *mnt, const char *name)
+/* The child's side: path to out, messages to stderr; its exit status. */
+static int read_child(const char *prog, const char *path, int out)
 {
-	char path[PATH_MAX];
-	struct strbuf b = { 0 };
 	char chunk[65536];
-	int fd;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
-	snprintf(path, sizeof(path), "%s/.ckptfs/%s", mnt, name);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+	if (fd < 0) {
 		fprintf(stderr, "%s: cannot open %s: %s\n", prog, path, strerror(errno));
-		return NULL;
+		return 1;
 	}
 	for (;;) {
 		ssize_t n = read(fd, chunk, sizeof(chunk));
@@ -104,14 +140,66 @@ char *cli_read_ctl(const char *prog, const char *mnt, const char *name)
 			continue;
 		if (n < 0) {
 			fprintf(stderr, "%s: reading %s: %s\n", prog, path, strerror(errno));
-			close(fd);
-			sb_free(&b);
-			return NULL;
+			return 1;
 		}
 		if (n == 0)
+			return 0;
+		for (ssize_t done = 0; done < n;) {
+			ssize_t w = write(out, chunk + done, (size_t)(n - done));
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w < 0)
+				return 1;
+			done += w;
+		}
+	}
+}
+
+char *cli_read_ctl(const char *prog, const char *mnt, const char *name, double timeout_s)
+{
+	char path[PATH_MAX], chunk[65536];
+	struct strbuf b = { 0 };
+	int p[2], status = 0;
+	bool timed_out = false;
+	pid_t pid;
+
+	snprintf(path, sizeof(path), "%s/.ckptfs/%s", mnt, name);
+	fflush(NULL);	/* the child must not write our buffered output again */
+	if (pipe2(p, O_CLOEXEC) < 0 || (pid = fork()) < 0) {
+		fprintf(stderr, "%s: reading %s: %s\n", prog, path, strerror(errno));
+		return NULL;
+	}
+	if (pid == 0) {
+		close(p[0]);
+		_exit(read_child(prog, path, p[1]));
+	}
+	close(p[1]);
+	for (;;) {
+		struct pollfd pf = { .fd = p[0], .events = POLLIN };
+		int r = poll(&pf, 1, timeout_s > 0 ? (int)(timeout_s * 1000) : -1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r == 0) {
+			timed_out = true;
+			kill(pid, SIGKILL);
+			break;
+		}
+		ssize_t n = read(p[0], chunk, sizeof(chunk));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
 			break;
 		sb_printf(&b, "%.*s", (int)n, chunk);
 	}
-	close(fd);
+	close(p[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (timed_out)
+		fprintf(stderr, "%s: %s does not answer: no reply to .ckptfs/%s in %g s\n", prog, mnt,
+			name, timeout_s);
+	if (timed_out || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		sb_free(&b);
+		return NULL;
+	}
 	return b.s ? b.s : xstrdup("");
 }

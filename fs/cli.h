@@ -31,7 +31,14 @@ int cli_mount(const char *prog, const char *path, char *mnt, size_t mlen, char *
 	      size_t blen);
 /* Every ckptfs mount on the machine: count, mount points into *out (free each). */
 int cli_all_mounts(char ***out);
-/* Read MOUNT/.ckptfs/<name> whole; NULL with a message on failure. */
-char *cli_read_ctl(const char *prog, const char *mnt, const char *name);
+/*
+ * Read MOUNT/.ckptfs/<name> whole; NULL with a message on failure.  The
+ * read runs in a child process: a mount whose daemon does not answer (it
+ * is stopped, or hung) is given up after timeout_s seconds without a byte
+ * (the child is killed: a fatal signal ends a FUSE wait), with a message
+ * naming the mount; 0 waits as long as it takes.
+ */
+#define CLI_READ_TIMEOUT_S 10.0
+char *cli_read_ctl(const char *prog, const char *mnt, const char *name, double timeout_s);
 
 #endif

@@ -270,7 +270,7 @@ static int retry_outcome(const char *mnt, double n, double seq, double attempts)
 	if (n == 0)
 		return 0;
 	for (int i = 0; i < 200; i++) {
-		char *text = cli_read_ctl(prog, mnt, "stats");
+		char *text = cli_read_ctl(prog, mnt, "stats", CLI_READ_TIMEOUT_S);
 		struct json_obj s;
 		int done = -1;
 		if (text && json_parse(text, strlen(text), &s, NULL, 0) == 0) {

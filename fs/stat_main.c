@@ -27,11 +27,13 @@
 enum fmt { FMT_HUMAN, FMT_JSON, FMT_PROM };
 
 static const char *prog = "ckptfs-stat";
+static double read_timeout = CLI_READ_TIMEOUT_S;	/* --timeout */
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-"usage: ckptfs-stat [--json | --prometheus] [--files] [--watch N] [MOUNT...]\n"
+"usage: ckptfs-stat [--json | --prometheus] [--files] [--watch N] [--timeout S]\n"
+"                   [MOUNT...]\n"
 "\n"
 "Show the state of ckptfs mounts: cache fill, dirty and durable bytes,\n"
 "pending files, rates, backpressure and backend errors.\n"
@@ -40,6 +42,8 @@ static void usage(FILE *f)
 "  -p, --prometheus  Prometheus text format (node_exporter textfile collector)\n"
 "  -f, --files       also list the files not yet durable\n"
 "  -w, --watch N     repeat every N seconds until interrupted\n"
+"  -t, --timeout S   give up on a mount that does not answer in S seconds\n"
+"                    (default 10; 0 waits as long as it takes)\n"
 "  -h, --help        this help\n"
 "\n"
 "Without MOUNT, every ckptfs mount on this machine is shown.\n");
@@ -300,7 +304,7 @@ static int read_stats(const char *mnt, struct json_obj *o, char **text)
 {
 	char err[96];
 
-	if (!(*text = cli_read_ctl(prog, mnt, "stats")))
+	if (!(*text = cli_read_ctl(prog, mnt, "stats", read_timeout)))
 		return 1;
 	if (json_parse(*text, strlen(*text), o, err, sizeof(err)) < 0) {
 		fprintf(stderr, "%s: %s/.ckptfs/stats is not a flat JSON object (%s)\n", prog, mnt, err);
@@ -320,7 +324,7 @@ static int show_mount(const char *mnt, enum fmt fmt, bool files)
 
 	if (read_stats(mnt, &o, &text))
 		return 1;
-	if (files && !(ftext = cli_read_ctl(prog, mnt, "files")))
+	if (files && !(ftext = cli_read_ctl(prog, mnt, "files", read_timeout)))
 		rc = 1;
 	if (fmt == FMT_JSON) {
 		fputs(text, stdout);
@@ -369,6 +373,7 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "json", no_argument, NULL, 'j' }, { "prometheus", no_argument, NULL, 'p' },
 		{ "files", no_argument, NULL, 'f' }, { "watch", required_argument, NULL, 'w' },
+		{ "timeout", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
 	};
 	enum fmt fmt = FMT_HUMAN;
@@ -377,7 +382,7 @@ int main(int argc, char **argv)
 	char **mounts = NULL;
 	int nm = 0, c, rc = 0;
 
-	while ((c = getopt_long(argc, argv, "jpfw:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "jpfw:t:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'j': fmt = FMT_JSON; break;
 		case 'p': fmt = FMT_PROM; break;
@@ -387,6 +392,16 @@ int main(int argc, char **argv)
 			watch = strtod(optarg, &end);
 			if (*end || watch <= 0) {
 				fprintf(stderr, "%s: --watch needs a positive number of seconds, not '%s'\n",
+					prog, optarg);
+				return CLI_USAGE;
+			}
+			break;
+		}
+		case 't': {
+			char *end;
+			read_timeout = strtod(optarg, &end);
+			if (*end || end == optarg || !(read_timeout >= 0 && read_timeout <= 86400)) {
+				fprintf(stderr, "%s: --timeout needs seconds from 0 to 86400, not '%s'\n",
 					prog, optarg);
 				return CLI_USAGE;
 			}

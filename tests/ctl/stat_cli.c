@@ -17,6 +17,9 @@
  *  - --files: the pending file, in the table and as JSON lines;
  *  - `--watch 1` under `timeout 3`: killed by timeout, at least 2 reports;
  *  - no MOUNT: both mounts are shown;
+ *  - a third mount whose daemon is stopped (SIGSTOP): `--timeout 1` without
+ *    MOUNT still shows M2, names the silent mount on stderr and exits 1
+ *    within seconds; named as MOUNT, the same (found without touching it);
  *  - a path that is not a ckptfs mount (a plain directory, a directory
  *    inside a mount, a missing path): exit 2, a message naming the path;
  *    bad options: exit 2; --help: exit 0.
@@ -24,16 +27,19 @@
 #include "tests/ctl/ctl_util.h"
 
 #include <regex.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static struct tmount m1, m2;
+static struct tmount m1, m2, m3;
 
-/* A failure stops the harness's current mount, M2 once it exists: stop M1 too. */
+/* A failure stops the harness's current mount, M2 once it exists: stop M1 (and M3) too. */
 static void kill_m1(void)
 {
 	if (m1.pid > 0)
 		tm_kill(&m1);
+	if (m3.pid > 0)
+		tm_kill(&m3);	/* SIGKILL ends a stopped daemon too */
 }
 
 /* The lines of text (malloc'd array of malloc'd strings); count in *n. */
@@ -329,6 +335,44 @@ static void check_all_mounts(void)
 	ct_result_free(&r);
 }
 
+/* A mount whose daemon does not answer is given up, not waited for. */
+static void check_hung(void)
+{
+	struct ct_result r;
+	char r2[PATH_MAX], r3[PATH_MAX], mnt3[PATH_MAX];
+
+	tm_start(&m3, "ctl-stat3", NULL, NULL);
+	realpath(m2.mnt, r2);
+	realpath(m3.mnt, r3);
+	snprintf(mnt3, sizeof(mnt3), "%s", m3.mnt);
+	CHECK_SYS(kill(m3.pid, SIGSTOP));
+
+	uint64_t t0 = mono_ms();
+	stat_run(&r, "--json", "--timeout", "1", NULL);
+	uint64_t took = mono_ms() - t0;
+	ct_expect_status(&r, 1, "ckptfs-stat --timeout 1 with a stopped mount");
+	ct_expect_in(r.out, r2, "the healthy mount's report");
+	ct_expect_in(r.err, r3, "the stopped mount, named");
+	ct_expect_in(r.err, "does not answer", "the stopped mount's message");
+	if (took > 8000)
+		FAILF("ckptfs-stat took %llu ms with a 1 s timeout", (unsigned long long)took);
+	ct_result_free(&r);
+
+	t0 = mono_ms();
+	stat_run(&r, "--timeout", "1", mnt3, NULL);
+	took = mono_ms() - t0;
+	ct_expect_status(&r, 1, "ckptfs-stat --timeout 1 STOPPED-MOUNT");
+	ct_expect_in(r.err, "does not answer", "the stopped mount named as MOUNT");
+	if (took > 8000)
+		FAILF("ckptfs-stat MOUNT took %llu ms with a 1 s timeout", (unsigned long long)took);
+	ct_result_free(&r);
+
+	CHECK_SYS(kill(m3.pid, SIGCONT));
+	tm_stop(&m3);
+	m3.pid = 0;
+	tm_cleanup(&m3);
+}
+
 /* ---- errors ---- */
 
 static void expect_usage_error(const char *a1, const char *a2, const char *a3, const char *says)
@@ -359,6 +403,8 @@ static void check_errors(void)
 	expect_usage_error("--bogus", m2.mnt, NULL, "usage:");
 	expect_usage_error("--watch", "0", m2.mnt, "--watch needs a positive number");
 	expect_usage_error("--watch", "soon", m2.mnt, "'soon'");
+	expect_usage_error("--timeout", "-1", m2.mnt, "--timeout needs seconds");
+	expect_usage_error("--timeout", "nan", m2.mnt, "'nan'");
 
 	stat_run(&r, "--help", NULL, NULL, NULL);
 	ct_expect_status(&r, 0, "ckptfs-stat --help");
@@ -395,6 +441,7 @@ int main(void)
 	check_json();
 	check_files();
 	check_all_mounts();
+	check_hung();
 	check_watch();
 	check_prometheus();
 
