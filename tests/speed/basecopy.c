@@ -16,6 +16,9 @@
  *   2. base_copy=off and auto on this file system (not XFS, btrfs or NFS):
  *      the same file, nothing copied; stats say which.
  *   3. base_copy=maybe is refused with exit 2, naming the option.
+ *   4. Over XFS (an image on a loop device, where mkfs.xfs and loop devices
+ *      exist; skipped otherwise): auto turns base_copy on and the same
+ *      history holds with the copies made as reflinks.
  */
 #include "tests/core/core_util.h"
 #include "tests/digest_ref.h"
@@ -104,14 +107,17 @@ static bool cheap_copies(const char *dir)
 }
 
 /* Steps 1 and 2: the whole history on one mount; copied says whether base_copy is on. */
-static void history(const char *name, const char *opts, int copied_or_auto)
+static void history(const char *name, const char *opts, int copied_or_auto, const char *under)
 {
 	struct tmount m;
 	struct model md = { .buf = malloc(16 * MiB), .cap = 16 * MiB };
 	char *data = malloc(BIG);
 
 	ASSERT_TRUE(md.buf && data);
-	tm_start(&m, name, opts, NULL);
+	tm_init(&m, name);
+	if (under)	/* the backend on another file system */
+		snprintf(m.backend, sizeof(m.backend), "%s", under);
+	tm_mount(&m, opts, NULL);
 	bool copied = copied_or_auto < 0 ? cheap_copies(m.backend) : copied_or_auto;
 	ASSERT_EQ(strstr(cu_slurp(tm_path(&m, ".ckptfs/stats")),
 			 copied ? "\"base_copy\": true" : "\"base_copy\": false") != NULL, true);
@@ -174,12 +180,45 @@ static void history(const char *name, const char *opts, int copied_or_auto)
 	free(data);
 }
 
+/* Step 4: a 1 GiB sparse XFS image, loop-mounted in a scratch directory. */
+static void xfs_history(void)
+{
+	struct tmount s;
+	char img[PATH_MAX], dir[PATH_MAX], be[PATH_MAX], *out = NULL;
+
+	tm_init(&s, "basecopy_xfs");
+	snprintf(img, sizeof(img), "%s/xfs.img", s.root);
+	snprintf(dir, sizeof(dir), "%s/xfs", s.root);
+	snprintf(be, sizeof(be), "%s/xfs/backend", s.root);
+	int fd = CHECK_SYS(open(img, O_WRONLY | O_CREAT | O_TRUNC, 0600));
+	CHECK_SYS(ftruncate(fd, 1024 * MiB));
+	close(fd);
+	CHECK_SYS(mkdir(dir, 0755));
+	const char *mkfs[] = { "mkfs.xfs", "-q", "-m", "reflink=1", img, NULL };
+	const char *mnt[] = { "mount", "-o", "loop", img, dir, NULL };
+	if (tm_run(mkfs, &out) != 0 || (free(out), out = NULL, tm_run(mnt, &out)) != 0) {
+		printf("basecopy: no XFS here (mkfs.xfs or a loop device missing), step 4 skipped: %s\n",
+		       out ? out : "");
+		free(out);
+		tm_cleanup(&s);
+		return;
+	}
+	free(out);
+	CHECK_SYS(mkdir(be, 0755));
+	printf("basecopy: over XFS on a loop device\n");
+	history("basecopy_xfs_auto", NULL, 1, be);
+	const char *umnt[] = { "umount", dir, NULL };
+	ASSERT_EQ(tm_run(umnt, NULL), 0);
+	tm_cleanup(&s);
+}
+
 int main(void)
 {
 	tm_require_fuse();
-	history("basecopy_on", "base_copy=on", 1);
-	history("basecopy_off", "base_copy=off", 0);
-	history("basecopy_auto", NULL, -1);	/* by the scratch directory's file system */
+	history("basecopy_on", "base_copy=on", 1, NULL);
+	history("basecopy_off", "base_copy=off", 0, NULL);
+	history("basecopy_auto", NULL, -1, NULL);	/* by the scratch directory's file system */
+	xfs_history();
 
 	/* Step 3. */
 	struct tmount m;
