@@ -220,6 +220,7 @@ struct backend_hooks {
 struct backend_opts {
 	enum bio_kind io;
 	unsigned flush_threads;
+	unsigned flush_nice;	/* the flushers' nice level: below the threads serving requests */
 	unsigned queue_depth;
 	bool chown;		/* set owners on the backend (running as root) */
 	bool direct;		/* write aligned data with O_DIRECT where the backend allows */

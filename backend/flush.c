@@ -793,6 +793,7 @@ static void *flusher_main(void *arg)
 	struct fjob *jobs = xcalloc(FLUSH_BATCH, sizeof(*jobs));
 	const char *why;
 
+	thread_background("ckptfs-flush", (int)be->opt.flush_nice);
 	fl->bio = bio_create(be->opt.io, be->opt.queue_depth, &why);
 	pthread_mutex_lock(&be->lock);
 	for (;;) {

@@ -76,10 +76,7 @@ static void *prefault_main(void *arg)
 	struct cache *c = arg;
 	struct cache_prefault *pf = &c->pf;
 
-	pthread_setname_np(pthread_self(), "ckptfs-prefault");
-	/* Lower this thread only (Linux: per-thread nice); best effort. */
-	if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) < 0)
-		log_debug("prefault: cannot lower priority: %s", strerror(errno));
+	thread_background("ckptfs-prefault", 10);
 	/* Tests slow the thread down so that the allocator gets ahead of it. */
 	const char *pause = getenv("CKPTFS_PREFAULT_PAUSE_MS");
 	useconds_t pause_us = pause ? (useconds_t)atoi(pause) * 1000 : 0;

@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 
 static void oom(size_t n)
 {
@@ -282,4 +285,11 @@ void sb_free(struct strbuf *b)
 {
 	free(b->s);
 	memset(b, 0, sizeof(*b));
+}
+
+void thread_background(const char *name, int nice)
+{
+	pthread_setname_np(pthread_self(), name);
+	if (nice > 0 && setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice) < 0)
+		fprintf(stderr, "ckptfs: %s: cannot lower its priority: %s\n", name, strerror(errno));
 }

@@ -45,6 +45,14 @@ int write_full(int fd, const void *buf, size_t len);
 /* Read exactly len bytes (retrying EINTR and short reads): 0, or -errno (-EIO at EOF). */
 int read_full(int fd, void *buf, size_t len);
 
+/*
+ * Name the calling thread and lower its priority by `nice` (Linux nice is
+ * per thread; raising it needs no privilege), best effort: for the daemon's
+ * background threads, so that the threads answering the trainer win a busy
+ * CPU.
+ */
+void thread_background(const char *name, int nice);
+
 /* pthread_cond_timedwait for at most ns nanoseconds from now (mutex held). */
 struct timespec;
 #include <pthread.h>

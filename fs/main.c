@@ -288,6 +288,7 @@ int main(int argc, char **argv)
 	struct backend_opts bo = {
 		.io = fs->opt.io,
 		.flush_threads = fs->opt.flush_threads,
+		.flush_nice = fs->opt.flush_nice,
 		.queue_depth = fs->opt.queue_depth,
 		.chown = geteuid() == 0,
 		.direct = fs->opt.direct,

@@ -50,6 +50,8 @@ void opts_usage(FILE *f)
 "  cache_size=SIZE      cache bytes, K/M/G suffixes (default: 1/4 of RAM)\n"
 "  chunk_size=SIZE      cache chunk, a power of two from 64K to 64M (default 4M)\n"
 "  flush_threads=N      threads writing to the backend, 1-64 (default 2)\n"
+"  flush_nice=N         the flushers' nice level, 0-19: where CPUs are short,\n"
+"                       the threads answering the trainer go first (default 10)\n"
 "  queue_depth=N        I/O requests in flight per flusher, 1-1024 (default 32)\n"
 "  max_threads=N        FUSE worker threads, 2-256 (default 16)\n"
 "  fsync=durable|lazy   fsync waits for the backend (default), or returns at once\n"
@@ -179,6 +181,8 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 	}
 	if (!strcmp(opt, "flush_threads"))
 		return parse_uint(opt, val ? val : "", 1, 64, &o->flush_threads);
+	if (!strcmp(opt, "flush_nice"))
+		return parse_uint(opt, val ? val : "", 0, 19, &o->flush_nice);
 	if (!strcmp(opt, "queue_depth"))
 		return parse_uint(opt, val ? val : "", 1, 1024, &o->queue_depth);
 	if (!strcmp(opt, "max_threads"))
@@ -340,6 +344,7 @@ int opts_parse(int argc, char **argv, struct ckptfs_opts *o)
 	o->splice = true;
 	o->fuse_uring = true;
 	o->passthrough = true;
+	o->flush_nice = 10;
 	o->base_copy = -1;
 	o->direct = true;
 	o->manifest = true;

@@ -24,6 +24,7 @@ struct ckptfs_opts {
 	uint64_t cache_size;
 	uint32_t chunk_size;
 	unsigned flush_threads;
+	unsigned flush_nice;	/* flush_nice=N, 0-19 */
 	unsigned queue_depth;
 	unsigned max_threads;	/* FUSE worker threads */
 	bool fsync_lazy;

@@ -477,6 +477,16 @@ class CkptfsLazy(Ckptfs):
 		super().__init__(path, store, workdir, binary, cache_size, opts, remount)
 
 
+class CkptfsNice0(Ckptfs):
+	"""ckptfs with -o flush_nice=0: flushers at the same priority as the
+	threads answering requests (the lever's off position)."""
+	name = "ckptfs_nice0"
+
+	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each"):
+		opts = ",".join(o for o in (opts, "flush_nice=0") if o)
+		super().__init__(path, store, workdir, binary, cache_size, opts, remount)
+
+
 class CkptfsNoManifest(Ckptfs):
 	"""ckptfs with -o manifest=off: no checksum records, for the manifest's cost."""
 	name = "ckptfs_nomanifest"

@@ -128,6 +128,14 @@ MANIFEST_RATIOS = [
 ]
 
 
+# The flushers' priority (flush_nice): the default (10) against 0, side by side.
+NICE_RATIOS = [
+	("lever flush_nice 10: stall with / with 0", ("ckptfs", "stall"), ("ckptfs_nice0", "stall"), ""),
+	("ckptfs flush_nice=0 files/s / direct files/s", ("direct", "stall"), ("ckptfs_nice0", "stall"),
+	 ""),
+]
+
+
 class Suite:
 	def __init__(self, cfg):
 		self.cfg = cfg
@@ -148,13 +156,14 @@ class Suite:
 		made = {
 			"ckpt2g": lambda: self.with_ratios(
 				wl_files.Ckpt2g(total=c.size, nfiles=c.args.files),
-				["ckptfs"] + LEVERS + ["tmpfs", "direct", "direct_fsync", "ckptfs_nomanifest"] + (
+				["ckptfs"] + LEVERS + ["tmpfs", "direct", "direct_fsync", "ckptfs_nomanifest",
+						       "ckptfs_nice0"] + (
 					["bindfs_fsync", "rclone", "gluster_fsync", "ckptfs_gluster"]
 					if m["ckpt2g_peers"] or c.target_filter else []),
 				lever_ratios() + ckptfs_ratios()[1:] + [
 					("ckptfs with io_uring time-to-durable / direct+fsync",
 					 ("ckptfs_uring", "durable"), ("direct_fsync", "durable"), "<= 1.0")] +
-				MANIFEST_RATIOS + [("ckptfs stall / direct (no fsync)", ("ckptfs", "stall"),
+				MANIFEST_RATIOS + NICE_RATIOS[:1] + [("ckptfs stall / direct (no fsync)", ("ckptfs", "stall"),
 						    ("direct", "stall"), "")] + PEER_RATIOS + [
 					("ckptfs/GlusterFS stall / GlusterFS+fsync", ("ckptfs_gluster", "stall"),
 					 ("gluster_fsync", "durable"), ""),
@@ -170,8 +179,9 @@ class Suite:
 				  ("direct", "stall"), "")]),
 			"smallfiles": lambda: self.with_ratios(
 				wl_files.SmallFiles(count=m["smallfiles"]),
-				["ckptfs", "ckptfs_uring", "tmpfs", "direct", "direct_fsync", "ckptfs_nomanifest"],
-				MANIFEST_RATIOS + [
+				["ckptfs", "ckptfs_uring", "tmpfs", "direct", "direct_fsync", "ckptfs_nomanifest",
+				 "ckptfs_nice0"],
+				MANIFEST_RATIOS + NICE_RATIOS + [
 				 ("ckptfs files/s / direct files/s", ("direct", "stall"), ("ckptfs", "stall"), ">= 1.0"),
 				 ("ckptfs with io_uring files/s / direct files/s", ("direct", "stall"),
 				  ("ckptfs_uring", "stall"), ">= 1.0"),
@@ -244,6 +254,7 @@ class Suite:
 			"ckptfs": lambda: T.Ckptfs(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_lazy": lambda: T.CkptfsLazy(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_nomanifest": lambda: T.CkptfsNoManifest(c.mnt(name), store, c.workdir, *ck),
+			"ckptfs_nice0": lambda: T.CkptfsNice0(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_uring": lambda: T.CkptfsUring(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_mp1024": lambda: T.CkptfsPages(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_tuned": lambda: T.CkptfsTuned(c.mnt(name), store, c.workdir, *ck),
