@@ -94,7 +94,10 @@ struct cache_prefault {
 	atomic_uint_least64_t ready_bytes;	/* bytes of chunks with done set */
 	atomic_uint_least64_t ready_ns;	/* when the last chunk was done (0: not yet) */
 	atomic_uint_least64_t inline_chunks;	/* populated by the allocator, not the thread */
+	atomic_uint frontier;		/* 1 + the highest chunk id handed out */
+	atomic_int readers;		/* files open for reading (cache_prefault_readers) */
 	atomic_bool stop;
+	bool background;		/* populated by the thread (else at the start) */
 	bool running;
 	uint64_t start_ns;
 	pthread_t th;
@@ -193,6 +196,12 @@ uint32_t cache_reclaimable(struct cache *c);
 void cache_prefault_start(struct cache *c, bool background);
 void cache_prefault_stop(struct cache *c);
 void cache_prefault_chunk(struct cache *c, uint32_t id);
+/*
+ * Files open for reading through the mount: +1 at each read-only open, -1
+ * at its release.  While any are open, the thread populates no further than
+ * a little ahead of the allocator (prefault.c, "Readers first").
+ */
+void cache_prefault_readers(struct cache *c, int delta);
 uint64_t cache_ready_bytes(const struct cache *c);
 
 #endif

@@ -24,6 +24,20 @@
  *       decides who counts it).
  *   F3  The thread is stopped and joined before the arena is unmapped.
  *
+ * Readers first.  Populating competes with reads for memory (and, on a VM,
+ * with the hypervisor faulting the pages in): a restore right after the
+ * mount ran at a third of the disk's speed here while the arena was being
+ * populated.  So while files are open for reading through the mount
+ * (cache_prefault_readers: the front end counts read-only opens, which with
+ * passthrough are all the daemon sees of a restore), the thread populates
+ * only up to PREFAULT_AHEAD past the allocation frontier and waits there;
+ * it goes on once the readers are gone, so a checkpoint written minutes
+ * after the mount still finds the whole arena populated.  And it starts
+ * PREFAULT_GRACE_MS after the mount, or at the first allocation if that
+ * comes sooner: a restore that begins right after the mount opens its
+ * files before the thread has taken the memory the reads want (here, what
+ * was populated in that first second halved a restore's speed).
+ *
  * No lock: the per-chunk flags are atomics, the thread's only state is
  * its position.  CKPTFS_PREFAULT_PAUSE_MS (tests only) makes the thread
  * sleep that long before each chunk.  It runs at a lower priority (nice 10) so that on a busy
@@ -71,6 +85,33 @@ static bool populate_chunk(struct cache *c, uint32_t id)
 	return true;
 }
 
+/* How far ahead of the allocation frontier the thread goes while files are read. */
+#define PREFAULT_AHEAD (256ull << 20)
+/* How long after the start the thread waits for a first allocation or reader. */
+#define PREFAULT_GRACE_MS 2000
+
+/* Chunk i may be populated now: no reader, or within reach of the allocator. */
+static bool may_populate(struct cache *c, uint32_t i)
+{
+	struct cache_prefault *pf = &c->pf;
+	uint64_t ahead = PREFAULT_AHEAD / c->chunk_size;
+
+	return atomic_load(&pf->readers) <= 0 || (uint64_t)i < atomic_load(&pf->frontier) + ahead;
+}
+
+/* The grace after the start: nothing allocated yet, not stopped, and running as a thread. */
+static bool background_wait(struct cache *c)
+{
+	struct cache_prefault *pf = &c->pf;
+
+	return pf->background && !atomic_load(&pf->stop) && atomic_load(&pf->frontier) == 0;
+}
+
+void cache_prefault_readers(struct cache *c, int delta)
+{
+	atomic_fetch_add(&c->pf.readers, delta);
+}
+
 static void *prefault_main(void *arg)
 {
 	struct cache *c = arg;
@@ -80,9 +121,13 @@ static void *prefault_main(void *arg)
 	/* Tests slow the thread down so that the allocator gets ahead of it. */
 	const char *pause = getenv("CKPTFS_PREFAULT_PAUSE_MS");
 	useconds_t pause_us = pause ? (useconds_t)atoi(pause) * 1000 : 0;
+	for (int t = 0; t < PREFAULT_GRACE_MS / 10 && background_wait(c); t++)
+		usleep(10000);
 	for (uint32_t i = 0; i < c->nchunks && !atomic_load(&pf->stop); i++) {
 		if (pause_us)
 			usleep(pause_us);
+		while (!may_populate(c, i) && !atomic_load(&pf->stop))
+			usleep(10000);
 		populate_chunk(c, i);
 	}
 	return NULL;
@@ -96,12 +141,16 @@ void cache_prefault_start(struct cache *c, bool background)
 	atomic_init(&pf->ready_bytes, 0);
 	atomic_init(&pf->ready_ns, 0);
 	atomic_init(&pf->stop, false);
+	atomic_init(&pf->frontier, 0);
+	atomic_init(&pf->readers, 0);
 	pf->start_ns = now_ns();
+	pf->background = background;
 	if (background && pthread_create(&pf->th, NULL, prefault_main, c) == 0) {
 		pf->running = true;
 		return;
 	}
 	/* No thread (or asked for none): populate everything now, as before. */
+	pf->background = false;
 	prefault_main(c);
 }
 
@@ -120,6 +169,9 @@ void cache_prefault_stop(struct cache *c)
 
 void cache_prefault_chunk(struct cache *c, uint32_t id)
 {
+	unsigned f = atomic_load(&c->pf.frontier);
+	while (id + 1 > f && !atomic_compare_exchange_weak(&c->pf.frontier, &f, id + 1))
+		;
 	if (c->pf.done && populate_chunk(c, id))
 		atomic_fetch_add(&c->pf.inline_chunks, 1);
 }

@@ -677,6 +677,8 @@ static struct fshandle *handle_new(fuse_req_t req, struct fsnode *n, int flags)
 	if (h->writable) {
 		n->writers++;
 		n->writer_uid = h->uid;
+	} else {
+		cache_prefault_readers(&FS(req)->cache, 1);
 	}
 	if (n->cf)
 		cfile_opened(n->cf);
@@ -698,6 +700,8 @@ static void handle_drop(struct ckptfs *fs, struct fshandle *h, struct pt_drop *d
 	n->opens--;
 	if (h->writable)
 		n->writers--;
+	else
+		cache_prefault_readers(&fs->cache, -1);
 	if (n->cf)
 		cfile_closed(n->cf);
 	node_unref(fs, n);

@@ -4,7 +4,9 @@
  * outrun the background thread populate their own chunks (F1: without
  * changing a byte), the stats show how much is ready, and every byte
  * written before, during and after the population reads back and reaches
- * the backend whole.
+ * the backend whole.  Readers first: while a file is open for reading
+ * through the mount, the thread stops 256 MiB ahead of the allocator and
+ * goes on once it is closed.
  */
 #include "tests/core/core_util.h"
 
@@ -72,9 +74,31 @@ int main(void)
 	cu_check_pattern(tm_bpath(&m, "f"), 10 * MiB, 9);
 	tm_cleanup(&m);
 
+	const char *const *slow_not = NULL;
+
 	/* Without a pause the whole cache is populated in the background. */
 	tm_start(&m, "prefault3", opts, NULL);
 	wait_ready(&m, cap);
+	tm_stop(&m);
+	tm_cleanup(&m);
+
+	/*
+	 * Readers first: 1 GiB of cache, a file on the backend opened read-only
+	 * at once after the mount and held for 3 s (past the 2 s grace): the
+	 * thread stops at 256 MiB; closed, it populates the rest.
+	 */
+	tm_init(&m, "prefault4");
+	cu_write_pattern(tm_bpath(&m, "model.bin"), 8 * MiB, 10);
+	tm_mount(&m, "cache_size=1G", slow_not);
+	int fd = cu_open(tm_path(&m, "model.bin"), O_RDONLY);
+	sleep(3);
+	uint64_t held = cu_stat(&m, "cache_ready_bytes");
+	if (held > 256 * MiB + 4 * MiB)
+		FAILF("%llu bytes populated while a reader held a file open (at most 256 MiB)",
+		      (unsigned long long)held);
+	cu_check_range(fd, "model.bin", 0, 8 * MiB, 10);
+	cu_close(fd);
+	wait_ready(&m, 1024 * MiB);
 	tm_stop(&m);
 	tm_cleanup(&m);
 	return 0;
