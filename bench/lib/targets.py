@@ -432,10 +432,17 @@ class Ckptfs(FuseDaemon):
 
 	def make_cold(self):
 		"""Unmount (drains), drop the backend files' page cache, mount again:
-		the next read comes from the backend's disk through a fresh daemon."""
+		the next read comes from the backend's disk through a fresh daemon.
+		The restore starts as soon as the mount answers, without waiting for
+		the cache to be pre-faulted: a restarted job loads its checkpoint
+		first thing."""
 		self.unmount()
 		drop_file_cache(self.store)
-		self.mount()
+		self.wait_for_cache = False
+		try:
+			self.mount()
+		finally:
+			self.wait_for_cache = True
 		return True
 
 
