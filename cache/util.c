@@ -13,7 +13,6 @@
 #include <unistd.h>
 #include <pthread.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 
 static void oom(size_t n)
 {
@@ -290,6 +289,6 @@ void sb_free(struct strbuf *b)
 void thread_background(const char *name, int nice)
 {
 	pthread_setname_np(pthread_self(), name);
-	if (nice > 0 && setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice) < 0)
+	if (nice > 0 && setpriority(PRIO_PROCESS, (id_t)gettid(), nice) < 0)
 		fprintf(stderr, "ckptfs: %s: cannot lower its priority: %s\n", name, strerror(errno));
 }

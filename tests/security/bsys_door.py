@@ -54,7 +54,6 @@ EXCEPTIONS = {
     ("session.c.o", "access"): "checks /sys/devices/system/node/nodeN exists before mbind",
     ("session.c.o", "syscall"): "mbind(2) of a GPU session's arena (no libc wrapper)",
     ("loop.c.o", "fopen"): "reads /proc/sys/fs/fuse/max_pages_limit",
-    ("prefault.c.o", "syscall"): "gettid, to lower the pre-fault thread's priority",
     ("devio.c.o", "syscall"): "capget: may the daemon use FUSE passthrough (CAP_SYS_ADMIN)",
     ("uring.c.o", "fopen"): "reads /sys/devices/system/cpu/possible (the kernel's queue count)",
     ("uring.c.o", "open"): "reads /sys/module/fuse/parameters/enable_uring",
