@@ -148,6 +148,7 @@ struct op {
 	char *path_hint;	/* versions: the mount path at seal, for the intent record */
 	XXH128_hash_t digest;
 	struct cleaves *leaves;	/* versions: the flushed file's block digests, or NULL */
+	uint64_t out_ino;	/* versions: the flushed file's inode (0: unknown) */
 	uint64_t enqueued_ns;
 	uint64_t sealed_wall_ns;	/* wall clock when it was sequenced */
 	uid_t actor;		/* who made the change: its order domain (P1) */

@@ -734,6 +734,9 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 		if (j->dfd >= 0)
 			bsys.close(j->dfd);
 		if (!j->err) {
+			struct stat st;
+			/* Its inode: how the mount recognises its own publication on the backend. */
+			j->op->out_ino = bsys.fstatat(j->out->fd, "", &st) == 0 ? st.st_ino : 0;
 			cleaves_put(j->op->leaves);
 			j->op->leaves = digest_take_leaves(&j->dg);
 			j->op->digest = digest_final(&j->dg);

@@ -407,7 +407,7 @@ static void op_published(struct backend *be, struct op *op)
 	atomic_fetch_add(&be->st.versions_published, 1);
 	atomic_fetch_sub(&be->st.pending_versions, 1);
 	atomic_fetch_add(&be->st.persisted_bytes, op->ver->bytes_cached);
-	cfile_published(op->ver, op->out, op->leaves);
+	cfile_published(op->ver, op->out, op->leaves, op->out_ino);
 	op->leaves = NULL;
 }
 

@@ -309,6 +309,20 @@ struct cfd *cfile_base_ref(struct cfile *cf)
 	return f;
 }
 
+uint64_t cfile_base_ino(struct cfile *cf)
+{
+	uint64_t ino = 0;
+
+	pthread_mutex_lock(&cf->lock);
+	if (cf->nlayers && !cf->dirty && list_empty(&cf->versions)) {
+		struct clayer *l = cf->layers[cf->nlayers - 1];
+		if (l->ver && l->base)
+			ino = l->ino;
+	}
+	pthread_mutex_unlock(&cf->lock);
+	return ino;
+}
+
 uint64_t cfile_size(struct cfile *cf)
 {
 	pthread_mutex_lock(&cf->lock);
@@ -822,7 +836,7 @@ static void ver_release_locked(struct cver *v, bool published)
 		list_del(&v->link);
 }
 
-void cfile_published(struct cver *v, struct cfd *out, struct cleaves *leaves)
+void cfile_published(struct cver *v, struct cfd *out, struct cleaves *leaves, uint64_t ino)
 {
 	struct cfile *cf = v->cf;
 	uint32_t k = 0;
@@ -845,6 +859,7 @@ void cfile_published(struct cver *v, struct cfd *out, struct cleaves *leaves)
 		struct clayer *base = layer_new(cf->opens ? cfd_get(out) : NULL, v->seq);
 		base->base = true;
 		base->leaves = leaves;
+		base->ino = ino;
 		leaves = NULL;
 		layer_add(base, 0, CKPT_MIN(CKPT_MIN(v->size, v->trunc_after), cf->size));
 		layers_append(cf, base);

@@ -77,6 +77,7 @@ struct clayer {
 	uint64_t ver;		/* sequence that sealed or published it; 0 = live stage */
 	bool base;		/* the published file (reopened by name when f is NULL) */
 	struct cleaves *leaves;	/* base: its block digests, or NULL */
+	uint64_t ino;		/* base published here: its backend inode (0: unknown) */
 };
 
 enum cseg_kind { CSEG_MEM, CSEG_FD, CSEG_ZERO };
@@ -146,6 +147,12 @@ void cfile_set_base_fd(struct cfile *cf, int fd);
  * flushing.  For telling whether a backend name still holds that file.
  */
 struct cfd *cfile_base_ref(struct cfile *cf);
+/*
+ * The backend inode of the file this mount last published for cf, under
+ * the same conditions as cfile_base_ref but with no descriptor needed (a
+ * published file nobody has open keeps none); 0 if unknown.
+ */
+uint64_t cfile_base_ino(struct cfile *cf);
 
 /*
  * Write len bytes at off.  `copy` fills dst (len bytes of the write starting
@@ -184,9 +191,10 @@ void cfile_closed(struct cfile *cf);
 struct cver *cfile_seal(struct cfile *cf, uint64_t seq);
 /*
  * The version's output is durable under the final name: `out` is the file,
- * `leaves` its block digests or NULL (the reference passes to the file).
+ * `leaves` its block digests or NULL (the reference passes to the file),
+ * `ino` its inode on the backend (0 if unknown).
  */
-void cfile_published(struct cver *v, struct cfd *out, struct cleaves *leaves);
+void cfile_published(struct cver *v, struct cfd *out, struct cleaves *leaves, uint64_t ino);
 /* Drop a version that will never be published (its file was deleted). */
 void cver_discard(struct cver *v);
 /* Free a version after cfile_published/cver_discard. */

@@ -586,6 +586,7 @@ static bool same_object(struct fsnode *n, const struct bent *e)
 struct snap {
 	char *name;
 	struct cfd *base;	/* its published file, for its inode */
+	uint64_t base_ino;	/* ... or that inode, kept when the file is not open */
 	struct bnode *dirb;	/* directories: their backend node, for their fd's inode */
 	struct bstamp bid;
 	bool bknown;
@@ -663,8 +664,10 @@ static void dir_refresh(struct ckptfs *fs, struct fsnode *dir)
 		struct fsnode *n = d->node;
 		sn = xrealloc(sn, (nsn + 1) * sizeof(*sn));
 		sn[nsn] = (struct snap){ .name = xstrdup(d->name), .bid = n->bid, .bknown = n->bknown };
-		if (S_ISREG(n->mode) && n->cf)
+		if (S_ISREG(n->mode) && n->cf) {
 			sn[nsn].base = cfile_base_ref(n->cf);
+			sn[nsn].base_ino = cfile_base_ino(n->cf);
+		}
 		else if (S_ISDIR(n->mode) && !n->bknown)
 			sn[nsn].dirb = bnode_get(n->b);
 		nsn++;
@@ -684,7 +687,9 @@ static void dir_refresh(struct ckptfs *fs, struct fsnode *dir)
 			continue;	/* gone, or unchanged since it was last seen */
 		int fd = sn[i].base ? sn[i].base->fd
 			 : sn[i].dirb ? atomic_load(&sn[i].dirb->dfd) : -1;
-		if (fd >= 0 && bsys.fstatat(fd, "", &ls) == 0)
+		if (sn[i].base_ino)
+			b->local_ino = (ino_t)sn[i].base_ino;
+		else if (fd >= 0 && bsys.fstatat(fd, "", &ls) == 0)
 			b->local_ino = ls.st_ino;
 	}
 	pthread_mutex_lock(&fs->ns);

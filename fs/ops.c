@@ -255,10 +255,17 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			goto out;
 		}
 		killed = setid_kill(n, fuse_req_ctx(req)->uid);
+		/*
+		 * truncate(2) of a file no one is writing, or with nothing unsealed
+		 * in it (a writer's handle may still be open: the kernel releases
+		 * handles after close(2) returns): that is its new version, in the
+		 * order the caller made it — a marker written next comes after it.
+		 */
+		bool unsealed = node_needs_seal(n);
 		cfile_truncate(node_cfile(fs, n), (uint64_t)attr->st_size);
 		touch_mtime(n);
-		/* truncate(2) of a file no one is writing: that is its new version. */
-		if (!fi && n->writers == 0 && (r = seal_locked(fs, n, actor_of(req))) < 0)
+		if (!fi && (n->writers == 0 || !unsealed) &&
+		    (r = seal_locked(fs, n, actor_of(req))) < 0)
 			goto out;
 	}
 	unsigned valid = 0;
