@@ -207,12 +207,8 @@ XXH128_hash_t digest_final(struct digest *d)
 	unsigned char sz[8];
 	XXH128_hash_t h;
 
-	if (d->fill) {	/* the short last block: a leaf of the digest, not of the record */
-		struct cleaves *rec = d->rec;
-		d->rec = NULL;
+	if (d->fill)	/* the short last block (a record not taken is freed below) */
 		run_add(d, XXH3_128bits_digest(d->leaf), 1);
-		d->rec = rec;
-	}
 	run_emit(d);
 	put_le64(sz, d->size);
 	XXH3_128bits_update(d->top, sz, sizeof(sz));

@@ -284,27 +284,43 @@ struct xcopy {
 	uint64_t end;		/* dst offset after the last byte written (0: none) */
 };
 
-/* x->buf[a, b), read from source offset x->pos, to dst: copy_file_range, else pwrite. */
-static int xcopy_out(struct xcopy *x, size_t a, size_t b)
+/*
+ * copy_file_range of source [src, src + len) to dst at src + shift, for as
+ * long as it works: the bytes copied (short when the source ended, or when
+ * the call is unsupported here: *no_cfr is then set for good), or -errno.
+ */
+static int64_t cfr_range(struct xcopy *x, uint64_t src, uint64_t len)
 {
-	const uint64_t src = x->pos + a;
-	const size_t n = b - a;
-	size_t done = 0;
+	uint64_t done = 0;
 
-	while (done < n && !*x->no_cfr) {
+	while (done < len && !*x->no_cfr) {
 		ssize_t k = x->sys->copy_file_range(x->src, (off_t)(src + done), x->dst,
-						    (off_t)(src + done + x->shift), n - done);
+						    (off_t)(src + done + x->shift),
+						    (size_t)CKPT_MIN(len - done, 1ull << 30));
 		if (k == -EINTR || k == -EAGAIN)
 			continue;
 		if (k < 0 && cfr_unsupported(k))
 			*x->no_cfr = true;
 		else if (k < 0)
-			return (int)k;
+			return k;
 		else if (k == 0)
-			break;	/* the source ended meanwhile: write what was read */
+			break;	/* the source ended meanwhile */
 		else
-			done += (size_t)k;
+			done += (uint64_t)k;
 	}
+	return (int64_t)done;
+}
+
+/* x->buf[a, b), read from source offset x->pos, to dst: copy_file_range, else pwrite. */
+static int xcopy_out(struct xcopy *x, size_t a, size_t b)
+{
+	const uint64_t src = x->pos + a;
+	const size_t n = b - a;
+	int64_t c = cfr_range(x, src, n);
+
+	if (c < 0)
+		return (int)c;
+	size_t done = (size_t)c;	/* the rest: pwrite what was read */
 	if (done < n) {
 		int r = pwrite_all_io(x->sys, x->dst, x->buf + a + done, n - done,
 				      src + done + x->shift);
@@ -374,33 +390,22 @@ static int xcopy_range(struct xcopy *x, uint64_t soff, uint64_t doff, uint64_t l
 	return 0;
 }
 
-/*
- * A segment held in a backend file: copied extent by extent, or only hashed
- * when it is the output itself (a stage file's spilled ranges).
- */
-/* Copy the data extents of a range without reading them (copy_file_range; pread/pwrite where it cannot). */
+/* Copy a data extent without reading it (copy_file_range; pread/pwrite where it cannot). */
 static int cfr_extent(void *arg, uint64_t start, uint64_t len)
 {
 	struct xcopy *x = arg;
+	int64_t c = cfr_range(x, start, len);
 
-	while (len && !*x->no_cfr) {
-		ssize_t k = x->sys->copy_file_range(x->src, (off_t)start, x->dst,
-						    (off_t)(start + x->shift), (size_t)CKPT_MIN(len, 1ull << 30));
-		if (k == -EINTR || k == -EAGAIN)
-			continue;
-		if (k < 0 && cfr_unsupported(k))
-			*x->no_cfr = true;
-		else if (k < 0)
-			return (int)k;
-		else if (k == 0)
-			return 0;	/* the source ended meanwhile */
-		else {
-			x->copied += (uint64_t)k;
-			x->end = start + (uint64_t)k + x->shift;
-			start += (uint64_t)k;
-			len -= (uint64_t)k;
-		}
+	if (c < 0)
+		return (int)c;
+	if (c) {
+		x->copied += (uint64_t)c;
+		x->end = start + (uint64_t)c + x->shift;
 	}
+	if ((uint64_t)c < len && !*x->no_cfr)
+		return 0;	/* the source ended meanwhile */
+	start += (uint64_t)c;
+	len -= (uint64_t)c;
 	while (len) {
 		ssize_t n = x->sys->pread(x->src, x->buf, (size_t)CKPT_MIN(len, BOUNCE_SIZE), (off_t)start);
 		if (n == -EINTR)
@@ -456,6 +461,10 @@ static bool flush_fd_seg_leaves(struct flusher *fl, struct fjob *j, const struct
 	return true;
 }
 
+/*
+ * A segment held in a backend file: copied extent by extent, or only hashed
+ * when it is the output itself (a stage file's spilled ranges).
+ */
 static int flush_fd_seg(struct flusher *fl, struct fjob *j, const struct cseg *s)
 {
 	bool own = s->f == j->out;

@@ -684,7 +684,7 @@ static struct fshandle *handle_new(fuse_req_t req, struct fsnode *n, int flags)
 	if (h->writable) {
 		n->writers++;
 		n->writer_uid = h->uid;
-	} else {
+	} else if (!n->ctl) {	/* a restore's file, not a look at the stats */
 		cache_prefault_readers(&FS(req)->cache, 1);
 	}
 	if (n->cf)
@@ -707,7 +707,7 @@ static void handle_drop(struct ckptfs *fs, struct fshandle *h, struct pt_drop *d
 	n->opens--;
 	if (h->writable)
 		n->writers--;
-	else
+	else if (!n->ctl)
 		cache_prefault_readers(&fs->cache, -1);
 	if (n->cf)
 		cfile_closed(n->cf);
