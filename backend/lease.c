@@ -290,6 +290,7 @@ int lease_acquire(struct nodes *nd, const char *mount_id)
 	}
 	nd->taken = true;
 	nd->last_lease_ns = now_ns();
+	atomic_store(&nd->lease_ok_ns, nd->last_lease_ns);
 	if (nd->flock_ok)	/* the lock keeps others out: the record waits for lease_record() */
 		return 0;
 	/* Without flock the record itself must exclude, before recovery runs. */
@@ -319,17 +320,51 @@ void lease_record(struct nodes *nd)
 	bsys.readdir(nd->dirfd, tmp_sweep_one, nd);
 }
 
+/* Without flock: past the ttl since the last heartbeat that reached the backend? */
+static bool lease_expired(struct nodes *nd, double *silent_s)
+{
+	uint64_t ok = atomic_load(&nd->lease_ok_ns), now = now_ns();
+
+	if (nd->flock_ok || !nd->taken || now <= ok)
+		return false;
+	*silent_s = (double)(now - ok) / 1e9;
+	return *silent_s > nd->opt.lease_ttl;
+}
+
+static void lease_lose(struct nodes *nd, const char *why)
+{
+	if (!atomic_exchange(&nd->lease_lost, true))
+		log_err("node %s: lost this node's lease: %s.  It publishes nothing more; unmount "
+			"it", nd->node, why);
+}
+
+bool lease_valid(struct nodes *nd)
+{
+	char why[256];
+	double silent;
+
+	if (atomic_load(&nd->lease_lost))
+		return false;
+	if (!lease_expired(nd, &silent))
+		return true;
+	snprintf(why, sizeof(why), "its last heartbeat reached the backend %.1f s ago, past the "
+		 "lease's ttl (%.0f s), so another daemon may hold the node now", silent,
+		 nd->opt.lease_ttl);
+	lease_lose(nd, why);
+	return false;
+}
+
 int lease_check(struct nodes *nd)
 {
 	struct lease_record cur;
+	char why[512];
 
-	if (atomic_load(&nd->lease_lost))
+	if (!lease_valid(nd))
 		return -EADDRINUSE;
 	if (lease_read(nd, &cur) == 0 && strcmp(cur.mount_id, nd->be->mount_id) != 0) {
-		atomic_store(&nd->lease_lost, true);
-		log_err("node %s: mount %s (pid %ld on %s) has taken this node's lease: this daemon "
-			"was stopped past the lease's ttl.  It publishes nothing more; unmount it",
-			nd->node, cur.mount_id, cur.pid, cur.host);
+		snprintf(why, sizeof(why), "mount %s (pid %ld on %s) has taken it; this daemon was "
+			 "stopped past the lease's ttl", cur.mount_id, cur.pid, cur.host);
+		lease_lose(nd, why);
 		return -EADDRINUSE;
 	}
 	return 0;
@@ -338,11 +373,15 @@ int lease_check(struct nodes *nd)
 int lease_heartbeat(struct nodes *nd)
 {
 	int r = lease_check(nd);
+	uint64_t t = now_ns();
 
 	if (r < 0)
 		return r;
-	nd->last_lease_ns = now_ns();
-	return lease_write(nd, nd->be->mount_id, false);
+	nd->last_lease_ns = t;
+	r = lease_write(nd, nd->be->mount_id, false);
+	if (r == 0)
+		atomic_store(&nd->lease_ok_ns, t);
+	return r;
 }
 
 void lease_release(struct nodes *nd)

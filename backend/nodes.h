@@ -173,7 +173,8 @@ struct nodes {
 	pthread_mutex_t klock;
 	pthread_cond_t kcond;
 	bool kstop, kdirty;
-	uint64_t last_lease_ns;	/* monotonic: last heartbeat written */
+	uint64_t last_lease_ns;	/* monotonic: last heartbeat attempted (the keeper's) */
+	atomic_uint_least64_t lease_ok_ns;	/* monotonic: start of the last heartbeat written */
 	uint64_t last_activity_ns;
 	uint64_t last_seen_seq;
 	atomic_uint_least64_t wm_before_ns;	/* the last watermark written */
@@ -235,8 +236,15 @@ int lease_acquire(struct nodes *nd, const char *mount_id);
 void lease_record(struct nodes *nd);
 /* Rewrite lease.json with a new heartbeat; -EADDRINUSE if another daemon took it. */
 int lease_heartbeat(struct nodes *nd);
-/* Is the lease still ours?  0, or -EADDRINUSE (and lease_lost set, logged). */
+/*
+ * Is the lease still ours?  0, or -EADDRINUSE (and lease_lost set, logged).
+ * Without flock a lease not renewed within its ttl is lost whatever the
+ * record reads (a client cache may show our own stale record): another
+ * daemon may rightly have taken the node.
+ */
 int lease_check(struct nodes *nd);
+/* The same without reading the record (no I/O): false once lost or expired. */
+bool lease_valid(struct nodes *nd);
 void lease_release(struct nodes *nd);
 /* Read a small file of dirfd whole into buf (NUL-terminated): its length or -errno. */
 ssize_t nodes_read_file(int dirfd, const char *name, char *buf, size_t len);

@@ -313,7 +313,7 @@ uint64_t nodes_hold(struct nodes *nd, const struct op *op)
 	char waiting[NODE_NAME_MAX + 1], why[512];
 	uint64_t now = now_ns();
 
-	if (atomic_load(&nd->lease_lost))
+	if (!lease_valid(nd))
 		return 1000ull * 1000000;	/* N2: nothing more from this daemon */
 	if (!nodes_opts_have_peers(&nd->opt) || !op_is_marker(op))
 		return 0;

@@ -296,7 +296,7 @@ void blocked_fill(struct backend *be, const struct op *op, struct backend_blocke
 	memset(b, 0, sizeof(*b));
 	b->seq = op->seq;
 	b->kind = op->kind;
-	b->err = op->err;
+	b->err = op->err ? op->err : op->last_err;	/* being retried: why it was blocked */
 	b->actor = op->actor;
 	b->since_ns = op->blocked_ns;
 	b->attempts = op->attempts;

@@ -132,16 +132,16 @@ int main(void)
 	/* Without flock: the lease alone. */
 	const char *noflock = "CKPTFS_FAULT=op=flock,err=ENOLCK";
 	const char *const env[] = { noflock, NULL };
-	mn_mount_raw(&c, 0, "node=z,lease_ttl=1", env);
+	mn_mount_raw(&c, 0, "node=z,lease_ttl=2", env);
 	ASSERT_GE(mn_log_count(&c, 0, "no working flock"), 1);
 	ASSERT_STR_EQ(mn_stat(&c, 0, "node_flock"), "false");
-	st = second(&c, 1, "node=z,lease_ttl=1", noflock, out, sizeof(out));
+	st = second(&c, 1, "node=z,lease_ttl=2", noflock, out, sizeof(out));
 	expect_refused(st, out, "node 'z' is held by a live daemon", "no flock, a live lease");
 
 	/* Stopped past the ttl: another daemon takes the node; the first finds it lost. */
 	kill(c.node[0].m.pid, SIGSTOP);
-	usleep(1600 * 1000);
-	mn_mount_raw(&c, 1, "node=z,lease_ttl=1", env);
+	usleep(2600 * 1000);
+	mn_mount_raw(&c, 1, "node=z,lease_ttl=2", env);
 	ASSERT_GE(mn_log_count(&c, 1, "its lease expired"), 1);
 	kill(c.node[0].m.pid, SIGCONT);
 	bool lost = false;
@@ -149,13 +149,30 @@ int main(void)
 		lost = !strcmp(mn_stat(&c, 0, "lease"), "lost");
 	if (!lost)
 		FAILF("the resumed daemon does not say its lease is lost");
-	ASSERT_GE(mn_log_count(&c, 0, "has taken this node's lease"), 1);
+	ASSERT_GE(mn_log_count(&c, 0, "lost this node's lease"), 1);
 	cu_write_text(mn_path(&c, 0, "after-loss"), "x");
 	usleep(1000 * 1000);
 	if (file_exists(mn_bpath(&c, "after-loss")))
 		FAILF("a daemon that lost its lease still published");
 	mn_kill(&c, 0);		/* its drain could never finish */
 	mn_stop(&c, 1);
+
+	/* Stopped past the ttl, nobody took the node: the lease is still lost (it expired). */
+	mn_mount_raw(&c, 1, "node=w,lease_ttl=2", env);
+	kill(c.node[1].m.pid, SIGSTOP);
+	usleep(2600 * 1000);
+	kill(c.node[1].m.pid, SIGCONT);
+	lost = false;
+	for (uint64_t t0 = mono_ms(); !lost && mono_ms() - t0 < 5000; usleep(50000))
+		lost = !strcmp(mn_stat(&c, 1, "lease"), "lost");
+	if (!lost)
+		FAILF("a daemon silent past its ttl still says it holds the lease");
+	ASSERT_GE(mn_log_count(&c, 1, "past the lease's ttl"), 1);
+	cu_write_text(mn_path(&c, 1, "after-expiry"), "x");
+	usleep(1000 * 1000);
+	if (file_exists(mn_bpath(&c, "after-expiry")))
+		FAILF("a daemon whose lease expired still published");
+	mn_kill(&c, 1);
 	mn_cleanup(&c);
 	return 0;
 }
