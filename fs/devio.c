@@ -32,7 +32,9 @@
  *   D3  Every reply is delivered exactly once: to its ring entry, or to the
  *       device.
  * No locks: the INIT state is written before any other request exists
- * (the kernel sends nothing before INIT is answered) and read after.
+ * (the kernel sends nothing before INIT is answered) and read after; only
+ * init_unique is cleared once the reply is taken, when other replies may
+ * already be under way: it is atomic.
  */
 #include "fs/fs.h"
 #include "fs/fuse_kapi.h"
@@ -49,7 +51,7 @@
 static struct {
 	struct ckptfs *fs;
 	int fd;
-	uint64_t init_unique;	/* the INIT request, 0 once answered */
+	atomic_uint_least64_t init_unique;	/* the INIT request, 0 once answered */
 	uint64_t kflags;	/* what the kernel's INIT offered */
 	atomic_bool passthrough;	/* negotiated */
 	atomic_bool uring;		/* negotiated (the queues may still fail) */
@@ -82,7 +84,7 @@ void devio_note_init(const void *req, size_t len)
 	if (len < sizeof(*ih) + 16 || ih->opcode != FUSE_INIT)
 		return;
 	memcpy(&in, ih + 1, CKPT_MIN(len - sizeof(*ih), sizeof(in)));
-	D.init_unique = ih->unique;
+	atomic_store(&D.init_unique, ih->unique);
 	D.kflags = in.flags;
 	if ((in.flags & KAPI_INIT_EXT) && len >= sizeof(*ih) + 20)
 		D.kflags |= (uint64_t)in.flags2 << 32;
@@ -145,7 +147,8 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
 	struct fuse_out_header *oh = iov[0].iov_base;
 	uint64_t add = 0;
-	bool init = D.init_unique && oh->unique == D.init_unique;
+	uint64_t init_unique = atomic_load(&D.init_unique);
+	bool init = init_unique && oh->unique == init_unique;
 
 	(void)userdata;
 	if (init)
@@ -160,7 +163,7 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 	ssize_t n = writev(fd, iov, count);
 	if (init) {
 		int e = errno;
-		D.init_unique = 0;
+		atomic_store(&D.init_unique, 0);
 		if (n >= 0) {
 			atomic_store(&D.passthrough, (add & KAPI_PASSTHROUGH) != 0);
 			atomic_store(&D.uring, (add & KAPI_OVER_IO_URING) != 0);
