@@ -15,6 +15,8 @@
  *   after=N            let the first N matching calls through
  *   count=N            inject at most N times
  *   while=PATH         inject only while PATH exists (tests toggle recovery)
+ *   hold=PATH          the call waits while PATH exists (a hung backend that
+ *                      the test lets go by removing PATH)
  *   name=SUBSTR        only calls whose file name contains SUBSTR
  * Example: CKPTFS_FAULT='op=pwrite,err=ENOSPC,while=/tmp/full'
  *
@@ -42,6 +44,7 @@ struct fault_rule {
 	uint64_t after, count;
 	atomic_uint_least64_t seen, fired;
 	char *while_path;
+	char *hold_path;
 	char *name;
 };
 
@@ -122,6 +125,8 @@ static int parse_rule(char *spec, struct fault_rule *r)
 			r->count = strtoull(eq, NULL, 10);
 		} else if (!strcmp(kv, "while")) {
 			r->while_path = xstrdup(eq);
+		} else if (!strcmp(kv, "hold")) {
+			r->hold_path = xstrdup(eq);
 		} else if (!strcmp(kv, "name")) {
 			r->name = xstrdup(eq);
 		} else {
@@ -150,6 +155,8 @@ static int fault_check(enum bsys_op op, const char *name)
 			continue;
 		if (r->delay_ms)
 			usleep(r->delay_ms * 1000u);
+		while (r->hold_path && access(r->hold_path, F_OK) == 0)
+			usleep(10 * 1000);
 		if (r->err == FAULT_KILL)
 			raise(SIGKILL);
 		if (r->err && !inject)

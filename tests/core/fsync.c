@@ -86,20 +86,21 @@ static void lazy(void)
 	tm_init(&m, "fsync-lazy");
 	snprintf(flag, sizeof(flag), "%s/slow", m.root);
 	cu_write_text(flag, "");
-	const char *env[] = { cu_fault_env("op=rename,delay_ms=3000,while=%s", flag), NULL };
+	/* Publishing hangs while the flag exists. */
+	const char *env[] = { cu_fault_env("op=rename,name=lazyfile,hold=%s", flag), NULL };
 	tm_mount(&m, "fsync=lazy", env);
 
-	int fd = cu_open(tm_path(&m, "f"), O_CREAT | O_WRONLY | O_TRUNC);
+	int fd = cu_open(tm_path(&m, "lazyfile"), O_CREAT | O_WRONLY | O_TRUNC);
 	cu_write_pattern_fd(fd, 0, MiB + 1, 7, 256 * KiB);
 	uint64_t t0 = mono_ms();
-	CHECK_SYS(fsync(fd));
+	CHECK_SYS(fsync(fd));	/* a durable fsync would wait for ever */
 	uint64_t took = mono_ms() - t0;
-	ASSERT_TRUE(!file_exists(tm_bpath(&m, "f")));
-	ASSERT_LT(took, 1500);	/* a durable fsync would take over 3 s */
+	ASSERT_TRUE(!file_exists(tm_bpath(&m, "lazyfile")));
+	ASSERT_LT(took, 20000);
 	cu_close(fd);
 	CHECK_SYS(unlink(flag));
 	tm_stop(&m);
-	cu_check_pattern(tm_bpath(&m, "f"), MiB + 1, 7);
+	cu_check_pattern(tm_bpath(&m, "lazyfile"), MiB + 1, 7);
 	tm_cleanup(&m);
 }
 

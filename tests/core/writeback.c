@@ -25,27 +25,32 @@ static uint64_t timed_write(const char *path, uint64_t size, uint64_t seed)
 static void slow_backend(void)
 {
 	struct tmount m;
-	/* Publishing "slowfile" takes 4 s; everything else is quick. */
-	const char *env[] = { cu_fault_env("op=rename,delay_ms=4000,name=slowfile"), NULL };
+	char flag[PATH_MAX];
 	char name[32];
 
-	tm_start(&m, "wb-slow", "chunk_size=64K", env);
+	/* Publishing "slowfile" hangs while the flag exists; everything else is quick. */
+	tm_init(&m, "wb-slow");
+	snprintf(flag, sizeof(flag), "%s/hold", m.root);
+	cu_write_text(flag, "");
+	const char *env[] = { cu_fault_env("op=rename,name=slowfile,hold=%s", flag), NULL };
+	tm_mount(&m, "chunk_size=64K", env);
 	uint64_t took = timed_write(tm_path(&m, "slowfile"), 2 * MiB + 3, 1);
 	ASSERT_TRUE(!file_exists(tm_bpath(&m, "slowfile")));
-	ASSERT_LT(took, 2000);
+	ASSERT_LT(took, 10000);
 	/*
 	 * While the publisher is inside that rename, other files are written
-	 * and read: none of it may wait for the backend.
+	 * and read: none of it may wait for the backend (it would wait for ever).
 	 */
 	usleep(300 * 1000);
 	for (int i = 0; i < 20; i++) {
 		snprintf(name, sizeof(name), "g%02d", i);
-		if ((took = timed_write(tm_path(&m, name), 10000, 10u + (unsigned)i)) > 2000)
+		if ((took = timed_write(tm_path(&m, name), 10000, 10u + (unsigned)i)) > 10000)
 			FAILF("writing %s took %" PRIu64 " ms while a slow publish was under way",
 			      name, took);
 	}
 	cu_check_pattern(tm_path(&m, "slowfile"), 2 * MiB + 3, 1);
 	ASSERT_TRUE(!file_exists(tm_bpath(&m, "slowfile")));
+	CHECK_SYS(unlink(flag));
 	tm_sync(&m);
 	cu_check_pattern(tm_bpath(&m, "slowfile"), 2 * MiB + 3, 1);
 	cu_check_pattern(tm_bpath(&m, "g19"), 10000, 29);

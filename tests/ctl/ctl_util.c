@@ -277,12 +277,23 @@ void ct_digest_hex(const char *path, char hex[33])
 
 /* ---- the daemon ------------------------------------------------------------- */
 
-void ct_mount_flagged(struct tmount *m, const char *name, const char *rule, char flag[PATH_MAX])
+static void mount_with_flag(struct tmount *m, const char *name, const char *rule, const char *key,
+			    char flag[PATH_MAX])
 {
 	char env[PATH_MAX + 256];
 
 	tm_init(m, name);
 	snprintf(flag, PATH_MAX, "%s/fault-flag", m->root);
-	snprintf(env, sizeof(env), "CKPTFS_FAULT=%s,while=%s", rule, flag);
+	snprintf(env, sizeof(env), "CKPTFS_FAULT=%s,%s=%s", rule, key, flag);
 	tm_mount(m, NULL, (const char *const[]){ env, NULL });
+}
+
+void ct_mount_flagged(struct tmount *m, const char *name, const char *rule, char flag[PATH_MAX])
+{
+	mount_with_flag(m, name, rule, "while", flag);
+}
+
+void ct_mount_held(struct tmount *m, const char *name, const char *rule, char flag[PATH_MAX])
+{
+	mount_with_flag(m, name, rule, "hold", flag);
 }

@@ -76,5 +76,7 @@ void ct_digest_hex(const char *path, char hex[33]);
  * not created (ct_touch it to start the fault, unlink it to end it).
  */
 void ct_mount_flagged(struct tmount *m, const char *name, const char *rule, char flag[PATH_MAX]);
+/* The same with "<rule>,hold=<flag>": matching calls wait while the flag exists. */
+void ct_mount_held(struct tmount *m, const char *name, const char *rule, char flag[PATH_MAX]);
 
 #endif

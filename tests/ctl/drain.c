@@ -90,11 +90,13 @@ static void slow_backend(void)
 static void stalled_backend(void)
 {
 	struct tmount m;
-	const char *env[] = { "CKPTFS_FAULT=op=rename,delay_ms=6000,count=1,name=stall", NULL };
+	char flag[PATH_MAX];
 	struct ct_result r;
 	struct json_obj a;
 
-	tm_start(&m, "ctl-drain-stall", NULL, env);
+	/* Publishing stall.bin hangs until the flag goes. */
+	ct_mount_held(&m, "ctl-drain-stall", "op=rename,name=stall", flag);
+	ct_touch(flag);
 	ct_write_seeded(tm_path(&m, "stall.bin"), 100 * KiB, 31);
 
 	ctl_drain(&r, &m, "--timeout", "1");
@@ -122,7 +124,8 @@ static void stalled_backend(void)
 	json_free(&a);
 	ASSERT_TRUE(!file_exists(tm_bpath(&m, "stall.bin")));
 
-	ctl_drain(&r, &m, NULL, NULL);	/* waits the stall out */
+	CHECK_SYS(unlink(flag));
+	ctl_drain(&r, &m, NULL, NULL);	/* waits for the publish */
 	ct_check_seeded(tm_bpath(&m, "stall.bin"), 100 * KiB, 31);
 	ct_expect_status(&r, 0, "ckptfs-ctl drain after the stall");
 	ct_result_free(&r);

@@ -56,7 +56,8 @@ static void flush_fails(struct tmount *m, const char *path, int status, const ch
 int main(void)
 {
 	struct tmount m;
-	const char *env[] = { "CKPTFS_FAULT=op=rename,delay_ms=300", NULL };
+	/* early0..3 take 1.5 s each to publish: t waits behind them. */
+	const char *env[] = { "CKPTFS_FAULT=op=rename,delay_ms=1500,name=early", NULL };
 	char rel[32], state[64], abs[PATH_MAX];
 	int fd;
 
@@ -65,7 +66,7 @@ int main(void)
 
 	/* A closed file behind four others. */
 	for (int i = 0; i < 4; i++) {
-		snprintf(rel, sizeof(rel), "a%d", i);
+		snprintf(rel, sizeof(rel), "early%d", i);
 		ct_write_seeded(tm_path(&m, rel), 50000, (uint64_t)i + 1);
 	}
 	ct_write_seeded(tm_path(&m, "t"), 70000, 9);
@@ -73,7 +74,7 @@ int main(void)
 	flush_ok(&m, "t", true);
 	ct_check_seeded(tm_bpath(&m, "t"), 70000, 9);
 	for (int i = 0; i < 4; i++) {
-		snprintf(rel, sizeof(rel), "a%d", i);
+		snprintf(rel, sizeof(rel), "early%d", i);
 		ct_check_seeded(tm_bpath(&m, rel), 50000, (uint64_t)i + 1);
 	}
 	ASSERT_TRUE(ct_getxattr(tm_path(&m, "t"), "user.ckptfs.state", state, sizeof(state)) > 0);

@@ -86,6 +86,7 @@ static void spawn(struct bw_child *c, void (*fn)(int wfd, const char *path, uint
 
 	CHECK_SYS(pipe(p));
 	c->t_start = mono_ms();
+	c->m = NULL;
 	if ((c->pid = fork()) == 0) {
 		close(p[0]);
 		fn(p[1], path, n, sig);
@@ -95,9 +96,14 @@ static void spawn(struct bw_child *c, void (*fn)(int wfd, const char *path, uint
 	c->rfd = p[0];
 }
 
-void bw_spawn(struct bw_child *c, const char *path, uint64_t total, int restart_sig)
+void bw_spawn(struct bw_child *c, struct tmount *m, const char *name, uint64_t total,
+	      int restart_sig)
 {
-	spawn(c, writer_main, path, total, restart_sig);
+	uint64_t waits0 = cu_stat(m, "backpressure_waits");
+
+	spawn(c, writer_main, tm_path(m, name), total, restart_sig);
+	c->m = m;
+	c->waits0 = waits0;
 }
 
 static void reader_main(int wfd, const char *path, uint64_t cap, int sig)
@@ -155,12 +161,36 @@ bool bw_report(struct bw_child *c, unsigned timeout_ms, int *err, uint64_t *writ
 	return true;
 }
 
+/* Is pid asleep waiting for the answer to a FUSE request? */
+static bool in_fuse_request(pid_t pid)
+{
+	char path[64], wchan[128] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/wchan", (int)pid);
+	if ((f = fopen(path, "r")) == NULL)
+		return false;
+	if (!fgets(wchan, sizeof(wchan), f))
+		wchan[0] = '\0';
+	fclose(f);
+	return strstr(wchan, "request_wait_answer") != NULL;
+}
+
 void bw_assert_blocked(struct bw_child *c, unsigned ms)
 {
 	struct pollfd pf = { .fd = c->rfd, .events = POLLIN };
+	uint64_t t0 = mono_ms();
 
+	while (c->m ? cu_stat(c->m, "backpressure_waits") <= c->waits0 : !in_fuse_request(c->pid)) {
+		if (poll(&pf, 1, 0) != 0)
+			FAILF("the child was expected to block, but it returned");
+		if (mono_ms() - t0 > 30000)
+			FAILF("the child did not come to wait %s within 30 s",
+			      c->m ? "for cache space" : "in a FUSE request");
+		usleep(20000);
+	}
 	if (poll(&pf, 1, (int)ms) != 0)
-		FAILF("the writer was expected to block on the full cache, but it returned");
+		FAILF("the child was expected to block on the full cache, but it returned");
 }
 
 /* waitpid within timeout_ms: true with *status, false if it is still running. */

@@ -37,16 +37,24 @@ struct bw_child {
 	pid_t pid;
 	int rfd;		/* the report pipe */
 	uint64_t t_start;	/* mono_ms() when it was spawned */
+	struct tmount *m;	/* a writer's mount */
+	uint64_t waits0;	/* its backpressure_waits when the writer was spawned */
 };
 /*
- * Fork a writer of `total` bytes of pattern BW_WRITER_SEED to path, in
- * 1 MiB writes.  restart_sig: a signal it catches with an empty SA_RESTART
+ * Fork a writer of `total` bytes of pattern BW_WRITER_SEED to m's file name,
+ * in 1 MiB writes.  restart_sig: a signal it catches with an empty SA_RESTART
  * handler (0: none).
  */
-void bw_spawn(struct bw_child *c, const char *path, uint64_t total, int restart_sig);
+void bw_spawn(struct bw_child *c, struct tmount *m, const char *name, uint64_t total,
+	      int restart_sig);
 /* Its report within timeout_ms: true, with *err (0: all written) and *written. */
 bool bw_report(struct bw_child *c, unsigned timeout_ms, int *err, uint64_t *written);
-/* Fail unless the writer is still blocked after ms (no report, still alive). */
+/*
+ * Wait (30 s at most) until the child waits where it should — a writer for
+ * cache space (the mount's backpressure_waits went up since its spawn), a
+ * reader in a FUSE request — then fail unless it is still there ms later
+ * (no report).
+ */
 void bw_assert_blocked(struct bw_child *c, unsigned ms);
 /*
  * Fork a reader of path (up to 4 KiB, one read): it reports (bw_report) the

@@ -44,7 +44,7 @@ static void stalled(const char *name, const char *opts, const char *rule, int wa
 
 	mount_gated(&m, name, opts, rule, gate, sizeof(gate));
 	bw_fill(&m, want);
-	bw_spawn(&w, tm_path(&m, "w"), 8 * MiB, 0);
+	bw_spawn(&w, &m, "w", 8 * MiB, 0);
 	if (!bw_report(&w, (DRAIN_S + 10) * 1000, &err, &written))
 		FAILF("%s: the writer still waits %d s after it began (drain_timeout=%d)", name,
 		      DRAIN_S + 10, DRAIN_S);
@@ -77,7 +77,7 @@ static void slow_but_moving(void)
 	mount_gated(&m, "fullcache-slow", "drain_timeout=3", "op=pwrite,delay_ms=250", gate,
 		    sizeof(gate));
 	bw_fill(&m, 0);
-	bw_spawn(&w, tm_path(&m, "w"), total, 0);
+	bw_spawn(&w, &m, "w", total, 0);
 	if (!bw_report(&w, 60000, &err, &written))
 		FAILF("the writer over a slow backend did not finish within 60 s");
 	uint64_t took = mono_ms() - w.t_start;

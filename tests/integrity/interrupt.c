@@ -35,7 +35,7 @@ static void interrupt_blocked(const char *loop)
 	it_gate_set(gate, true);
 	bw_fill(&m, EIO);
 
-	bw_spawn(&k, tm_path(&m, "killed"), 8 * MiB, 0);
+	bw_spawn(&k, &m, "killed", 8 * MiB, 0);
 	bw_assert_blocked(&k, 700);
 	CHECK_SYS(kill(k.pid, SIGKILL));
 	if (!bw_reap(&k, 3000, &st))
@@ -43,7 +43,7 @@ static void interrupt_blocked(const char *loop)
 		      loop);
 	ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
 
-	bw_spawn(&s, tm_path(&m, "caught"), 8 * MiB, SIGUSR1);
+	bw_spawn(&s, &m, "caught", 8 * MiB, SIGUSR1);
 	bw_assert_blocked(&s, 700);
 	CHECK_SYS(kill(s.pid, SIGUSR1));
 	if (!bw_report(&s, 3000, &err, &written))

@@ -115,6 +115,10 @@ static void in_flight(void)
 	}
 	if (!wait_record(&m, "intent", "flight0", 10000))
 		FAILF("no flusher began flight0 within 10 s");
+	/* Intents are written by the publisher; the flushers make the temporaries. */
+	for (uint64_t t0 = mono_ms(); cu_count_temp_tree(m.backend) == 0; usleep(20000))
+		if (mono_ms() - t0 > 10000)
+			FAILF("no flusher created a temporary file within 10 s");
 	tm_kill(&m);
 	it_gate_set(gate, false);
 	flight_fates(&m, fate);

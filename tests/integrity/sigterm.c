@@ -113,7 +113,7 @@ static void sigterm_blocked_writer(const char *loop)
 
 	run_mount(&r, "sigterm-writer", BW_OPTS, "op=pwrite,err=EIO");
 	bw_fill(&r.m, EIO);
-	bw_spawn(&w, tm_path(&r.m, "w"), 8 * MiB, 0);
+	bw_spawn(&w, &r.m, "w", 8 * MiB, 0);
 	run_sigterm(&r, &w, "the blocked writer", &err, &written);
 	if (err != ESHUTDOWN)
 		FAILF("[%s] the blocked writer got %s at SIGTERM, expected %s", loop,

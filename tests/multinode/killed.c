@@ -161,7 +161,7 @@ static void stopped_then_resumed(void)
 	ASSERT_STR_EQ(cu_slurp(mn_bpath(&c, "latest")), "s1");
 	kill(c.node[1].m.pid, SIGCONT);
 	uint64_t t0 = mono_ms();
-	for (; mono_ms() - t0 < 5000 && strcmp(cu_slurp(mn_bpath(&c, "latest")), "s1b"); usleep(5000))
+	for (; mono_ms() - t0 < 20000 && strcmp(cu_slurp(mn_bpath(&c, "latest")), "s1b"); usleep(5000))
 		;
 	ASSERT_STR_EQ(cu_slurp(mn_bpath(&c, "latest")), "s1b");
 	fprintf(stderr, "b resumed: marker released %llu ms later\n",

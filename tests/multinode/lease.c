@@ -132,20 +132,20 @@ int main(void)
 	/* Without flock: the lease alone. */
 	const char *noflock = "CKPTFS_FAULT=op=flock,err=ENOLCK";
 	const char *const env[] = { noflock, NULL };
-	mn_mount_raw(&c, 0, "node=z,lease_ttl=2", env);
+	mn_mount_raw(&c, 0, "node=z,lease_ttl=4", env);
 	ASSERT_GE(mn_log_count(&c, 0, "no working flock"), 1);
 	ASSERT_STR_EQ(mn_stat(&c, 0, "node_flock"), "false");
-	st = second(&c, 1, "node=z,lease_ttl=2", noflock, out, sizeof(out));
+	st = second(&c, 1, "node=z,lease_ttl=4", noflock, out, sizeof(out));
 	expect_refused(st, out, "node 'z' is held by a live daemon", "no flock, a live lease");
 
 	/* Stopped past the ttl: another daemon takes the node; the first finds it lost. */
 	kill(c.node[0].m.pid, SIGSTOP);
-	usleep(2600 * 1000);
-	mn_mount_raw(&c, 1, "node=z,lease_ttl=2", env);
+	usleep(5000 * 1000);
+	mn_mount_raw(&c, 1, "node=z,lease_ttl=4", env);
 	ASSERT_GE(mn_log_count(&c, 1, "its lease expired"), 1);
 	kill(c.node[0].m.pid, SIGCONT);
 	bool lost = false;
-	for (uint64_t t0 = mono_ms(); !lost && mono_ms() - t0 < 5000; usleep(50000))
+	for (uint64_t t0 = mono_ms(); !lost && mono_ms() - t0 < 15000; usleep(50000))
 		lost = !strcmp(mn_stat(&c, 0, "lease"), "lost");
 	if (!lost)
 		FAILF("the resumed daemon does not say its lease is lost");
@@ -158,12 +158,12 @@ int main(void)
 	mn_stop(&c, 1);
 
 	/* Stopped past the ttl, nobody took the node: the lease is still lost (it expired). */
-	mn_mount_raw(&c, 1, "node=w,lease_ttl=2", env);
+	mn_mount_raw(&c, 1, "node=w,lease_ttl=4", env);
 	kill(c.node[1].m.pid, SIGSTOP);
-	usleep(2600 * 1000);
+	usleep(5000 * 1000);
 	kill(c.node[1].m.pid, SIGCONT);
 	lost = false;
-	for (uint64_t t0 = mono_ms(); !lost && mono_ms() - t0 < 5000; usleep(50000))
+	for (uint64_t t0 = mono_ms(); !lost && mono_ms() - t0 < 15000; usleep(50000))
 		lost = !strcmp(mn_stat(&c, 1, "lease"), "lost");
 	if (!lost)
 		FAILF("a daemon silent past its ttl still says it holds the lease");

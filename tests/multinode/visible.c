@@ -86,8 +86,8 @@ int main(void)
 	mn_init(&c, "mn-visible", 2);
 	snprintf(opts, sizeof(opts), "attr_timeout=%.1f", ATTR_S);
 	snprintf(flag, sizeof(flag), "%s/hold", c.node[1].m.root);
-	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=rename|unlink,delay_ms=4000,name=mine,while=%s",
-		 flag);
+	/* b's publishing of mine* hangs while the flag exists. */
+	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=rename|unlink,name=mine,hold=%s", flag);
 	const char *const benv[] = { env, NULL };
 	mn_mount(&c, 0, opts, NULL);
 	mn_mount(&c, 1, opts, benv);

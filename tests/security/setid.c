@@ -124,7 +124,7 @@ static void born_private(void)
 		_exit(sec_as_user(A, A, create_big, NULL));
 	}
 	/* Until it is published: the whole life of its temporary file. */
-	for (uint64_t t0 = mono_ms(); mono_ms() - t0 < 8000 && !file_exists(tm_bpath(&m, "pub/suidbin"));
+	for (uint64_t t0 = mono_ms(); mono_ms() - t0 < 30000 && !file_exists(tm_bpath(&m, "pub/suidbin"));
 	     usleep(2000)) {
 		DIR *d = opendir(tm_bpath(&m, "pub"));
 		struct dirent *de;
