@@ -287,6 +287,7 @@ int lease_acquire(struct nodes *nd, const char *mount_id)
 		}
 		log_warn("node %s: taking over from mount %s (pid %ld on %s): %s", nd->node,
 			 cur.mount_id, cur.pid, cur.host, why);
+		snprintf(nd->took_over, sizeof(nd->took_over), "%s", cur.mount_id);
 	}
 	nd->taken = true;
 	nd->last_lease_ns = now_ns();

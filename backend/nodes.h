@@ -43,8 +43,9 @@
  *      held marker holds back only what the publisher's order puts after
  *      it (its actor's later operations and its dependants);
  *  N5  a peer that stopped uncleanly reports the window of seal times its
- *      lost incarnation had not confirmed; a marker sealed inside that
- *      window is never released by a watermark, only by the policy.
+ *      lost incarnation had not confirmed (from 0 when its last record
+ *      cannot be read); a marker sealed inside that window is never
+ *      released by a watermark, only by the policy.
  *
  * Threads: the node keeper (watermark.c: watermarks and lease heartbeats)
  * and, with peers, the peer watcher (peers.c).  Lock order: be->lock ->
@@ -164,6 +165,7 @@ struct nodes {
 	bool taken;		/* the lease was taken: only then is anything written */
 	atomic_bool lease_lost;
 	uint64_t started_wall_ns;
+	char took_over[24];	/* the unreleased lease's mount taken over ("" : none) */
 	struct wm_record prev;	/* this node's record left by the previous mount */
 	struct wm_record gap;	/* what this incarnation reports about the last (N5) */
 

@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/timex.h>
 
 #define WM_FILE "watermark.json"
@@ -44,6 +45,8 @@
 #define WM_FAST_NS (250ull * 1000000)
 #define WM_SLOW_NS (5ull * 1000000000)
 #define WM_RECENT_NS (60ull * 1000000000)
+#define WM_PREV_TRIES 10
+#define WM_PREV_RETRY_US (100 * 1000)
 
 #define WM_FMT "{\"format\": 1, \"node\": \"%s\", \"mount_id\": \"%s\", \"boot_id\": \"%s\", "   \
 	       "\"state\": \"%s\", \"seq\": %llu, \"durable_before_ns\": %llu, "              \
@@ -151,35 +154,88 @@ static int wm_write(struct nodes *nd, bool stopped)
 }
 
 /*
+ * The mount before this one, if it did not stop cleanly: the lease it
+ * never released, or what recovery found in the manifest ("" : none).
+ */
+static const char *unclean_previous(const struct nodes *nd)
+{
+	const struct recovery_report *rep = &nd->be->recovery;
+
+	if (nd->took_over[0])
+		return nd->took_over;
+	return rep->previous && rep->unclean && rep->prev_mount_id[0] ? rep->prev_mount_id : "";
+}
+
+/*
+ * The previous mount's record into p: 0, or -errno (-EBADMSG: not a
+ * record).  When a previous mount is known to have stopped uncleanly its
+ * record should be there, so a failure is retried a few times (a network
+ * file system's client may answer from a stale view for a moment).
+ */
+static int prev_read(struct nodes *nd, struct wm_record *p, bool expected)
+{
+	char buf[1024];
+	int r = 0;
+
+	for (int i = 0; i < (expected ? WM_PREV_TRIES : 1); i++) {
+		if (i)
+			usleep(WM_PREV_RETRY_US);
+		ssize_t n = nodes_read_file(nd->dirfd, WM_FILE, buf, sizeof(buf));
+		r = n < 0 ? (int)n : wm_parse(buf, (size_t)n, p) ? 0 : -EBADMSG;
+		if (r == 0)
+			return 0;
+	}
+	memset(p, 0, sizeof(*p));
+	return r;
+}
+
+/*
  * What this incarnation says about the last one (N5): if it did not stop
  * cleanly, the seal times from its last watermark to now are unconfirmed;
- * a window reported before is carried on (merged), never forgotten.
+ * a window reported before is carried on (merged), never forgotten.  When
+ * that watermark cannot be read, nothing it sealed is taken as confirmed:
+ * the window starts at 0.  A record left by an older mount than the one
+ * that stopped uncleanly bounds the window the same way: the unclean one
+ * started after that record's T.
  */
 static void gap_init(struct nodes *nd)
 {
-	char buf[1024];
-	ssize_t n = nodes_read_file(nd->dirfd, WM_FILE, buf, sizeof(buf));
 	struct wm_record *p = &nd->prev;
+	const char *unclean = unclean_previous(nd);
+	int r = prev_read(nd, p, unclean[0] != '\0');
 
 	memset(&nd->gap, 0, sizeof(nd->gap));
-	if (n <= 0 || !wm_parse(buf, (size_t)n, p))
+	if (r < 0) {
+		if (!unclean[0])
+			return;		/* no previous mount, or a clean one: nothing to report */
+		nd->gap.valid = true;
+		nd->gap.gap_from_ns = 0;
+		nd->gap.gap_to_ns = nd->started_wall_ns;
+		snprintf(nd->gap.gap_mount, sizeof(nd->gap.gap_mount), "%s", unclean);
+		log_warn("node %s: mount %s stopped uncleanly and its last watermark cannot be read "
+			 "(%s): nothing it sealed is reported to peers as confirmed, so markers they "
+			 "sealed before this mount are not released by watermarks", nd->node, unclean,
+			 strerror(-r));
 		return;
+	}
 	if (p->gap_mount[0]) {		/* carried on */
 		nd->gap = *p;
 		nd->gap.valid = true;
 	}
-	if (!p->stopped) {
+	bool older = unclean[0] && strcmp(p->mount_id, unclean) != 0;
+	if (!p->stopped || older) {
 		uint64_t from = p->before_ns;
 		if (nd->gap.valid)
 			from = CKPT_MIN(from, nd->gap.gap_from_ns);
 		nd->gap.valid = true;
 		nd->gap.gap_from_ns = from;
 		nd->gap.gap_to_ns = nd->started_wall_ns;
-		snprintf(nd->gap.gap_mount, sizeof(nd->gap.gap_mount), "%s", p->mount_id);
-		log_warn("node %s: mount %s stopped uncleanly; operations it sealed after its last "
+		snprintf(nd->gap.gap_mount, sizeof(nd->gap.gap_mount), "%s", older ? unclean : p->mount_id);
+		log_warn("node %s: mount %s stopped uncleanly; operations it sealed after %s "
 			 "watermark (%.3f s before this mount) are reported to peers as unconfirmed, "
 			 "so markers they sealed since are not released by watermarks", nd->node,
-			 p->mount_id, (double)(nd->started_wall_ns - CKPT_MIN(from, nd->started_wall_ns)) / 1e9);
+			 nd->gap.gap_mount, older ? "the last readable" : "its last",
+			 (double)(nd->started_wall_ns - CKPT_MIN(from, nd->started_wall_ns)) / 1e9);
 	}
 }
 

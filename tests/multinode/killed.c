@@ -13,6 +13,10 @@
  *    time is after b's window) but waits in a's order behind the held one.
  * 2. The same with marker_policy=release, marker_timeout=2: the marker is
  *    released after the timeout, with a log line saying so.
+ * 2b. As 1, with b's last watermark record damaged while b is down (a
+ *    torn write, a stale or failing read of a network file system): b
+ *    cannot know what its lost incarnation confirmed, says so, and reports
+ *    everything it sealed as unconfirmed — the marker stays held.
  * 3. b is stopped (SIGSTOP) and resumed: the marker waits while b is
  *    silent and is released once b's watermark passes it.
  * 4. b is killed while idle and mounted again before the next checkpoint:
@@ -81,12 +85,16 @@ static void mount_b_stuck(struct mcluster *c, char *flag)
 	mn_mount(c, 1, NULL, e);
 }
 
-static void killed(bool release)
+enum killed_case { KILLED_HOLD, KILLED_RELEASE, KILLED_DAMAGED };
+
+static void killed(enum killed_case kc)
 {
+	static const char *const names[] = { "mn-killed", "mn-killed-rel", "mn-killed-dmg" };
+	bool release = kc == KILLED_RELEASE;
 	struct mcluster c;
 	char flag[PATH_MAX];
 
-	mn_init(&c, release ? "mn-killed-rel" : "mn-killed", 2);
+	mn_init(&c, names[kc], 2);
 	mn_mount(&c, 0, release ? "marker_policy=release,marker_timeout=2" : NULL, NULL);
 	mount_b_stuck(&c, flag);
 	checkpoint(&c, 1);
@@ -110,8 +118,15 @@ static void killed(bool release)
 	ASSERT_TRUE(!file_exists(mn_bpath(&c, "latest")));
 	ASSERT_TRUE(!file_exists(mn_bpath(&c, "s1/shard1")));
 	unlink(flag);
+	if (kc == KILLED_DAMAGED)
+		cu_write_text(mn_bpath(&c, ".ckptfs/nodes/b/watermark.json"), "{\"format\": 1, \"no");
 	mn_mount(&c, 1, NULL, NULL);	/* recovers: its shard is reported lost */
 	ASSERT_GE(mn_log_count(&c, 1, "never persisted: s1/shard1"), 1);
+	if (kc == KILLED_DAMAGED)
+		ASSERT_GE(mn_log_count(&c, 1, "its last watermark cannot be read (Bad message): "
+				       "nothing it sealed is reported to peers as confirmed"), 1);
+	else
+		ASSERT_GE(mn_log_count(&c, 1, "operations it sealed after its last watermark"), 1);
 	if (release) {
 		if (!wait_latest(&c, 1, 8000))
 			FAILF("marker_policy=release did not release the marker");
@@ -224,8 +239,9 @@ int main(void)
 {
 	tm_require_fuse();
 	stopped_cleanly_then_stuck();
-	killed(false);
-	killed(true);
+	killed(KILLED_HOLD);
+	killed(KILLED_RELEASE);
+	killed(KILLED_DAMAGED);
 	stopped_then_resumed();
 	restarted_before();
 	return 0;
