@@ -382,6 +382,14 @@ int lease_heartbeat(struct nodes *nd)
 	r = lease_write(nd, nd->be->mount_id, false);
 	if (r == 0)
 		atomic_store(&nd->lease_ok_ns, t);
+	int was = atomic_exchange(&nd->lease_err, r);
+	if (r < 0 && was != r)
+		log_warn("node %s: cannot renew its lease: %s; %s", nd->node, strerror(-r),
+			 nd->flock_ok ? "its lock keeps other daemons out meanwhile"
+			 : "without flock, the lease is lost once no renewal reaches the backend "
+			   "within its ttl");
+	else if (r == 0 && was)
+		log_info("node %s: its lease is renewed again", nd->node);
 	return r;
 }
 

@@ -177,6 +177,7 @@ struct nodes {
 	bool kstop, kdirty;
 	uint64_t last_lease_ns;	/* monotonic: last heartbeat attempted (the keeper's) */
 	atomic_uint_least64_t lease_ok_ns;	/* monotonic: start of the last heartbeat written */
+	atomic_int lease_err;	/* -errno of the last heartbeat's write, 0 */
 	uint64_t last_activity_ns;
 	uint64_t last_seen_seq;
 	atomic_uint_least64_t wm_before_ns;	/* the last watermark written */

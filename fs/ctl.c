@@ -265,8 +265,10 @@ static void nodes_json(struct ckptfs *fs, struct strbuf *b)
 
 	sb_printf(b, ", \"node\": ");
 	sb_json_str(b, nd->node);
-	sb_printf(b, ", \"lease\": \"%s\", \"node_flock\": %s",
+	int lease_err = atomic_load(&nd->lease_err);
+	sb_printf(b, ", \"lease\": \"%s\", \"node_flock\": %s, \"lease_error\": ",
 		  atomic_load(&nd->lease_lost) ? "lost" : "held", nd->flock_ok ? "true" : "false");
+	sb_json_str(b, lease_err ? strerror(-lease_err) : "");
 	sb_printf(b, ", \"watermark_age_s\": %.3f, \"watermark_seq\": %llu, \"watermark_writes\": %llu"
 		  ", \"watermark_error\": ", wm && wall > wm ? (double)(wall - wm) / 1e9 : 0.0,
 		  (unsigned long long)atomic_load(&nd->wm_seq),

@@ -177,10 +177,16 @@ static void show_nodes_human(const struct json_obj *o)
 {
 	const char *node = json_str(o, "node"), *held = json_str(o, "marker_held");
 	const char *behind = json_str(o, "peer_behind"), *lease = json_str(o, "lease");
+	const char *lerr = json_str(o, "lease_error");
+	char lbuf[160];
 	double peers = NUM(o, "peers");
 
 	if (!node)
 		return;
+	if (lease && !strcmp(lease, "held") && lerr && *lerr) {
+		snprintf(lbuf, sizeof(lbuf), "held, cannot renew it: %s", lerr);
+		lease = lbuf;
+	}
 	if (peers > 0)
 		printf("  node:         %s, peers %.0f/%.0f seen, furthest behind %s by %.1f s, "
 		       "lease %s\n", node, NUM(o, "peers_known"), peers, behind && *behind ? behind : "-",

@@ -475,6 +475,16 @@ class CkptfsNoPassthrough(Ckptfs):
 		super().__init__(path, store, workdir, binary, cache_size, opts, remount)
 
 
+class CkptfsBuffered(Ckptfs):
+	"""ckptfs with -o direct=off: the flushers write through the backend's
+	page cache (then fsync), which keeps the checkpoint there."""
+	name = "ckptfs_buffered"
+
+	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each"):
+		opts = ",".join(o for o in (opts, "direct=off") if o)
+		super().__init__(path, store, workdir, binary, cache_size, opts, remount)
+
+
 class CkptfsLazy(Ckptfs):
 	"""ckptfs with -o fsync=lazy: an application's fsync returns at once."""
 	name = "ckptfs_lazy"

@@ -11,7 +11,10 @@
  *  - without a working flock (CKPTFS_FAULT op=flock,err=ENOLCK) the lease
  *    alone refuses a second daemon; and a daemon stopped past its lease's
  *    ttl, whose node another daemon took over, finds its lease lost when it
- *    resumes: it says so and publishes nothing more.
+ *    resumes: it says so and publishes nothing more; the same when nobody
+ *    took it, and when it ran all along but the backend refused its
+ *    heartbeats past the ttl (said at once in the log, the stats and
+ *    ckptfs-stat; lost stays lost when the backend takes writes again).
  */
 #include "tests/multinode/mn_util.h"
 
@@ -172,6 +175,44 @@ int main(void)
 	usleep(1000 * 1000);
 	if (file_exists(mn_bpath(&c, "after-expiry")))
 		FAILF("a daemon whose lease expired still published");
+	mn_kill(&c, 1);
+
+	/* Running, but the backend refuses its heartbeats past the ttl: said at once, then lost. */
+	char refuse[PATH_MAX], renv[PATH_MAX + 128];
+	snprintf(refuse, sizeof(refuse), "%s/refuse-lease", c.node[1].m.root);
+	snprintf(renv, sizeof(renv),
+		 "CKPTFS_FAULT=op=flock,err=ENOLCK;op=rename,err=EIO,name=lease.json,while=%s", refuse);
+	const char *const renv_list[] = { renv, NULL };
+	mn_mount_raw(&c, 1, "node=v,lease_ttl=4", renv_list);
+	cu_write_text(mn_path(&c, 1, "before-refusal"), "x");
+	if (!mn_wait_file(mn_bpath(&c, "before-refusal"), 1, 5000))
+		FAILF("node v did not publish before its heartbeats were refused");
+	cu_write_text(refuse, "");
+	bool said = false;
+	for (uint64_t t0 = mono_ms(); !said && mono_ms() - t0 < 5000; usleep(50000))
+		said = !strcmp(mn_stat(&c, 1, "lease_error"), "Input/output error");
+	if (!said)
+		FAILF("a refused heartbeat is not in the stats: lease_error='%s'",
+		      mn_stat(&c, 1, "lease_error"));
+	ASSERT_GE(mn_log_count(&c, 1, "cannot renew its lease: Input/output error"), 1);
+	char *sout = NULL;
+	const char *sargv[] = { mn_tool("ckptfs-stat"), c.node[1].m.mnt, NULL };
+	tm_run(sargv, &sout);
+	if (!sout || !strstr(sout, "lease held, cannot renew it: Input/output error"))
+		FAILF("ckptfs-stat does not show the refused renewal:\n%s", sout ? sout : "");
+	free(sout);
+	lost = false;
+	for (uint64_t t0 = mono_ms(); !lost && mono_ms() - t0 < 15000; usleep(50000))
+		lost = !strcmp(mn_stat(&c, 1, "lease"), "lost");
+	if (!lost)
+		FAILF("a daemon whose heartbeats were refused past the ttl still says it holds the lease");
+	ASSERT_GE(mn_log_count(&c, 1, "past the lease's ttl"), 1);
+	unlink(refuse);		/* the backend takes writes again: lost stays lost */
+	cu_write_text(mn_path(&c, 1, "after-refusal"), "x");
+	usleep(1500 * 1000);
+	ASSERT_STR_EQ(mn_stat(&c, 1, "lease"), "lost");
+	if (file_exists(mn_bpath(&c, "after-refusal")))
+		FAILF("a daemon whose heartbeats were refused past the ttl still published");
 	mn_kill(&c, 1);
 	mn_cleanup(&c);
 	return 0;
