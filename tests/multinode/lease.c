@@ -22,6 +22,15 @@
 #include <sys/stat.h>
 #include <time.h>
 
+/* Does node i's daemon say its lease is lost within ms? */
+static bool wait_lease_lost(struct mcluster *c, int i, unsigned ms)
+{
+	for (uint64_t t0 = mono_ms(); mono_ms() - t0 < ms; usleep(50000))
+		if (!strcmp(mn_stat(c, i, "lease"), "lost"))
+			return true;
+	return false;
+}
+
 /* Run a second daemon in the foreground on node i's backend and a fresh mount point. */
 static int second(struct mcluster *c, int i, const char *opts, const char *env, char *out,
 		  size_t len)
@@ -147,10 +156,7 @@ int main(void)
 	mn_mount_raw(&c, 1, "node=z,lease_ttl=4", env);
 	ASSERT_GE(mn_log_count(&c, 1, "its lease expired"), 1);
 	kill(c.node[0].m.pid, SIGCONT);
-	bool lost = false;
-	for (uint64_t t0 = mono_ms(); !lost && mono_ms() - t0 < 15000; usleep(50000))
-		lost = !strcmp(mn_stat(&c, 0, "lease"), "lost");
-	if (!lost)
+	if (!wait_lease_lost(&c, 0, 15000))
 		FAILF("the resumed daemon does not say its lease is lost");
 	ASSERT_GE(mn_log_count(&c, 0, "lost this node's lease"), 1);
 	cu_write_text(mn_path(&c, 0, "after-loss"), "x");
@@ -165,10 +171,7 @@ int main(void)
 	kill(c.node[1].m.pid, SIGSTOP);
 	usleep(5000 * 1000);
 	kill(c.node[1].m.pid, SIGCONT);
-	lost = false;
-	for (uint64_t t0 = mono_ms(); !lost && mono_ms() - t0 < 15000; usleep(50000))
-		lost = !strcmp(mn_stat(&c, 1, "lease"), "lost");
-	if (!lost)
+	if (!wait_lease_lost(&c, 1, 15000))
 		FAILF("a daemon silent past its ttl still says it holds the lease");
 	ASSERT_GE(mn_log_count(&c, 1, "past the lease's ttl"), 1);
 	cu_write_text(mn_path(&c, 1, "after-expiry"), "x");
@@ -201,10 +204,7 @@ int main(void)
 	if (!sout || !strstr(sout, "lease held, cannot renew it: Input/output error"))
 		FAILF("ckptfs-stat does not show the refused renewal:\n%s", sout ? sout : "");
 	free(sout);
-	lost = false;
-	for (uint64_t t0 = mono_ms(); !lost && mono_ms() - t0 < 15000; usleep(50000))
-		lost = !strcmp(mn_stat(&c, 1, "lease"), "lost");
-	if (!lost)
+	if (!wait_lease_lost(&c, 1, 15000))
 		FAILF("a daemon whose heartbeats were refused past the ttl still says it holds the lease");
 	ASSERT_GE(mn_log_count(&c, 1, "past the lease's ttl"), 1);
 	unlink(refuse);		/* the backend takes writes again: lost stays lost */
