@@ -129,6 +129,13 @@ MANIFEST_RATIOS = [
 
 
 # The flushers' priority (flush_nice): the default (10) against 0, side by side.
+# direct=off: the flushers write through the backend's page cache (warm restores find it there).
+BUFFERED_RATIOS = [
+	("lever direct=off: stall with / O_DIRECT", ("ckptfs_buffered", "stall"), ("ckptfs", "stall"), ""),
+	("lever direct=off: time-to-durable with / O_DIRECT", ("ckptfs_buffered", "durable"),
+	 ("ckptfs", "durable"), ""),
+]
+
 NICE_RATIOS = [
 	("lever flush_nice 10: stall with / with 0", ("ckptfs", "stall"), ("ckptfs_nice0", "stall"), ""),
 	("ckptfs flush_nice=0 files/s / direct files/s", ("direct", "stall"), ("ckptfs_nice0", "stall"),
@@ -157,13 +164,14 @@ class Suite:
 			"ckpt2g": lambda: self.with_ratios(
 				wl_files.Ckpt2g(total=c.size, nfiles=c.args.files),
 				["ckptfs"] + LEVERS + ["tmpfs", "direct", "direct_fsync", "ckptfs_nomanifest",
-						       "ckptfs_nice0"] + (
+						       "ckptfs_nice0", "ckptfs_buffered"] + (
 					["bindfs_fsync", "rclone", "gluster_fsync", "ckptfs_gluster"]
 					if m["ckpt2g_peers"] or c.target_filter else []),
 				lever_ratios() + ckptfs_ratios()[1:] + [
 					("ckptfs with io_uring time-to-durable / direct+fsync",
 					 ("ckptfs_uring", "durable"), ("direct_fsync", "durable"), "<= 1.0")] +
-				MANIFEST_RATIOS + NICE_RATIOS[:1] + [("ckptfs stall / direct (no fsync)", ("ckptfs", "stall"),
+				MANIFEST_RATIOS + NICE_RATIOS[:1] + BUFFERED_RATIOS + [
+					("ckptfs stall / direct (no fsync)", ("ckptfs", "stall"),
 						    ("direct", "stall"), "")] + PEER_RATIOS + [
 					("ckptfs/GlusterFS stall / GlusterFS+fsync", ("ckptfs_gluster", "stall"),
 					 ("gluster_fsync", "durable"), ""),
