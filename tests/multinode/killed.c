@@ -17,6 +17,10 @@
  *    torn write, a stale or failing read of a network file system): b
  *    cannot know what its lost incarnation confirmed, says so, and reports
  *    everything it sealed as unconfirmed — the marker stays held.
+ * 2c. As 1, with b's record replaced by the "stopped" one of the clean
+ *    mount before (what a client answering from a stale view shows): that
+ *    record is not the killed mount's, so it proves nothing about it; its
+ *    T bounds the window and the marker stays held.
  * 3. b is stopped (SIGSTOP) and resumed: the marker waits while b is
  *    silent and is released once b's watermark passes it.
  * 4. b is killed while idle and mounted again before the next checkpoint:
@@ -85,17 +89,32 @@ static void mount_b_stuck(struct mcluster *c, char *flag)
 	mn_mount(c, 1, NULL, e);
 }
 
-enum killed_case { KILLED_HOLD, KILLED_RELEASE, KILLED_DAMAGED };
+/* b's watermark record through b's own backend client (GlusterFS: no stale view). */
+static const char *b_record(struct mcluster *c)
+{
+	static char path[PATH_MAX + 64];
+	snprintf(path, sizeof(path), "%s/.ckptfs/nodes/b/watermark.json", c->node[1].m.backend);
+	return path;
+}
+
+enum killed_case { KILLED_HOLD, KILLED_RELEASE, KILLED_DAMAGED, KILLED_STALE };
 
 static void killed(enum killed_case kc)
 {
-	static const char *const names[] = { "mn-killed", "mn-killed-rel", "mn-killed-dmg" };
+	static const char *const names[] = { "mn-killed", "mn-killed-rel", "mn-killed-dmg",
+					     "mn-killed-stale" };
 	bool release = kc == KILLED_RELEASE;
 	struct mcluster c;
-	char flag[PATH_MAX];
+	char flag[PATH_MAX], *stale = NULL;
 
 	mn_init(&c, names[kc], 2);
 	mn_mount(&c, 0, release ? "marker_policy=release,marker_timeout=2" : NULL, NULL);
+	if (kc == KILLED_STALE) {	/* a clean mount of b first: its "stopped" record */
+		mn_mount(&c, 1, NULL, NULL);
+		mn_stop(&c, 1);
+		stale = strdup(cu_slurp(b_record(&c)));
+		ASSERT_TRUE(strstr(stale, "\"stopped\"") != NULL);
+	}
 	mount_b_stuck(&c, flag);
 	checkpoint(&c, 1);
 	if (!wait_held_for(&c, "b", "node b", 5000))
@@ -119,12 +138,18 @@ static void killed(enum killed_case kc)
 	ASSERT_TRUE(!file_exists(mn_bpath(&c, "s1/shard1")));
 	unlink(flag);
 	if (kc == KILLED_DAMAGED)
-		cu_write_text(mn_bpath(&c, ".ckptfs/nodes/b/watermark.json"), "{\"format\": 1, \"no");
+		cu_write_text(b_record(&c), "{\"format\": 1, \"no");
+	if (kc == KILLED_STALE)
+		cu_write_text(b_record(&c), stale);
+	free(stale);
 	mn_mount(&c, 1, NULL, NULL);	/* recovers: its shard is reported lost */
 	ASSERT_GE(mn_log_count(&c, 1, "never persisted: s1/shard1"), 1);
 	if (kc == KILLED_DAMAGED)
 		ASSERT_GE(mn_log_count(&c, 1, "its last watermark cannot be read (Bad message): "
 				       "nothing it sealed is reported to peers as confirmed"), 1);
+	else if (kc == KILLED_STALE)
+		ASSERT_GE(mn_log_count(&c, 1, "operations it sealed after the last readable "
+				       "watermark"), 1);
 	else
 		ASSERT_GE(mn_log_count(&c, 1, "operations it sealed after its last watermark"), 1);
 	if (release) {
@@ -242,6 +267,7 @@ int main(void)
 	killed(KILLED_HOLD);
 	killed(KILLED_RELEASE);
 	killed(KILLED_DAMAGED);
+	killed(KILLED_STALE);
 	stopped_then_resumed();
 	restarted_before();
 	return 0;
