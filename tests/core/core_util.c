@@ -262,6 +262,19 @@ bool cu_wait_exists(const char *path, unsigned timeout_ms)
 	return true;
 }
 
+void cu_expect_refused(const char *opt, const char *name)
+{
+	struct tmount m;
+	char err[4096];
+
+	tm_init(&m, "refused");
+	const char *argv[] = { "ckptfs", m.backend, m.mnt, "-o", opt, NULL };
+	ASSERT_EQ(tm_run_daemon(argv, err, sizeof(err)), 2);
+	if (!strstr(err, name))
+		FAILF("-o %s: the refusal does not name '%s':\n%s", opt, name, err);
+	tm_cleanup(&m);
+}
+
 void cu_require_root(void)
 {
 	if (geteuid() != 0) {

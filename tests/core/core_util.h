@@ -84,6 +84,8 @@ void cu_sync_retry(struct tmount *m, unsigned timeout_ms);
 bool cu_wait_exists(const char *path, unsigned timeout_ms);
 /* Skip unless running as root. */
 void cu_require_root(void);
+/* Mounting with -o opt is refused with exit 2, and the message names `name`. */
+void cu_expect_refused(const char *opt, const char *name);
 
 /* ---- trees ---- */
 /* Snapshot of the tree at root (malloc'd); NULL if it changed while read. */

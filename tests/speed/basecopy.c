@@ -234,13 +234,6 @@ int main(void)
 	xfs_history();
 
 	/* Step 3. */
-	struct tmount m;
-	char err[4096];
-	tm_init(&m, "basecopy_bad");
-	const char *argv[] = { "ckptfs", m.backend, m.mnt, "-o", "base_copy=maybe", NULL };
-	ASSERT_EQ(tm_run_daemon(argv, err, sizeof(err)), 2);
-	if (!strstr(err, "base_copy"))
-		FAILF("the refusal does not name the option:\n%s", err);
-	tm_cleanup(&m);
+	cu_expect_refused("base_copy=maybe", "base_copy");
 	return 0;
 }

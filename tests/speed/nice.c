@@ -70,26 +70,13 @@ static void mounted(const char *name, const char *opts, long want)
 	tm_cleanup(&m);
 }
 
-static void refused(const char *opt)
-{
-	struct tmount m;
-	char err[4096];
-
-	tm_init(&m, "nice_bad");
-	const char *argv[] = { "ckptfs", m.backend, m.mnt, "-o", opt, NULL };
-	ASSERT_EQ(tm_run_daemon(argv, err, sizeof(err)), 2);
-	if (!strstr(err, "flush_nice"))
-		FAILF("-o %s: the refusal does not name the option:\n%s", opt, err);
-	tm_cleanup(&m);
-}
-
 int main(void)
 {
 	tm_require_fuse();
 	mounted("nice_default", NULL, 10);
 	mounted("nice_0", "flush_nice=0", 0);
 	mounted("nice_3", "flush_nice=3", 3);
-	refused("flush_nice=20");
-	refused("flush_nice=x");
+	cu_expect_refused("flush_nice=20", "flush_nice");
+	cu_expect_refused("flush_nice=x", "flush_nice");
 	return 0;
 }
