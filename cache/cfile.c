@@ -371,6 +371,24 @@ enum cfile_state cfile_state(struct cfile *cf)
 	return st;
 }
 
+bool cfile_in_memory(struct cfile *cf)
+{
+	const uint64_t cs = cf->cache->chunk_size;
+	uint64_t p = 0;
+
+	pthread_mutex_lock(&cf->lock);
+	uint64_t size = cf->size;
+	for (uint32_t i = 0; i < cf->nmap && p < size; i++) {
+		struct chunk *ch = cf->map[i].ch;
+		uint64_t lo = cf->map[i].index * cs + ch->lo, hi = cf->map[i].index * cs + ch->hi;
+		if (lo > p)
+			break;	/* a gap: those bytes are on the backend, or zeros */
+		p = CKPT_MAX(p, hi);
+	}
+	pthread_mutex_unlock(&cf->lock);
+	return size > 0 && p >= size;
+}
+
 /* ---- mapping ------------------------------------------------------------ */
 
 struct segbuf {

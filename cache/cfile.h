@@ -225,6 +225,12 @@ void cfile_drop_empty_stage(struct cfile *cf, struct cfd *f);
 /* Called by cache.c with both locks held: drop a clean chunk from the map. */
 void cfile_evict_locked(struct cfile *cf, struct chunk *ch);
 
+/*
+ * Is every byte of [0, size) in cache memory (chunks in the map), none on
+ * the backend only?  Reads of such a file need no disk.
+ */
+bool cfile_in_memory(struct cfile *cf);
+
 /* Cheap state for xattrs and the files list. */
 enum cfile_state { CF_DURABLE, CF_DIRTY, CF_FLUSHING };
 enum cfile_state cfile_state(struct cfile *cf);

@@ -90,6 +90,7 @@ struct fsnode {
 	uid_t seal_actor;	/* whose order its last version joined */
 	uint64_t seal_seq;	/* ... and its sequence number */
 	bool bypassed;		/* written through the kernel page cache's back */
+	uint64_t bypass_gen;	/* bumped by every open that writes past the page cache */
 
 	pthread_mutex_t alock;
 	mode_t mode;
@@ -127,6 +128,10 @@ struct fshandle {
 	struct fsnode *node;
 	int flags;
 	bool writable;
+	bool direct_io;		/* bypasses the kernel's page cache (decided under ns) */
+	bool keep_cache;	/* the kernel may keep the page cache it holds (ditto) */
+	bool refreshes;		/* its open drops the page cache, which is current after (ops.c) */
+	uint64_t refresh_gen;	/* the node's bypass_gen then */
 	uid_t uid;		/* who opened it */
 	_Atomic uint64_t wowner;	/* lock owner of its writes: 0 none yet, UINT64_MAX several/unknown */
 	/* control files */
@@ -181,6 +186,7 @@ struct ckptfs {
 
 	pthread_cond_t pt_cond;	/* a node's backing file was made (passthrough.c; ns) */
 	atomic_uint_least64_t pt_opens, pt_direct_opens, pt_failures;
+	atomic_uint_least64_t pt_from_cache;	/* read from cache memory instead (passthrough.c) */
 
 	struct {		/* bounded waits (wait.c) */
 		atomic_bool stopping;	/* the session is ending: blocked handlers give up */

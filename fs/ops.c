@@ -678,6 +678,20 @@ static struct fshandle *handle_new(fuse_req_t req, struct fsnode *n, int flags)
 	h->node = n;
 	h->flags = flags;
 	h->writable = (flags & O_ACCMODE) != O_RDONLY;
+	/*
+	 * Write-only opens (how checkpoints are written) bypass the kernel's page
+	 * cache: the writer's pages go by reference into our pipe and are copied
+	 * once, into the cache.  Others keep the page cache (mmap needs it), and
+	 * keep what it holds unless a write-only handle changed the file since
+	 * it was last dropped (handle_refreshed).
+	 */
+	h->direct_io = (flags & O_DIRECT) || (flags & O_ACCMODE) == O_WRONLY;
+	if (h->direct_io) {
+		n->bypassed = true;
+		n->bypass_gen++;
+	}
+	h->keep_cache = !h->direct_io && !n->bypassed;
+	h->refresh_gen = n->bypass_gen;	/* before pt_open_locked may drop ns */
 	h->uid = actor_of(req);
 	node_ref(n);
 	n->opens++;
@@ -694,6 +708,25 @@ static struct fshandle *handle_new(fuse_req_t req, struct fsnode *n, int flags)
 }
 
 /*
+ * A read-only open through the page cache that does not keep it makes the
+ * kernel drop the node's page cache before its first read; once that handle
+ * is released, with no write past the page cache since its open, what the
+ * page cache holds is current, and later opens may keep it: a checkpoint
+ * read twice right after its save is read through the daemon once.
+ * (ns held; h's passthrough mode decided.)
+ */
+static void handle_opened(struct fshandle *h)
+{
+	h->refreshes = !h->writable && !h->direct_io && !h->keep_cache && h->pt == PT_NONE;
+}
+
+static void handle_refreshed(struct fsnode *n, struct fshandle *h)
+{
+	if (h->refreshes && n->bypass_gen == h->refresh_gen && n->writers == 0)
+		n->bypassed = false;
+}
+
+/*
  * Undo handle_new (ns held); after dropping the lock, close what `drop`
  * holds (pt_drop_finish: a passthrough backing file) and free h with
  * handle_free.
@@ -703,6 +736,7 @@ static void handle_drop(struct ckptfs *fs, struct fshandle *h, struct pt_drop *d
 	struct fsnode *n = h->node;
 
 	pt_release_locked(fs, n, h, drop);
+	handle_refreshed(n, h);
 	list_del(&h->link);
 	n->opens--;
 	if (h->writable)
@@ -749,16 +783,8 @@ static bool handle_flush_seals(struct fshandle *h, uint64_t owner)
 static void handle_setup(struct fshandle *h, struct fuse_file_info *fi)
 {
 	fi->fh = (uint64_t)(uintptr_t)h;
-	/*
-	 * Write-only opens (how checkpoints are written) bypass the kernel's page
-	 * cache: the writer's pages go by reference into our pipe and are copied
-	 * once, into the cache.  Others keep the page cache (mmap needs it), and
-	 * keep what it holds unless a write-only handle changed the file.
-	 */
-	fi->direct_io = (h->flags & O_DIRECT) || (h->flags & O_ACCMODE) == O_WRONLY;
-	if (fi->direct_io)
-		h->node->bypassed = true;
-	fi->keep_cache = !fi->direct_io && !h->node->bypassed;
+	fi->direct_io = h->direct_io;	/* handle_new says why */
+	fi->keep_cache = h->keep_cache;
 	/*
 	 * A read-only handle has nothing to seal at close (unless it created the
 	 * file): the kernel need not send FLUSH for it.
@@ -809,6 +835,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			handle_drop(fs, h, &drop);
 			handle_free(h);
 			r = -ETXTBSY;
+		} else {
+			handle_opened(h);
 		}
 	}
 	pthread_mutex_unlock(&fs->ns);
@@ -882,6 +910,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			handle_free(h);
 			r = -ETXTBSY;
 		} else {
+			handle_opened(h);
 			fill_entry(fs, n, &e);
 		}
 	}

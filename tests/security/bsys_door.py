@@ -55,6 +55,8 @@ EXCEPTIONS = {
     ("session.c.o", "syscall"): "mbind(2) of a GPU session's arena (no libc wrapper)",
     ("loop.c.o", "fopen"): "reads /proc/sys/fs/fuse/max_pages_limit",
     ("devio.c.o", "syscall"): "capget: may the daemon use FUSE passthrough (CAP_SYS_ADMIN)",
+    ("passthrough.c.o", "syscall"): "cachestat(2) of a backend file it holds open, by descriptor "
+    "(no libc wrapper): is the file in the page cache",
     ("uring.c.o", "fopen"): "reads /sys/devices/system/cpu/possible (the kernel's queue count)",
     ("uring.c.o", "open"): "reads /sys/module/fuse/parameters/enable_uring",
     ("passthrough.c.o", "open"): "reopens read-only, by its descriptor (/proc/self/fd/N), a backend "

@@ -2,8 +2,13 @@
  * passthrough — clean, durable files opened read-only are read by the
  * kernel straight from the backend file (fs/passthrough.c), and nothing
  * else changes for anyone:
- *   - a durable file opened read-only: passthrough, the right bytes, by
- *     read(2) and by mmap(2);
+ *   - a durable file opened read-only, all of it still in cache memory and
+ *     its backend file in no page cache (as the O_DIRECT flushers leave
+ *     it): read from the cache through the daemon, not from the disk
+ *     (passthrough_from_cache); once the backend file is in the page
+ *     cache: passthrough, the right bytes, by read(2) and by mmap(2); a
+ *     file read from the cache twice: the second time from the mount's
+ *     page cache, and after a write-only rewrite the new bytes at once;
  *   - a file with data not yet durable (its flush held back by a slow
  *     fdatasync) or open for writing: through the daemon, the newest bytes;
  *   - a write-only open of a file that passthrough readers hold: it opens
@@ -26,6 +31,14 @@ static uint64_t pt_opens(struct tmount *m)
 	return cu_stat(m, "passthrough_opens");
 }
 
+/* Drop the backend file's page cache (it is clean: written and synced). */
+static void backend_uncache(struct tmount *m, const char *name)
+{
+	int fd = cu_open(tm_bpath(m, name), O_RDONLY);
+	ASSERT_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	cu_close(fd);
+}
+
 static void drain(struct tmount *m)
 {
 	tm_sync(m);	/* everything durable, or the test fails */
@@ -45,10 +58,45 @@ int main(void)
 	if (!pt)
 		fprintf(stderr, "the kernel offers no FUSE passthrough here: checking reads only\n");
 
-	/* Durable, opened read-only: passthrough. */
+	/*
+	 * Durable, all of it still in cache memory, its backend file in no page
+	 * cache: read from the cache, through the daemon (passthrough would read
+	 * the disk).
+	 */
 	cu_write_pattern(tm_path(&m, "a"), 5 * MiB + 123, 1);
 	drain(&m);
-	uint64_t p0 = pt_opens(&m);
+	backend_uncache(&m, "a");
+	uint64_t p0 = pt_opens(&m), c0 = cu_stat(&m, "passthrough_from_cache");
+	cu_check_pattern(tm_path(&m, "a"), 5 * MiB + 123, 1);
+	if (pt) {
+		ASSERT_EQ(pt_opens(&m), p0);
+		ASSERT_EQ(cu_stat(&m, "passthrough_from_cache"), c0 + 1);
+	}
+	/*
+	 * Read again: the first read-only open dropped the mount's page cache
+	 * and filled it with current bytes, so this one keeps it (no byte
+	 * through the daemon)...
+	 */
+	uint64_t rb = cu_stat(&m, "read_bytes");
+	cu_check_pattern(tm_path(&m, "a"), 5 * MiB + 123, 1);
+	ASSERT_EQ(cu_stat(&m, "read_bytes"), rb);
+	/* ... until a write past the page cache: then the new bytes, at once. */
+	cu_write_pattern(tm_path(&m, "r"), 2 * MiB, 7);
+	drain(&m);
+	cu_check_pattern(tm_path(&m, "r"), 2 * MiB, 7);
+	int rw = cu_open(tm_path(&m, "r"), O_WRONLY);
+	cu_pwrite_all(rw, "fresh", 5, MiB);
+	cu_close(rw);
+	int rr = cu_open(tm_path(&m, "r"), O_RDONLY);
+	char fresh[5];
+	cu_pread_all(rr, fresh, 5, MiB);
+	ASSERT_EQ(memcmp(fresh, "fresh", 5), 0);
+	cu_check_range(rr, "r", 0, MiB, 7);
+	cu_close(rr);
+	drain(&m);
+
+	/* Durable, its backend file in the page cache: passthrough. */
+	cu_check_pattern(tm_bpath(&m, "a"), 5 * MiB + 123, 1);
 	cu_check_pattern(tm_path(&m, "a"), 5 * MiB + 123, 1);
 	if (pt)
 		ASSERT_EQ(pt_opens(&m), p0 + 1);
@@ -85,9 +133,10 @@ int main(void)
 	cu_close(r2);
 	munmap(map, 5 * MiB + 123);
 	cu_close(fd);
-	/* All closed and durable: passthrough again, of the new version. */
+	/* All closed and durable (its backend file read once): passthrough again, of the new version. */
 	drain(&m);
 	memcpy(want + 1000, text, sizeof(text) - 1);
+	cu_check_content(tm_bpath(&m, "a"), want, 5 * MiB + 123);
 	p0 = pt_opens(&m);
 	cu_check_content(tm_path(&m, "a"), want, 5 * MiB + 123);
 	if (pt)
