@@ -89,7 +89,7 @@ struct fsnode {
 	uid_t writer_uid;	/* who opened it for writing last */
 	uid_t seal_actor;	/* whose order its last version joined */
 	uint64_t seal_seq;	/* ... and its sequence number */
-	bool bypassed;		/* written through the kernel page cache's back */
+	bool bypassed;		/* written past the kernel page cache since it was last dropped (ops.c) */
 	uint64_t bypass_gen;	/* bumped by every open that writes past the page cache */
 
 	pthread_mutex_t alock;

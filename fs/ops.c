@@ -863,6 +863,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (rr == -ENOENT) {	/* the opener was interrupted */
 		struct pt_drop drop;
 		pthread_mutex_lock(&fs->ns);
+		h->refreshes = false;	/* the kernel never opened it: it dropped no page cache */
 		handle_drop(fs, h, &drop);
 		pthread_mutex_unlock(&fs->ns);
 		pt_drop_finish(&drop);

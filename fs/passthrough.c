@@ -152,21 +152,20 @@ static bool make_backing(struct ckptfs *fs, struct fsnode *n)
 		n->pt_base = base;
 		return true;
 	}
-	if (base && id == 0) {
+	if (!base)
+		return false;
+	if (id == 0) {
 		atomic_fetch_add(&fs->pt_from_cache, 1);
-		pthread_mutex_unlock(&fs->ns);
-		cfd_put(base);
-		pthread_mutex_lock(&fs->ns);
-	} else if (base) {
+	} else {
 		static atomic_bool told;
 		if (!atomic_exchange(&told, true))
 			log_warn("passthrough: cannot register a backing file: %s; reads go through "
 				 "the daemon", strerror((int)-id));
 		atomic_fetch_add(&fs->pt_failures, 1);
-		pthread_mutex_unlock(&fs->ns);
-		cfd_put(base);	/* its last close may reach the backend (T3) */
-		pthread_mutex_lock(&fs->ns);
 	}
+	pthread_mutex_unlock(&fs->ns);
+	cfd_put(base);	/* its last close may reach the backend (T3) */
+	pthread_mutex_lock(&fs->ns);
 	return false;
 }
 
