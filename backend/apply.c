@@ -150,14 +150,17 @@ static int relink_others(struct backend *be, struct bnode *b, int dfd, const cha
 {
 	for (uint32_t i = 1; i < b->nlinks; i++) {
 		char tmp[64];
-		int ld = bnode_dirfd(be, b->links[i].dir), r;
+		struct bnode *ldir = b->links[i].dir;
+		int ld = bnode_dirfd(be, ldir), r;
 		if (ld < 0)
 			return ld;
 		snprintf(tmp, sizeof(tmp), CKPTFS_RESERVED_PREFIX "l.%s.%u", be->mount_id, i);
 		bsys.unlinkat(ld, tmp, 0);
-		if ((r = bsys.linkat(dfd, name, ld, tmp)) < 0)
-			return r;
-		if ((r = bsys.renameat2(ld, tmp, ld, b->links[i].name, 0)) < 0)
+		r = bsys.linkat(dfd, name, ld, tmp);
+		if (r == 0)
+			r = bsys.renameat2(ld, tmp, ld, b->links[i].name, 0);
+		bnode_dirfd_put(be, ldir);
+		if (r < 0)
 			return r;
 	}
 	return 0;
@@ -171,8 +174,10 @@ static int apply_version(struct backend *be, struct op *op, struct touched *t)
 
 	if (dfd < 0)
 		return dfd;
-	if ((tfd = bnode_dirfd(be, tdir)) < 0)
+	if ((tfd = bnode_dirfd(be, tdir)) < 0) {
+		bnode_dirfd_put(be, op->dir);
 		return tfd;
+	}
 	if (op->renamed)	/* a retry after the hard links failed */
 		goto relink;
 	if (op->xattr_blob)
@@ -200,6 +205,8 @@ relink:
 		touch_dir(t, op->dir);
 		touch_dir(t, tdir);
 	}
+	bnode_dirfd_put(be, tdir);
+	bnode_dirfd_put(be, op->dir);
 	return r;
 }
 
@@ -303,16 +310,12 @@ void record_void(struct backend *be, const struct op *op, const char *why)
 	sb_free(&b);
 }
 
-/* Apply a namespace or attribute change: 0 or -errno. */
-static int apply_change(struct backend *be, struct op *op, struct touched *t)
+/* Apply a namespace or attribute change, op->dir's fd held (dfd, or -1): 0 or -errno. */
+static int apply_change_at(struct backend *be, struct op *op, struct touched *t, int dfd)
 {
-	int dfd = -1, r = 0;
+	int r = 0;
 	char name[256];
 	struct bnode *at = NULL;
-
-
-	if (op->dir && (dfd = bnode_dirfd(be, op->dir)) < 0)
-		return dfd;
 
 	switch (op->kind) {
 	case OP_MKDIR:
@@ -371,6 +374,7 @@ static int apply_change(struct backend *be, struct op *op, struct touched *t)
 			pthread_rwlock_unlock(&be->bt_lock);
 		}
 		pthread_rwlock_unlock(&be->mv_lock);
+		bnode_dirfd_put(be, op->dir2);
 		if (r == 0) {
 			touch_dir(t, op->dir);
 			touch_dir(t, op->dir2);
@@ -381,13 +385,18 @@ static int apply_change(struct backend *be, struct op *op, struct touched *t)
 		int d2 = bnode_dirfd(be, op->dir2), sd;
 		if (d2 < 0)
 			return d2;
-		if ((r = bnode_locate(be, op->node, &at, name, sizeof(name))) < 0)
+		if ((r = bnode_locate(be, op->node, &at, name, sizeof(name))) < 0) {
+			bnode_dirfd_put(be, op->dir2);
 			return r;
+		}
 		if ((sd = bnode_dirfd(be, at)) < 0) {
+			bnode_dirfd_put(be, op->dir2);
 			bnode_put(at);
 			return sd;
 		}
 		r = bsys.linkat(sd, name, d2, op->name2);
+		bnode_dirfd_put(be, at);
+		bnode_dirfd_put(be, op->dir2);
 		if (r == 0) {
 			pthread_rwlock_wrlock(&be->bt_lock);
 			bnode_link_add_locked(op->node, op->dir2, op->name2);
@@ -419,6 +428,7 @@ static int apply_change(struct backend *be, struct op *op, struct touched *t)
 					   op->node->is_link ? BSYS_LINK : 0);
 		else
 			r = bsys.removexattr(od, name, op->target, op->node->is_link ? BSYS_LINK : 0);
+		bnode_dirfd_put(be, at);
 		if (r == -ENODATA)
 			r = 0;
 		if (r == 0) {
@@ -435,6 +445,19 @@ static int apply_change(struct backend *be, struct op *op, struct touched *t)
 	default:
 		r = -EINVAL;
 	}
+	return r;
+}
+
+/* Apply a namespace or attribute change: 0 or -errno. */
+static int apply_change(struct backend *be, struct op *op, struct touched *t)
+{
+	int dfd = -1, r;
+
+	if (op->dir && (dfd = bnode_dirfd(be, op->dir)) < 0)
+		return dfd;
+	r = apply_change_at(be, op, t, dfd);
+	if (op->dir)
+		bnode_dirfd_put(be, op->dir);
 	return r;
 }
 
@@ -512,6 +535,8 @@ int sync_touched(struct backend *be, struct touched *t)
 				r = 0;
 			atomic_fetch_add(&be->st.dir_fsyncs, 1);
 		}
+		if (fd >= 0)
+			bnode_dirfd_put(be, t->dirs[i]);
 		if (r < 0 && !err)
 			err = r;
 	}
@@ -520,6 +545,8 @@ int sync_touched(struct backend *be, struct touched *t)
 		char name[256];
 		if (bnode_locate(be, t->files[i], &at, name, sizeof(name)) == 0) {
 			int d = bnode_dirfd(be, at), fd = d < 0 ? d : bsys.openat(d, name, O_RDONLY | O_NOFOLLOW, 0);
+			if (d >= 0)
+				bnode_dirfd_put(be, at);
 			if (fd >= 0) {
 				int r = bsys.fsync(fd);
 				if (r < 0 && !err)

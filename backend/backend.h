@@ -76,7 +76,12 @@ struct bnode {
 	bool is_root;		/* dfd is the backend root, owned by the backend */
 	atomic_bool present;
 	atomic_int sticky_err;	/* last flush/publish error of this object, 0 if none */
-	atomic_int dfd;		/* directories: an open fd, lazily; -1 until then */
+	int dfd;		/* directories: an open fd, lazily; -1 until then or
+				 * once closed for room (be->dfd_lock) */
+	uint32_t dfd_users;	/* holders of dfd (bnode_dirfd .. bnode_dirfd_put) */
+	struct list dfd_lru;	/* in be->dfd_lru while dfd is open (not the root) */
+	struct backend *dfd_home;	/* set when dfd is first opened (not the root) */
+	atomic_uint_least64_t ino;	/* directories: backend inode once opened, else 0 */
 	struct blink *links;	/* links[0] is the primary name */
 	uint32_t nlinks;
 	XXH128_hash_t digest;	/* of the last published version (files) */
@@ -156,6 +161,8 @@ struct op {
 	bool reflush;		/* BLOCKED in its flush: flush again on retry */
 	bool skipped;		/* an administrator skipped it: drop, never apply */
 	bool in_batch;		/* the publisher is applying it now */
+	bool flush_first;	/* nothing before it holds it back (last order pass):
+				 * flushed even when temporary files are at their cap */
 	uint64_t retry_ns;	/* BLOCKED: when to try again */
 	uint64_t blocked_ns;	/* BLOCKED: since when */
 	unsigned attempts;	/* BLOCKED: failed attempts so far */
@@ -195,6 +202,7 @@ struct backend_stats {
 	atomic_uint_least64_t flushing_bytes;	/* versions being written now */
 	atomic_uint_least64_t pending_versions;
 	atomic_uint_least64_t dir_fsyncs;
+	atomic_uint_least64_t dir_fd_closes;	/* idle directory fds closed for room */
 	atomic_int last_error;			/* errno of the last failure, 0 when healthy */
 	atomic_bool degraded;
 };
@@ -245,6 +253,13 @@ struct backend {
 
 	pthread_rwlock_t bt_lock;	/* bnode links: held only to read or update them */
 	pthread_rwlock_t mv_lock;	/* held (write) by the publisher across calls that move names */
+
+	pthread_mutex_t dfd_lock;	/* bnode dfd, dfd_users, dfd_lru; dfd_open */
+	struct list dfd_lru;		/* open directory fds, least recently used first */
+	uint32_t dfd_open, dfd_cap;	/* how many are open; how many may stay open idle */
+	atomic_uint temp_open;		/* temporary files open (written, not yet published) */
+	atomic_uint temp_taken;		/* ... and about to be, by flushers that took a version */
+	uint32_t temp_cap;		/* beyond it, only flush_first versions get one */
 
 	pthread_mutex_t lock;		/* everything below */
 	pthread_cond_t pub_cond;	/* publisher: head may be ready */
@@ -416,8 +431,18 @@ void sb_json_paths(struct strbuf *b, const char *path, const char *to);
 /* Called by the cache when writers wait for space. */
 void backend_want_spill(void *be);
 
-/* A directory's fd (opened lazily); -errno if it cannot be opened. */
+/*
+ * A directory's fd, opened lazily, held until bnode_dirfd_put(be, dir);
+ * -errno (nothing held) if it cannot be opened.  Idle fds beyond
+ * be->dfd_cap are closed, least recently used first, and reopened by name
+ * when next wanted, so a tree of any size needs a bounded number of fds.
+ */
 int bnode_dirfd(struct backend *be, struct bnode *dir);
+void bnode_dirfd_put(struct backend *be, struct bnode *dir);
+/* Close every idle directory fd (backend_stop); the root's stays. */
+void bnode_dirfds_close(struct backend *be);
+/* A 1/div share of the process's fd limit (RLIMIT_NOFILE), within [lo, hi]. */
+uint32_t fd_limit_share(unsigned div, uint32_t lo, uint32_t hi);
 /*
  * Location of b: copies the primary (dir ref, name) into *dir / name;
  * returns 0, or -ENOENT if it is not on the backend.

@@ -9,9 +9,14 @@
  * So no name and no symlink on the backend can lead outside the backend
  * tree: a symlink planted where a directory was is refused (-ELOOP, logged).
  *
- * Links are guarded by be->bt_lock (P6).  A directory's fd, once opened,
- * stays open until the bnode is freed: it follows the directory through
- * renames, so holders need no lock to use it.
+ * Links are guarded by be->bt_lock (P6).  A directory's fd follows the
+ * directory through renames, so a holder (bnode_dirfd .. bnode_dirfd_put)
+ * needs no lock to use it.  Open fds are bounded: beyond be->dfd_cap (an
+ * eighth of RLIMIT_NOFILE), the least recently used idle ones are closed
+ * and reopened by name when next wanted — a checkpoint of tens of
+ * thousands of directories (one per array, as tensorstore writes them)
+ * must not run the daemon out of descriptors.  be->dfd_lock guards dfd,
+ * dfd_users and the LRU list; it is taken after bt_lock, never before.
  */
 #include "backend/backend.h"
 #include "backend/bsys.h"
@@ -20,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 struct bnode *bnode_new(bool is_dir)
@@ -27,7 +33,8 @@ struct bnode *bnode_new(bool is_dir)
 	struct bnode *b = xcalloc(1, sizeof(*b));
 	atomic_init(&b->refs, 1);
 	atomic_init(&b->present, false);
-	atomic_init(&b->dfd, -1);
+	b->dfd = -1;
+	list_init(&b->dfd_lru);
 	atomic_init(&b->has_digest, false);
 	b->is_dir = is_dir;
 	return b;
@@ -40,13 +47,29 @@ struct bnode *bnode_get(struct bnode *b)
 	return b;
 }
 
+/* Forget b's fd (be->dfd_lock held); the caller closes it. */
+static int dfd_unlink_locked(struct backend *be, struct bnode *b)
+{
+	int fd = b->dfd;
+
+	list_del(&b->dfd_lru);
+	b->dfd = -1;
+	be->dfd_open--;
+	return fd;
+}
+
 void bnode_put(struct bnode *b)
 {
 	while (b && atomic_fetch_sub(&b->refs, 1) == 1) {
 		struct bnode *next = NULL;
-		int fd = atomic_load(&b->dfd);
-		if (fd >= 0 && !b->is_root)
-			bsys.close(fd);
+		struct backend *be = b->dfd_home;	/* written once, by a holder of a reference */
+		if (be) {
+			pthread_mutex_lock(&be->dfd_lock);
+			int fd = b->dfd >= 0 ? dfd_unlink_locked(be, b) : -1;
+			pthread_mutex_unlock(&be->dfd_lock);
+			if (fd >= 0)
+				bsys.close(fd);
+		}
 		for (uint32_t i = 0; i < b->nlinks; i++) {
 			/* Release parents iteratively: deep trees must not recurse. */
 			if (i == 0)
@@ -108,6 +131,8 @@ int bnode_at(struct backend *be, struct bnode *b, int (*fn)(void *arg, int dfd, 
 		if (r == 0) {
 			d = bnode_dirfd(be, dir);
 			r = d < 0 ? d : fn(arg, d, name);
+			if (d >= 0)
+				bnode_dirfd_put(be, dir);
 			bnode_put(dir);
 		}
 		if (r != -ENOENT || attempt)
@@ -126,46 +151,177 @@ int bnode_open(struct backend *be, struct bnode *b, int flags)
 	return bnode_at(be, b, open_at, &flags);
 }
 
+/* Take dir's fd if it is open (be->dfd_lock held): the fd, or -1. */
+static int dfd_take_locked(struct backend *be, struct bnode *dir)
+{
+	if (dir->dfd < 0)
+		return -1;
+	dir->dfd_users++;
+	if (!dir->is_root) {	/* most recently used last */
+		list_del(&dir->dfd_lru);
+		list_add_tail(&be->dfd_lru, &dir->dfd_lru);
+	}
+	return dir->dfd;
+}
+
+/* Close idle fds, least recently used first, while more than the cap are open. */
+static void dfd_trim(struct backend *be)
+{
+	int close_fds[16];
+	unsigned n = 0;
+
+	pthread_mutex_lock(&be->dfd_lock);
+	for (struct list *e = be->dfd_lru.next; e != &be->dfd_lru && be->dfd_open > be->dfd_cap &&
+						n < CKPT_ARRAY_LEN(close_fds);) {
+		struct bnode *b = list_entry(e, struct bnode, dfd_lru);
+		e = e->next;
+		if (!b->dfd_users)
+			close_fds[n++] = dfd_unlink_locked(be, b);
+	}
+	pthread_mutex_unlock(&be->dfd_lock);
+	for (unsigned i = 0; i < n; i++)
+		bsys.close(close_fds[i]);
+	atomic_fetch_add(&be->st.dir_fd_closes, n);
+}
+
+void bnode_dirfd_put(struct backend *be, struct bnode *dir)
+{
+	bool trim;
+
+	pthread_mutex_lock(&be->dfd_lock);
+	dir->dfd_users--;
+	trim = !dir->dfd_users && be->dfd_open > be->dfd_cap;
+	pthread_mutex_unlock(&be->dfd_lock);
+	if (trim)
+		dfd_trim(be);
+}
+
+void bnode_dirfds_close(struct backend *be)
+{
+	uint32_t cap = be->dfd_cap;
+
+	be->dfd_cap = 0;
+	while (be->dfd_open) {
+		uint32_t before = be->dfd_open;
+		dfd_trim(be);
+		if (be->dfd_open == before)
+			break;		/* the rest are held */
+	}
+	be->dfd_cap = cap;
+}
+
+uint32_t fd_limit_share(unsigned div, uint32_t lo, uint32_t hi)
+{
+	struct rlimit rl;
+	uint64_t share = 1024 / div;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		share = rl.rlim_cur / div;
+	return (uint32_t)CKPT_MAX(CKPT_MIN(share, hi), lo);
+}
+
+static int dfd_install(struct backend *be, struct bnode *dir, int fd);
+
+/*
+ * Open dir's fd, one component at a time from the nearest ancestor whose fd
+ * is open (iteratively: trees may be deep), and take it.  Each component is
+ * opened by its recorded name with bt_lock held for reading, so the
+ * publisher cannot move a name between the read and the open (P6): the
+ * open finds that directory, or nothing (-ENOENT).  If a component moved
+ * since the walk up, the walk starts again.
+ */
 static int dirfd_open(struct backend *be, struct bnode *dir)
 {
-	struct bnode *chain[64];
-	unsigned n = 0;
-	int fd = atomic_load(&dir->dfd);
+	struct bnode **chain = NULL;	/* chain[0] = dir, then its ancestors; each a reference */
+	size_t n = 0, cap = 0;
+	int fd;
 
+	pthread_mutex_lock(&be->dfd_lock);
+	fd = dfd_take_locked(be, dir);
+	pthread_mutex_unlock(&be->dfd_lock);
 	if (fd >= 0)
 		return fd;
-	pthread_rwlock_rdlock(&be->bt_lock);
-	/* Walk up to the nearest ancestor with an open fd. */
-	for (struct bnode *b = dir; atomic_load(&b->dfd) < 0;) {
+again:
+	for (struct bnode *b = bnode_get(dir);;) {
+		struct bnode *up;
+		if (n == cap)
+			chain = xrealloc(chain, (cap = cap ? cap * 2 : 16) * sizeof(*chain));
+		chain[n++] = b;
+		pthread_rwlock_rdlock(&be->bt_lock);
 		if (!b->nlinks || !atomic_load(&b->present)) {
 			pthread_rwlock_unlock(&be->bt_lock);
-			return -ENOENT;
+			fd = -ENOENT;
+			goto out;
 		}
-		if (n == CKPT_ARRAY_LEN(chain)) {
-			/* Very deep: open the top of this stretch first, then retry. */
-			pthread_rwlock_unlock(&be->bt_lock);
-			fd = bnode_dirfd(be, chain[n - 1]);
-			if (fd < 0)
-				return fd;
-			return bnode_dirfd(be, dir);
+		up = bnode_get(b->links[0].dir);
+		pthread_rwlock_unlock(&be->bt_lock);
+		pthread_mutex_lock(&be->dfd_lock);
+		fd = dfd_take_locked(be, up);
+		pthread_mutex_unlock(&be->dfd_lock);
+		if (fd >= 0) {
+			b = up;
+			/* Downwards: b is open and taken (fd); chain[n-1] is its child. */
+			while (n) {
+				struct bnode *c = chain[n - 1];
+				int cfd = -1;
+				pthread_rwlock_rdlock(&be->bt_lock);
+				bool moved = !c->nlinks || c->links[0].dir != b || !atomic_load(&c->present);
+				if (!moved)
+					cfd = open_dir_at(fd, c->links[0].name);
+				pthread_rwlock_unlock(&be->bt_lock);
+				bnode_dirfd_put(be, b);
+				bnode_put(b);
+				if (moved)
+					goto again_clean;
+				if (cfd < 0) {
+					fd = cfd;
+					goto out;
+				}
+				fd = dfd_install(be, c, cfd);
+				b = c;		/* its reference moves from the chain */
+				n--;
+			}
+			bnode_put(b);		/* dir: the caller holds its own reference */
+			free(chain);
+			return fd;
 		}
-		chain[n++] = b;
-		b = b->links[0].dir;
+		b = up;
 	}
-	/* Open downwards, one component at a time. */
-	while (n--) {
-		struct bnode *b = chain[n];
-		int parent = atomic_load(&b->links[0].dir->dfd);
-		int expect = -1;
-		fd = open_dir_at(parent, b->links[0].name);
-		if (fd < 0)
-			break;
-		if (!atomic_compare_exchange_strong(&b->dfd, &expect, fd)) {
-			bsys.close(fd);
-			fd = expect;
-		}
+again_clean:
+	while (n)
+		bnode_put(chain[--n]);
+	goto again;
+out:
+	while (n)
+		bnode_put(chain[--n]);
+	free(chain);
+	return fd;
+}
+
+/* Keep the fd just opened for dir, unless another thread was first; take it. */
+static int dfd_install(struct backend *be, struct bnode *dir, int fd)
+{
+	struct stat st;
+
+	if (atomic_load(&dir->ino) == 0 && bsys.fstatat(fd, "", &st) == 0)
+		atomic_store(&dir->ino, st.st_ino);
+	pthread_mutex_lock(&be->dfd_lock);
+	int have = dfd_take_locked(be, dir);
+	if (have < 0) {
+		dir->dfd = fd;
+		dir->dfd_users++;
+		dir->dfd_home = be;
+		list_add_tail(&be->dfd_lru, &dir->dfd_lru);
+		be->dfd_open++;
 	}
-	pthread_rwlock_unlock(&be->bt_lock);
+	bool trim = be->dfd_open > be->dfd_cap;
+	pthread_mutex_unlock(&be->dfd_lock);
+	if (have >= 0) {	/* another thread opened it meanwhile */
+		bsys.close(fd);
+		fd = have;
+	}
+	if (trim)
+		dfd_trim(be);
 	return fd;
 }
 

@@ -87,10 +87,13 @@ static void temp_release(void *tag)
 {
 	struct btemp *t = tag;
 
+	atomic_fetch_sub(&t->be->temp_open, 1);
 	if (!t->published) {
 		int d = bnode_dirfd(t->be, t->dir);
-		if (d >= 0)
+		if (d >= 0) {
 			bsys.unlinkat(d, t->name, 0);
+			bnode_dirfd_put(t->be, t->dir);
+		}
 	}
 	bnode_put(t->dir);
 	free(t);
@@ -118,10 +121,12 @@ static int temp_create(struct backend *be, struct bnode *dir, char kind, struct 
 	snprintf(t->name, sizeof(t->name), CKPTFS_RESERVED_PREFIX "%c.%s.%llu", kind,
 		 be->mount_id, (unsigned long long)n);
 	fd = bsys.openat(d, t->name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW, 0600);
+	bnode_dirfd_put(be, dir);
 	if (fd < 0) {
 		free(t);
 		return fd;
 	}
+	atomic_fetch_add(&be->temp_open, 1);
 	t->be = be;
 	t->dir = bnode_get(dir);
 	*out = cfd_new(fd);
@@ -152,6 +157,7 @@ struct fjob {
 	struct cfd *out;
 	int dfd;		/* out opened O_DIRECT for aligned writes, or -1 */
 	bool fresh;		/* out was created by this flush */
+	bool taken;		/* counted in be->temp_taken until out is created */
 	struct digest dg;	/* of the version, fed in file order */
 	uint32_t seg;		/* next segment to submit */
 	size_t seg_pos;		/* how much of it is submitted (memory segments) */
@@ -578,6 +584,7 @@ static int open_direct(struct backend *be, struct cfd *out)
 	if ((d = bnode_dirfd(be, tdir)) < 0)
 		return -1;
 	fd = bsys.openat(d, tname, O_WRONLY | O_DIRECT | O_NOFOLLOW, 0);
+	bnode_dirfd_put(be, tdir);
 	if (fd == -EINVAL || fd == -EOPNOTSUPP)
 		atomic_store(&be->direct_unsupported, true);
 	return fd < 0 ? -1 : fd;
@@ -719,6 +726,8 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 				  "creating the temporary file");
 			j->fresh = true;
 		}
+		if (j->taken)
+			atomic_fetch_sub(&be->temp_taken, 1);	/* counted in temp_open now */
 		if (!j->err)
 			j->dfd = open_direct(be, j->out);
 		if (j->err)
@@ -775,24 +784,37 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 	pthread_mutex_unlock(&be->lock);
 }
 
-/* Take a batch off the queue; be->lock held. */
+/*
+ * Take a batch off the queue; be->lock held.  Each version written to a new
+ * temporary file holds its descriptor until it is published; once
+ * be->temp_cap are open (the publisher is held back — a blocked operation
+ * with thousands of files behind it), only versions that nothing before
+ * them holds back are taken, so the daemon keeps descriptors for its users
+ * and the publisher always gets what it can publish next.
+ */
 static unsigned flush_pick(struct backend *be, struct fjob *jobs)
 {
-	unsigned n = 0;
+	unsigned n = 0, fresh = atomic_load(&be->temp_open) + atomic_load(&be->temp_taken);
 	uint64_t bytes = 0;
 	struct list *e = be->flushq.next;
 
 	while (e != &be->flushq && n < FLUSH_BATCH && bytes < FLUSH_BATCH_BYTES) {
 		struct list *next = e->next;
 		struct op *op = list_entry(e, struct op, qlink);
-		if (op->ver->out || atomic_load(&op->dir->present)) {
+		bool room = op->ver->out || fresh < be->temp_cap || op->flush_first;
+		if (room && (op->ver->out || atomic_load(&op->dir->present))) {
 			list_del(&op->qlink);
 			op->state = OPS_FLUSHING;
 			memset(&jobs[n], 0, sizeof(jobs[n]));
+			if (!op->ver->out) {
+				jobs[n].taken = true;
+				atomic_fetch_add(&be->temp_taken, 1);
+				fresh++;
+			}
 			jobs[n++].op = op;
 			bytes += op->ver->size;
 		}
-		/* Else its directory is not on the backend yet: the publisher decides (order.c). */
+		/* Else no room, or its directory is not on the backend yet: the publisher decides (order.c). */
 		e = next;
 	}
 	return n;

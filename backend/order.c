@@ -357,7 +357,7 @@ unsigned order_pass(struct backend *be, struct op **batch, unsigned max, uint64_
 		    uint64_t *wake_ns)
 {
 	struct order_state *st = be->order;
-	bool retry_all = be->retry_now;
+	bool retry_all = be->retry_now, newly_first = false;
 	unsigned n = 0;
 
 	be->retry_now = false;
@@ -377,6 +377,8 @@ unsigned order_pass(struct backend *be, struct op **batch, unsigned max, uint64_
 			op_retry(be, op);
 		bool behind = a->min_unapplied != UINT64_MAX;
 		behind |= fpset_conflicts(&st->keys, op, &blocker);
+		newly_first |= !behind && !op->flush_first && op->state == OPS_QUEUED;
+		op->flush_first = !behind;
 
 		if (!behind && op->state == OPS_QUEUED && !op->ver->out &&
 		    !atomic_load(&op->dir->present) && !fpset_conflicts(&st->batch, op, &blocker)) {
@@ -411,6 +413,8 @@ unsigned order_pass(struct backend *be, struct op **batch, unsigned max, uint64_
 		note_failing(a, op);
 		note_unapplied(st, a, op, op->state == OPS_BLOCKED ? op : blocker);
 	}
+	if (newly_first && atomic_load(&be->temp_open) >= be->temp_cap)
+		pthread_cond_broadcast(&be->flush_cond);	/* one may be taken now */
 	return n;
 }
 
@@ -419,8 +423,10 @@ struct op *order_note_submit(struct backend *be, struct op *op)
 	struct order_state *st = be->order;
 	struct actor_state *a = order_actor(st, op->actor, true);
 	struct op *blocker = a->blocker;
+	bool behind = a->min_unapplied != UINT64_MAX;
 
-	fpset_conflicts(&st->keys, op, &blocker);
+	behind |= fpset_conflicts(&st->keys, op, &blocker);
+	op->flush_first = !behind;
 	note_unapplied(st, a, op, blocker);
 	return blocker;
 }

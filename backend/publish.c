@@ -701,7 +701,7 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 		be->hooks = *hooks;
 	be->root = bnode_new(true);
 	be->root->is_root = true;
-	atomic_store(&be->root->dfd, root_fd);
+	be->root->dfd = root_fd;
 	atomic_store(&be->root->present, true);
 	if ((f = fopen("/dev/urandom", "re"))) {
 		if (fread(&rnd, sizeof(rnd), 1, f) != 1)
@@ -712,6 +712,14 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 		 (unsigned long long)(rnd & 0xffffffffffffull));
 	pthread_rwlock_init(&be->bt_lock, NULL);
 	pthread_rwlock_init(&be->mv_lock, NULL);
+	pthread_mutex_init(&be->dfd_lock, NULL);
+	list_init(&be->dfd_lru);
+	/*
+	 * Idle directory fds: an eighth of the limit.  Temporary files: a
+	 * quarter, as many again while written (the O_DIRECT descriptor).
+	 */
+	be->dfd_cap = fd_limit_share(8, 16, 65536);
+	be->temp_cap = fd_limit_share(4, 32, UINT32_MAX);
 	pthread_mutex_init(&be->lock, NULL);
 	pthread_cond_init(&be->pub_cond, NULL);
 	pthread_cond_init(&be->waiter_cond, NULL);
@@ -807,6 +815,8 @@ void backend_stop(struct backend *be)
 	be->cache->spill_wanted = NULL;
 	order_free(be->order);
 	be->order = NULL;
+	/* dfd_lock stays usable: the namespace puts its nodes' bnodes later. */
+	bnode_dirfds_close(be);
 	bnode_put(be->root);
 	pthread_rwlock_destroy(&be->bt_lock);
 	pthread_rwlock_destroy(&be->mv_lock);

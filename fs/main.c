@@ -18,6 +18,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -241,6 +242,25 @@ static void *readahead_setter(void *arg)
 	return NULL;
 }
 
+/*
+ * Take every descriptor the administrator allows: the soft limit is often
+ * 1024 (systemd's default for services and mount units), and the daemon
+ * holds one per file open through the mount, per version being written and
+ * per recently used backend directory.  No select(2) here, so a high
+ * limit costs nothing.
+ */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			log_warn("cannot raise the open file limit to %llu: %s",
+				 (unsigned long long)rl.rlim_max, strerror(errno));
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct ckptfs *fs = xcalloc(1, sizeof(*fs));
@@ -276,6 +296,7 @@ int main(int argc, char **argv)
 		daemon_report(&status_fd, 1);
 		return 1;
 	}
+	raise_fd_limit();
 	fs_waits_init(fs);
 	list_init(&fs->handles);
 	fs->splice_loop = fs->opt.splice && fs_splice_loop_possible();

@@ -347,7 +347,11 @@ static int backend_list(struct ckptfs *fs, struct bnode *dir, bool at_root, stru
 	l->at_root = at_root;
 	if ((l->dfd = bnode_dirfd(&fs->be, dir)) < 0)
 		return l->dfd;
-	if ((r = bsys.fstatat(l->dfd, "", st)) < 0 || (r = bsys.readdir(l->dfd, blist_add, l)) < 0) {
+	if ((r = bsys.fstatat(l->dfd, "", st)) == 0)
+		r = bsys.readdir(l->dfd, blist_add, l);
+	bnode_dirfd_put(&fs->be, dir);
+	l->dfd = -1;
+	if (r < 0) {
 		blist_free(l);
 		return r;
 	}
@@ -649,6 +653,8 @@ static void dir_refresh(struct ckptfs *fs, struct fsnode *dir)
 	pthread_mutex_unlock(&fs->ns);
 	dfd = bnode_dirfd(&fs->be, db);
 	r = dfd < 0 ? dfd : bsys.fstatat(dfd, "", &st);
+	if (dfd >= 0)
+		bnode_dirfd_put(&fs->be, db);
 	pthread_mutex_lock(&fs->ns);
 	if (r < 0)
 		goto done;	/* gone or unreachable: its parent's revalidation will tell */
@@ -685,10 +691,11 @@ static void dir_refresh(struct ckptfs *fs, struct fsnode *dir)
 			stamp_of(&b->st, &bs);
 		if (!b || (sn[i].bknown && stamp_eq(&sn[i].bid, &bs)))
 			continue;	/* gone, or unchanged since it was last seen */
-		int fd = sn[i].base ? sn[i].base->fd
-			 : sn[i].dirb ? atomic_load(&sn[i].dirb->dfd) : -1;
+		int fd = sn[i].base ? sn[i].base->fd : -1;
 		if (sn[i].base_ino)
 			b->local_ino = (ino_t)sn[i].base_ino;
+		else if (sn[i].dirb && atomic_load(&sn[i].dirb->ino))
+			b->local_ino = (ino_t)atomic_load(&sn[i].dirb->ino);
 		else if (fd >= 0 && bsys.fstatat(fd, "", &ls) == 0)
 			b->local_ino = ls.st_ino;
 	}
