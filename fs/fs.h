@@ -303,6 +303,8 @@ int fs_cache_wait_check(void *arg, uint64_t waited_ns);
 unsigned fs_splice_max_write(void);
 /* Requests read from /dev/fuse so far (the ring's are counted by uring.c). */
 uint64_t fs_loop_requests(void);
+/* This request worker is about to wait: another takes over reading if needed. */
+void fs_loop_blocking(void);
 /* Read requests are capped likewise, so spliced replies fit a 1 MiB pipe. */
 #define READ_MAX 1015808	/* 248 pages: data plus libfuse's header pages fit 256 */
 

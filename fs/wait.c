@@ -97,6 +97,7 @@ static bool req_interrupted(struct ckptfs *fs)
 		/* Calls on_interrupt at once if the interrupt came first. */
 		fuse_req_interrupt_func(wait_req, on_interrupt, fs);
 		wait_req_hooked = true;
+		fs_loop_blocking();	/* its first wait: others must read meanwhile */
 	}
 	return fuse_req_interrupted(wait_req);
 }
