@@ -25,10 +25,12 @@
  * splice() at a time; the rest are parked.  The kernel wakes the longest
  * waiting reader first, so with every worker waiting, consecutive requests
  * of one writer went round all of them, each cold: 8 KiB writes ran 1.3x
- * and small files 3.9x slower than with two threads.  A handler about to
- * wait (for cache space, wait.c) unparks a worker if no reader is left;
- * so does fs_serve's tick when no reader is left and no request was read
- * for a tick (a handler blocked elsewhere: a backend call that hangs).  A
+ * and small files 3.9x slower than with two threads.  A worker is
+ * unparked when no reader is left and: a request was just taken while
+ * fewer handlers than CPUs run (many ranks writing at once, on a node with
+ * the CPUs to copy their data in parallel); a handler is about to wait
+ * (for cache space, wait.c); or no request was read for a whole tick of
+ * fs_serve (a handler blocked elsewhere: a backend call that hangs).  A
  * blocked handler occupies one worker and the others go on, as before.  With splice=off (or no
  * 1 MiB pipe) libfuse's multi-threaded loop serves instead, run in a thread
  * of its own so that stopping it is bounded the same way.
@@ -101,9 +103,10 @@ struct worker {
 static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	unsigned waiting, parked;
+	unsigned waiting, parked, busy;	/* busy: workers between a request and its end */
+	unsigned cpus;
 	bool stop;
-} rd = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, false };
+} rd = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 2, false };
 
 /* Become a reader, or park until one is wanted; false once the loop stops. */
 static bool reader_enter(void)
@@ -120,11 +123,23 @@ static bool reader_enter(void)
 	return go;
 }
 
-/* Leave the readers (a request came, or splice failed). */
-static void reader_leave(void)
+/* Leave the readers: got (a request came, to be handled), or splice failed. */
+static void reader_leave(bool got)
 {
 	pthread_mutex_lock(&rd.lock);
 	rd.waiting--;
+	rd.busy += got;
+	bool unpark = got && !rd.waiting && rd.parked && rd.busy < rd.cpus;
+	pthread_mutex_unlock(&rd.lock);
+	if (unpark)
+		pthread_cond_signal(&rd.cond);
+}
+
+/* The request taken is handled. */
+static void reader_done(void)
+{
+	pthread_mutex_lock(&rd.lock);
+	rd.busy--;
 	pthread_mutex_unlock(&rd.lock);
 }
 
@@ -167,6 +182,30 @@ static void pipe_drain(int fd)
 			break;
 }
 
+/* Hand the request of n bytes now in w's pipe to libfuse. */
+static void request_handle(struct worker *w, size_t n)
+{
+	atomic_fetch_add_explicit(&requests, 1, memory_order_relaxed);
+	if (!atomic_load(&init_seen)) {
+		/* The first request is INIT: show it to devio.c before libfuse. */
+		char *m = xmalloc(n);
+		if (read_full(w->pipe[0], m, n) == 0) {
+			const struct fuse_in_header *ih = (const void *)m;
+			devio_note_init(m, n);
+			struct fuse_buf mb = { .size = n, .mem = m };
+			fuse_session_process_buf(w->se, &mb);
+			if (ih->opcode == FUSE_INIT)
+				atomic_store(&init_seen, true);
+		}
+		free(m);
+	} else {
+		struct fuse_buf buf = { .size = n, .flags = FUSE_BUF_IS_FD, .fd = w->pipe[0] };
+		fuse_session_process_buf(w->se, &buf);
+	}
+	pipe_drain(w->pipe[0]);
+	reader_done();
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -175,42 +214,22 @@ static void *worker_main(void *arg)
 	pthread_setname_np(pthread_self(), "ckptfs-fuse");
 	while (!fuse_session_exited(w->se)) {
 		if (!reader_enter()) {
-			reader_leave();
+			reader_leave(false);
 			break;
 		}
 		ssize_t n = splice(fd, NULL, w->pipe[1], NULL, pipe_bytes + PAGE, 0);
-		reader_leave();
-		if (n < 0) {
-			if (errno == EINTR || errno == EAGAIN || errno == ENOENT)
-				continue;	/* ENOENT: the request was interrupted */
-			if (errno != ENODEV)
-				log_err("reading /dev/fuse: %s", strerror(errno));
-			fuse_session_exit(w->se);
-			break;
-		}
-		if (n == 0) {
-			fuse_session_exit(w->se);
-			break;
-		}
-		atomic_fetch_add_explicit(&requests, 1, memory_order_relaxed);
-		if (!atomic_load(&init_seen)) {
-			/* The first request is INIT: show it to devio.c before libfuse. */
-			char *m = xmalloc((size_t)n);
-			if (read_full(w->pipe[0], m, (size_t)n) == 0) {
-				const struct fuse_in_header *ih = (const void *)m;
-				devio_note_init(m, (size_t)n);
-				struct fuse_buf mb = { .size = (size_t)n, .mem = m };
-				fuse_session_process_buf(w->se, &mb);
-				if (ih->opcode == FUSE_INIT)
-					atomic_store(&init_seen, true);
-			}
-			free(m);
-			pipe_drain(w->pipe[0]);
+		int err = n < 0 ? errno : 0;
+		reader_leave(n > 0);
+		if (n > 0) {
+			request_handle(w, (size_t)n);
 			continue;
 		}
-		struct fuse_buf buf = { .size = (size_t)n, .flags = FUSE_BUF_IS_FD, .fd = w->pipe[0] };
-		fuse_session_process_buf(w->se, &buf);
-		pipe_drain(w->pipe[0]);
+		if (err == EINTR || err == EAGAIN || err == ENOENT)
+			continue;	/* ENOENT: the request was interrupted */
+		if (n < 0 && err != ENODEV)
+			log_err("reading /dev/fuse: %s", strerror(err));
+		fuse_session_exit(w->se);	/* ENODEV or end of file: unmounted */
+		break;
 	}
 	atomic_store(&w->done, true);
 	return NULL;
@@ -346,6 +365,8 @@ int fs_serve(struct ckptfs *fs)
 	sigemptyset(&sa.sa_mask);
 	sigaction(WAKE_SIGNAL, &sa, NULL);
 	/* The transport (see the top): devio.c, and io_uring if INIT takes it. */
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	rd.cpus = cpus > 2 ? (unsigned)cpus : 2;
 	if (fs->splice_loop) {
 		if (devio_install(fs, fs->se) == 0)
 			fsu_prepare(fs, fs->se, fs->opt.max_threads);
