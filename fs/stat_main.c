@@ -87,6 +87,10 @@ static const struct metric {
 	{ "backend_retries", "counter", "Backend retries" },
 	{ "degraded", "gauge", "1 while the backend is failing" },
 	{ "blocked_ops", "gauge", "Operations the backend refused, holding back later ones" },
+	{ "dir_fds_open", "gauge", "Backend directory descriptors open" },
+	{ "dir_fd_closes", "counter", "Idle backend directory descriptors closed for room" },
+	{ "temp_fds_open", "gauge", "Temporary files written and not yet published" },
+	{ "temp_fds_cap", "gauge", "Temporary files beyond which further versions wait in the cache" },
 	{ "files_open_for_writing", "gauge", "Modified files still open for writing" },
 	{ "watermark_age_s", "gauge", "Age of this node's durable watermark" },
 	{ "peers_known", "gauge", "Peers whose watermark this node has read" },
@@ -273,6 +277,10 @@ static void show_human(const struct json_obj *o)
 		printf("  backend:      ok (%.0f errors so far)\n", NUM(o, "backend_errors"));
 	printf("  io:           %s, fsync %s, up %.0f s\n", engine ? engine : "?", fsync ? fsync : "?",
 	       NUM(o, "uptime_s"));
+	double temps = NUM(o, "temp_fds_open"), temp_cap = NUM(o, "temp_fds_cap");
+	printf("  descriptors:  dirs %.0f/%.0f (%.0f closed for room), temp files %.0f/%.0f%s\n",
+	       NUM(o, "dir_fds_open"), NUM(o, "dir_fds_cap"), NUM(o, "dir_fd_closes"), temps, temp_cap,
+	       temp_cap > 0 && temps >= temp_cap ? " (at the cap: versions wait in the cache)" : "");
 	const char *tr = json_str(o, "fuse_transport");
 	if (tr) {
 		bool ring = !strcmp(tr, "io_uring");

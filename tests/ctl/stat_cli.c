@@ -6,7 +6,7 @@
  * exists, so it has a pending file and a degraded backend; M2 is healthy.
  *  - default: per mount, a header line "MOUNT  (backend DIR)" then the
  *    lines cache:, held:, durable:, pending:, rates:, sequence:,
- *    backpressure:, backend:, io:, node: in that order, each matched by a
+ *    backpressure:, backend:, io:, descriptors:, fuse:, node: in that order, each matched by a
  *    pattern (bars, percentages, units); reports of two mounts separated
  *    by one blank line; "backend: ok" on M2, "BLOCKED at seq" on M1;
  *  - --json: exactly one strict JSON object per mount per line, in order;
@@ -100,6 +100,8 @@ static const char *const human[] = {
 	"|BLOCKED at seq [0-9]+: [a-z]+ .+: .+ \\(uid [0-9]+, for [0-9]+ s, [0-9]+ operations behind it\\); "
 	"retrying; data stays cached .+)$",
 	"^  io: +(io_uring|pwrite), fsync (durable|lazy), up [0-9]+ s$",
+	"^  descriptors: +dirs [0-9]+/[0-9]+ \\([0-9]+ closed for room\\), temp files [0-9]+/[0-9]+"
+	"( \\(at the cap: versions wait in the cache\\))?$",
 	"^  fuse: +(/dev/fuse|io_uring \\([0-9]+ queues\\)), requests up to [0-9]+ KiB, passthrough (on|off)$",
 	"^  node: +[A-Za-z0-9._-]+, (no peers|peers [0-9]+/[0-9]+ seen, .+), lease (held|lost)$",
 };
