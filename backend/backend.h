@@ -37,7 +37,7 @@
  *      an operation whose record could not be appended is not applied.
  *
  * Lock order: (fs namespace lock) -> cfile->lock -> be->lock -> be->mv_lock
- * -> be->bt_lock.
+ * -> be->bt_lock -> be->dfd_lock (btree.c).
  * The publisher and flushers take be->lock only to move operations between
  * queues and never hold it across a system call.
  */

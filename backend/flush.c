@@ -87,8 +87,8 @@ static void temp_release(void *tag)
 {
 	struct btemp *t = tag;
 
-	atomic_fetch_sub(&t->be->temp_open, 1);
 	if (!t->published) {
+		atomic_fetch_sub(&t->be->temp_open, 1);
 		int d = bnode_dirfd(t->be, t->dir);
 		if (d >= 0) {
 			bsys.unlinkat(d, t->name, 0);
@@ -135,9 +135,13 @@ static int temp_create(struct backend *be, struct bnode *dir, char kind, struct 
 	return 0;
 }
 
+/* Once: a published file no longer counts against be->temp_cap, even while it is held open. */
 void flush_temp_mark_published(struct cfd *out)
 {
-	((struct btemp *)out->tag)->published = true;
+	struct btemp *t = out->tag;
+
+	t->published = true;
+	atomic_fetch_sub(&t->be->temp_open, 1);
 }
 
 const char *flush_temp_name(struct cfd *out, struct bnode **dir)

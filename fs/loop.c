@@ -24,15 +24,15 @@
  * each request to one of them), but at most READERS of them wait in
  * splice() at a time; the rest are parked.  The kernel wakes the longest
  * waiting reader first, so with every worker waiting, consecutive requests
- * of one writer went round all of them, each cold: 8 KiB writes ran 1.3x
- * and small files 3.9x slower than with two threads.  A worker is
+ * of one writer would go round all of them, each cold (8 KiB writes 1.3x
+ * and small files 3.9x slower than with two threads).  A worker is
  * unparked when no reader is left and: a request was just taken while
  * fewer handlers than CPUs run (many ranks writing at once, on a node with
  * the CPUs to copy their data in parallel); a handler is about to wait
  * (for cache space, wait.c); or no request was read for a whole tick of
  * fs_serve (a handler blocked elsewhere: a backend call that hangs).  A
- * blocked handler occupies one worker and the others go on, as before.  With splice=off (or no
- * 1 MiB pipe) libfuse's multi-threaded loop serves instead, run in a thread
+ * blocked handler occupies one worker; the others go on.  With splice=off
+ * (or no 1 MiB pipe) libfuse's multi-threaded loop serves instead, run in a thread
  * of its own so that stopping it is bounded the same way.
  *
  * Transport: with the splice loop, replies go through devio.c, which may
@@ -108,10 +108,14 @@ static struct {
 	bool stop;
 } rd = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 2, false };
 
-/* Become a reader, or park until one is wanted; false once the loop stops. */
-static bool reader_enter(void)
+/*
+ * Become a reader, or park until one is wanted; false once the loop stops.
+ * handled: this worker comes back from handling a request.
+ */
+static bool reader_enter(bool handled)
 {
 	pthread_mutex_lock(&rd.lock);
+	rd.busy -= handled;
 	while (rd.waiting >= READERS && !rd.stop) {
 		rd.parked++;
 		pthread_cond_wait(&rd.cond, &rd.lock);
@@ -133,14 +137,6 @@ static void reader_leave(bool got)
 	pthread_mutex_unlock(&rd.lock);
 	if (unpark)
 		pthread_cond_signal(&rd.cond);
-}
-
-/* The request taken is handled. */
-static void reader_done(void)
-{
-	pthread_mutex_lock(&rd.lock);
-	rd.busy--;
-	pthread_mutex_unlock(&rd.lock);
 }
 
 /* Unpark a worker if no reader is left; true if one was. */
@@ -203,7 +199,6 @@ static void request_handle(struct worker *w, size_t n)
 		fuse_session_process_buf(w->se, &buf);
 	}
 	pipe_drain(w->pipe[0]);
-	reader_done();
 }
 
 static void *worker_main(void *arg)
@@ -212,15 +207,15 @@ static void *worker_main(void *arg)
 	int fd = fuse_session_fd(w->se);
 
 	pthread_setname_np(pthread_self(), "ckptfs-fuse");
-	while (!fuse_session_exited(w->se)) {
-		if (!reader_enter()) {
+	for (bool handled = false; !fuse_session_exited(w->se);) {
+		if (!reader_enter(handled)) {
 			reader_leave(false);
 			break;
 		}
 		ssize_t n = splice(fd, NULL, w->pipe[1], NULL, pipe_bytes + PAGE, 0);
 		int err = n < 0 ? errno : 0;
 		reader_leave(n > 0);
-		if (n > 0) {
+		if ((handled = n > 0)) {
 			request_handle(w, (size_t)n);
 			continue;
 		}

@@ -461,6 +461,15 @@ void cu_assert_snapshots_equal(const char *what, const char *a, const char *b)
 		      b ? b : "(torn)\n");
 }
 
+void cu_assert_backend_is_mount(struct tmount *m)
+{
+	char *back = cu_tree_snapshot(m->backend), *mnt = cu_tree_snapshot(m->mnt);
+
+	cu_assert_snapshots_equal("backend vs mount", back, mnt);
+	free(back);
+	free(mnt);
+}
+
 static int temp_total;
 
 static int count_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)

@@ -94,6 +94,8 @@ char *cu_tree_snapshot(const char *root);
 char *cu_tree_stable(const char *root);
 /* Fail, printing both, unless the snapshots are equal. */
 void cu_assert_snapshots_equal(const char *what, const char *a, const char *b);
+/* The backend's tree equals the mount's (snapshots of both). */
+void cu_assert_backend_is_mount(struct tmount *m);
 /* ".ckptfs." temporary names in every directory under root. */
 int cu_count_temp_tree(const char *root);
 
