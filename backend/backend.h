@@ -45,6 +45,7 @@
 #define CKPTFS_BACKEND_H
 
 #include "cache/cfile.h"
+#include "cache/strmap.h"
 #include "backend/bio.h"
 #include "backend/manifest.h"
 #include "backend/nodes.h"
@@ -197,6 +198,7 @@ struct backend_stats {
 	atomic_uint_least64_t copied_bytes;	/* ... copied there from published files (base_copy) */
 	atomic_uint_least64_t versions_published;
 	atomic_uint_least64_t ops_applied;
+	atomic_uint_least64_t passes;		/* the publisher's walks of the queue */
 	atomic_uint_least64_t errors;
 	atomic_uint_least64_t retries;
 	atomic_uint_least64_t flushing_bytes;	/* versions being written now */
@@ -276,6 +278,8 @@ struct backend {
 	struct list intents;		/* versions whose intent record is not written yet */
 	struct order_state *order;	/* the last scheduling pass (order.c) */
 	uint64_t wake_ns;		/* publisher: next timed look at the queue */
+	bool pass_due;			/* publisher: something may apply now (pub_kick) */
+	uint64_t last_pass_ns;		/* publisher: when its last pass ran */
 	int sync_err;			/* the group sync is failing (-errno), else 0 */
 	uint64_t compact_after_ns;	/* publisher: no manifest compaction before */
 	uint64_t sync_first_seq;	/* ... for the batch starting at this seq */
@@ -352,6 +356,13 @@ void op_free(struct op *op);
 uint64_t backend_next_seq(struct backend *be);
 /* Returns the -errno of a blocked operation that will hold op back, or 0. */
 int backend_submit(struct backend *be, struct op *op);
+/*
+ * Something may be applied now (a flush ended, a retry, a skip, a peer's
+ * news): have the publisher run a pass (be->lock held).  A submission that
+ * cannot apply yet does not kick: a pass walks the whole queue, and a
+ * backend that stalls with 100,000 queued must not cost a walk per file.
+ */
+void publisher_kick_locked(struct backend *be);
 uint64_t backend_last_seq(struct backend *be);
 static inline uint64_t backend_durable_seq(struct backend *be)
 {
@@ -464,8 +475,7 @@ void bnode_set_unloaded(struct backend *be, struct bnode *b, struct bnode *dir, 
  * subtree with anything pending in it is seen from its top).
  */
 struct pending_set {
-	struct { char *name; } *names;
-	size_t nnames;
+	struct strset names;
 	const struct bnode **nodes;	/* open-addressed hash set */
 	size_t cap, nnodes;
 };

@@ -784,7 +784,7 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 			cfd_put(j->out);
 		}
 	}
-	pthread_cond_signal(&be->pub_cond);
+	publisher_kick_locked(be);
 	pthread_mutex_unlock(&be->lock);
 }
 

@@ -126,7 +126,7 @@ static void peer_read(struct nodes *nd, const char *name, bool with_lease)
 static void publisher_kick(struct backend *be)
 {
 	pthread_mutex_lock(&be->lock);
-	pthread_cond_signal(&be->pub_cond);
+	publisher_kick_locked(be);
 	pthread_mutex_unlock(&be->lock);
 }
 

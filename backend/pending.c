@@ -60,18 +60,13 @@ bool pending_has_node(const struct pending_set *s, const struct bnode *b)
 
 static void name_put(struct pending_set *s, const char *name)
 {
-	if (!name || pending_has_name(s, name))
-		return;
-	s->names = xrealloc(s->names, (s->nnames + 1) * sizeof(*s->names));
-	s->names[s->nnames++].name = xstrdup(name);
+	if (name)
+		strset_add(&s->names, name);	/* hashed: a directory may have 10,000s */
 }
 
 bool pending_has_name(const struct pending_set *s, const char *name)
 {
-	for (size_t i = 0; i < s->nnames; i++)
-		if (!strcmp(s->names[i].name, name))
-			return true;
-	return false;
+	return strset_has(&s->names, name);
 }
 
 /* b and its ancestors (bt_lock held). */
@@ -107,9 +102,7 @@ void backend_pending_scan(struct backend *be, struct bnode *dir, struct pending_
 
 void pending_free(struct pending_set *s)
 {
-	for (size_t i = 0; i < s->nnames; i++)
-		free(s->names[i].name);
-	free(s->names);
+	strset_clear(&s->names);
 	free(s->nodes);
 	memset(s, 0, sizeof(*s));
 }

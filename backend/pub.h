@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 
 #define PUB_BATCH 512
+#define PASS_GAP_NS (1000ull * 1000000)	/* the publisher looks at least this often */
 
 /* ---- order.c ------------------------------------------------------------ */
 

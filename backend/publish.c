@@ -107,9 +107,18 @@ int backend_submit(struct backend *be, struct op *op)
 	}
 	struct op *blocker = order_note_submit(be, op);
 	int err = blocker ? blocker->err : 0;
-	pthread_cond_signal(&be->pub_cond);
+	if (op->state == OPS_READY && op->flush_first)
+		publisher_kick_locked(be);	/* nothing before it holds it */
+	else if (op->kind == OP_VERSION)
+		pthread_cond_signal(&be->pub_cond);	/* its intent record, no pass */
 	pthread_mutex_unlock(&be->lock);
 	return err;
+}
+
+void publisher_kick_locked(struct backend *be)
+{
+	be->pass_due = true;
+	pthread_cond_signal(&be->pub_cond);
 }
 
 /* ---- seal times (nodes.h N3) ------------------------------------------ */
@@ -347,7 +356,7 @@ void backend_retry(struct backend *be)
 {
 	pthread_mutex_lock(&be->lock);
 	be->retry_now = true;
-	pthread_cond_signal(&be->pub_cond);
+	publisher_kick_locked(be);
 	pthread_mutex_unlock(&be->lock);
 }
 
@@ -388,7 +397,7 @@ long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report)
 			list_del(&op->qlink);
 		n++;
 	}
-	pthread_cond_signal(&be->pub_cond);
+	publisher_kick_locked(be);
 	pthread_mutex_unlock(&be->lock);
 	fpset_free(&gone);
 	return n;
@@ -573,6 +582,27 @@ static void *publisher_main(void *arg)
 			break;
 		}
 		uint64_t now = now_ns();
+		/*
+		 * A pass walks the whole queue: run one only when something may
+		 * apply (publisher_kick_locked), at the time the last one asked
+		 * for (a retry, a held marker), and at least every PASS_GAP_NS
+		 * while anything is queued — a bound on any wake-up missed.
+		 */
+		uint64_t gap_end = be->last_pass_ns + PASS_GAP_NS;
+		if (!be->pass_due && now < be->wake_ns && (list_empty(&be->ops) || now < gap_end)) {
+			if (list_empty(&be->intents)) {
+				uint64_t until = list_empty(&be->ops) ? be->wake_ns : CKPT_MIN(be->wake_ns, gap_end);
+				if (until == UINT64_MAX)
+					pthread_cond_wait(&be->pub_cond, &be->lock);
+				else
+					cond_wait_ns(&be->pub_cond, &be->lock, until - now);
+			}
+			pthread_mutex_unlock(&be->lock);
+			continue;
+		}
+		be->pass_due = false;
+		be->last_pass_ns = now;
+		atomic_fetch_add(&be->st.passes, 1);
 		be->wake_ns = UINT64_MAX;
 		uint64_t unused = UINT64_MAX;
 		skipped_collect(be, &gone);
@@ -586,15 +616,10 @@ static void *publisher_main(void *arg)
 				pthread_mutex_unlock(&be->lock);
 				break;
 			}
-			if (list_empty(&be->intents)) {
-				if (be->wake_ns == UINT64_MAX)
-					pthread_cond_wait(&be->pub_cond, &be->lock);
-				else if (be->wake_ns > now)
-					cond_wait_ns(&be->pub_cond, &be->lock, be->wake_ns - now);
-			}
 			pthread_mutex_unlock(&be->lock);
-			continue;
+			continue;	/* waits at the top until kicked or due */
 		}
+		be->pass_due = true;	/* look again once these are done with */
 		pthread_mutex_unlock(&be->lock);
 		waiters_answer(&ready);
 		skipped_drop(be, &gone);
@@ -646,6 +671,7 @@ static void *publisher_main(void *arg)
 		}
 		pthread_mutex_lock(&be->lock);
 		be->sync_err = 0;
+		be->pass_due = true;	/* what waited behind the batch */
 		for (unsigned i = 0; i < n; i++)
 			batch[i]->in_batch = false;
 		for (unsigned i = 0; i < applied; i++)
@@ -778,6 +804,7 @@ static void threads_join(struct backend *be, bool abort)
 	pthread_mutex_lock(&be->lock);
 	be->stopping = true;
 	be->aborting = abort;
+	be->pass_due = true;
 	pthread_cond_broadcast(&be->pub_cond);
 	pthread_cond_broadcast(&be->flush_cond);
 	pthread_cond_broadcast(&be->spill_cond);

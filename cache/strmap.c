@@ -95,3 +95,37 @@ void strmap_destroy(struct strmap *m)
 	free(m->b);
 	memset(m, 0, sizeof(*m));
 }
+
+/* ---- the string set ------------------------------------------------------- */
+
+struct strset_entry {
+	struct strmap_node node;	/* first: a node is its entry */
+	char key[];
+};
+
+bool strset_add(struct strset *s, const char *key)
+{
+	if (strmap_get(&s->m, key))
+		return false;
+	size_t len = strlen(key) + 1;
+	struct strset_entry *e = xmalloc(sizeof(*e) + len);
+	memcpy(e->key, key, len);
+	e->node.key = e->key;
+	strmap_insert(&s->m, &e->node);
+	return true;
+}
+
+bool strset_has(const struct strset *s, const char *key)
+{
+	return strmap_get(&s->m, key) != NULL;
+}
+
+void strset_clear(struct strset *s)
+{
+	for (size_t i = 0; i < s->m.nb; i++)
+		for (struct strmap_node *e = s->m.b[i], *next; e; e = next) {
+			next = e->next;
+			free(e);
+		}
+	strmap_destroy(&s->m);
+}

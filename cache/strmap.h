@@ -11,6 +11,7 @@
 #ifndef CKPTFS_STRMAP_H
 #define CKPTFS_STRMAP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct strmap_node {
@@ -39,5 +40,19 @@ struct strmap_node *strmap_take_tree(struct strmap *m, const char *key);
 /* Free the table (not the nodes); the map is empty afterwards. */
 void strmap_destroy(struct strmap *m);
 /* Visit every node: for (i < m->nb) for (e = m->b[i]; e; e = next) — next read first. */
+
+/*
+ * A set of strings that owns copies of them, for sets that can grow to
+ * tens of thousands of names (a directory's pending names).  Zeroed is empty.
+ */
+struct strset {
+	struct strmap m;
+};
+
+/* Add a copy of key; false if it was there already. */
+bool strset_add(struct strset *s, const char *key);
+bool strset_has(const struct strset *s, const char *key);
+/* Free every key and the table; the set is empty afterwards. */
+void strset_clear(struct strset *s);
 
 #endif

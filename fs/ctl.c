@@ -221,6 +221,7 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 		  (unsigned long long)atomic_load(&be->st.versions_published),
 		  (unsigned long long)atomic_load(&be->st.ops_applied),
 		  (unsigned long long)atomic_load(&be->st.dir_fsyncs));
+	sb_printf(b, ", \"publisher_passes\": %llu", (unsigned long long)atomic_load(&be->st.passes));
 	pthread_mutex_lock(&be->dfd_lock);
 	unsigned dfds = be->dfd_open;
 	pthread_mutex_unlock(&be->dfd_lock);

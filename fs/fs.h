@@ -79,8 +79,7 @@ struct fsnode {
 	uint64_t refresh_deadline_ns;	/* requests wait for a revalidation until then */
 	uint64_t listed_wall_ns;	/* wall clock when its entries were last read whole */
 	struct bstamp stamp;	/* the backend directory as of that read */
-	char **changed;		/* names added or removed here while `track` */
-	uint32_t nchanged;
+	struct strset *changed;	/* names added or removed here while `track` */
 
 	/* regular files (ns) */
 	bool ever_sealed;	/* a version was queued or it came from the backend */

@@ -500,29 +500,23 @@ static void changed_note(struct fsnode *dir, const char *name)
 {
 	if (!dir->track)
 		return;
-	for (uint32_t i = 0; i < dir->nchanged; i++)
-		if (!strcmp(dir->changed[i], name))
-			return;
-	dir->changed = xrealloc(dir->changed, (dir->nchanged + 1) * sizeof(char *));
-	dir->changed[dir->nchanged++] = xstrdup(name);
+	if (!dir->changed)
+		dir->changed = xcalloc(1, sizeof(*dir->changed));
+	strset_add(dir->changed, name);
 }
 
 static void changed_clear(struct fsnode *dir)
 {
-	for (uint32_t i = 0; i < dir->nchanged; i++)
-		free(dir->changed[i]);
+	if (dir->changed)
+		strset_clear(dir->changed);
 	free(dir->changed);
 	dir->changed = NULL;
-	dir->nchanged = 0;
 	dir->track = false;
 }
 
 static bool changed_has(const struct fsnode *dir, const char *name)
 {
-	for (uint32_t i = 0; i < dir->nchanged; i++)
-		if (!strcmp(dir->changed[i], name))
-			return true;
-	return false;
+	return dir->changed && strset_has(dir->changed, name);
 }
 
 /* Local state that keeps n as this node sees it (ns held); budget bounds subtree walks. */
@@ -665,10 +659,14 @@ static void dir_refresh(struct ckptfs *fs, struct fsnode *dir)
 	if (stamp_eq(&now_stamp, &dir->stamp) && dir->listed_wall_ns > stamp_time + STAMP_SLACK_NS)
 		goto done;
 	/* Read it again: what this node has, then the backend, then merge. */
+	size_t cap = 0;
 	for (struct list *e = dir->entries.next; e != &dir->entries; e = e->next) {
 		struct fsdent *d = list_entry(e, struct fsdent, dlink);
 		struct fsnode *n = d->node;
-		sn = xrealloc(sn, (nsn + 1) * sizeof(*sn));
+		if (nsn == cap) {
+			cap = cap ? cap * 2 : 64;
+			sn = xrealloc(sn, cap * sizeof(*sn));
+		}
 		sn[nsn] = (struct snap){ .name = xstrdup(d->name), .bid = n->bid, .bknown = n->bknown };
 		if (S_ISREG(n->mode) && n->cf) {
 			sn[nsn].base = cfile_base_ref(n->cf);

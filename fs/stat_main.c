@@ -89,6 +89,7 @@ static const struct metric {
 	{ "blocked_ops", "gauge", "Operations the backend refused, holding back later ones" },
 	{ "dir_fds_open", "gauge", "Backend directory descriptors open" },
 	{ "dir_fd_closes", "counter", "Idle backend directory descriptors closed for room" },
+	{ "publisher_passes", "counter", "Publisher walks of the queue of pending operations" },
 	{ "temp_fds_open", "gauge", "Temporary files written and not yet published" },
 	{ "temp_fds_cap", "gauge", "Temporary files beyond which further versions wait in the cache" },
 	{ "files_open_for_writing", "gauge", "Modified files still open for writing" },
