@@ -69,24 +69,49 @@ void record_intent(struct backend *be, const struct op *op)
 	sb_free(&b);
 }
 
+static void touch_add(struct bnode ***v, unsigned *n, unsigned *cap, struct bnode *b)
+{
+	for (unsigned i = 0; i < *n; i++)
+		if ((*v)[i] == b)
+			return;
+	if (*n == *cap) {
+		*cap = *cap ? *cap * 2 : 64;
+		*v = xrealloc(*v, *cap * sizeof(**v));
+	}
+	(*v)[(*n)++] = bnode_get(b);
+}
+
 static void touch_dir(struct touched *t, struct bnode *d)
 {
-	if (!d)
-		return;
-	for (unsigned i = 0; i < t->n; i++)
-		if (t->dirs[i] == d)
-			return;
-	if (t->n < CKPT_ARRAY_LEN(t->dirs))
-		t->dirs[t->n++] = bnode_get(d);
+	if (d)
+		touch_add(&t->dirs, &t->n, &t->cap, d);
 }
 
 static void touch_file(struct touched *t, struct bnode *b)
 {
+	touch_add(&t->files, &t->nfiles, &t->capfiles, b);
+}
+
+void touched_free(struct touched *t)
+{
+	for (unsigned i = 0; i < t->n; i++)
+		bnode_put(t->dirs[i]);
 	for (unsigned i = 0; i < t->nfiles; i++)
-		if (t->files[i] == b)
-			return;
-	if (t->nfiles < CKPT_ARRAY_LEN(t->files))
-		t->files[t->nfiles++] = bnode_get(b);
+		bnode_put(t->files[i]);
+	free(t->dirs);
+	free(t->files);
+	free(t);
+}
+
+/*
+ * An xattr the backend would not take: a namespace it does not support, or
+ * one even root may not set there, is left out; anything else (EIO, ENOSPC,
+ * EDQUOT...) fails the publication, which is retried: a version is never
+ * reported durable without the xattrs it should carry.
+ */
+static int xattr_err(int r)
+{
+	return r == -ENOTSUP || r == -EOPNOTSUPP || r == -EPERM || r == -EACCES ? 0 : r;
 }
 
 /*
@@ -94,34 +119,39 @@ static void touch_file(struct touched *t, struct bnode *b)
  * fine, and so is one that is no longer a file (a symlink planted there is
  * refused by bsys, logged, and its target never read).
  */
-static void xattrs_copy(int dirfd, const char *name, int tdirfd, const char *tname)
+static int xattrs_copy(int dirfd, const char *name, int tdirfd, const char *tname)
 {
 	char keys[4096], val[4096];
 	ssize_t n;
+	int r = 0;
 
 	n = bsys.listxattr(dirfd, name, keys, sizeof(keys), 0);
-	for (ssize_t off = 0; n > 0 && off < n; off += (ssize_t)strlen(keys + off) + 1) {
+	for (ssize_t off = 0; r == 0 && n > 0 && off < n; off += (ssize_t)strlen(keys + off) + 1) {
 		ssize_t vl = bsys.getxattr(dirfd, name, keys + off, val, sizeof(val), 0);
 		if (vl >= 0)
-			bsys.setxattr(tdirfd, tname, keys + off, val, (size_t)vl, 0, 0);
+			r = xattr_err(bsys.setxattr(tdirfd, tname, keys + off, val, (size_t)vl, 0, 0));
 	}
+	return r;
 }
 
 /* Set the xattrs serialised as [u32 keylen][key\0][u32 vallen][value]... */
-static void xattrs_apply_blob(const char *p, size_t len, int dfd, const char *name)
+static int xattrs_apply_blob(const char *p, size_t len, int dfd, const char *name)
 {
-	while (len >= 8) {
+	int r = 0;
+
+	while (r == 0 && len >= 8) {
 		uint32_t kl, vl;
 		memcpy(&kl, p, 4);
 		if (len < 8 + (size_t)kl)
-			return;
+			break;
 		memcpy(&vl, p + 4 + kl, 4);
 		if (len < 8 + (size_t)kl + vl)
-			return;
-		bsys.setxattr(dfd, name, p + 4, p + 8 + kl, vl, 0, 0);
+			break;
+		r = xattr_err(bsys.setxattr(dfd, name, p + 4, p + 8 + kl, vl, 0, 0));
 		p += 8 + kl + vl;
 		len -= 8 + (size_t)kl + vl;
 	}
+	return r;
 }
 
 static int apply_attrs(struct backend *be, int dfd, const char *name, const struct op *op,
@@ -145,8 +175,26 @@ static int apply_attrs(struct backend *be, int dfd, const char *name, const stru
 	return r;
 }
 
+/*
+ * Is the temporary file at (tfd, tname) still the one written through
+ * out?  The directory is a user's, who may have renamed it away and put
+ * their own file there: that one is never published in its place.
+ */
+static int temp_is_ours(int tfd, const char *tname, struct cfd *out)
+{
+	int r = bsys_name_is(tfd, tname, out->fd);
+
+	if (r == 0)
+		return 0;
+	if (r == -ENOENT || r == -ESTALE)
+		log_warn("backend: temporary file '%s' was replaced or removed by someone "
+			 "else; not publishing what is there", tname);
+	return r == -ESTALE ? -EPERM : r;
+}
+
 /* Give every other hard link of b the contents now at (dir, name). */
-static int relink_others(struct backend *be, struct bnode *b, int dfd, const char *name)
+static int relink_others(struct backend *be, struct bnode *b, int dfd, const char *name,
+			 struct touched *t)
 {
 	for (uint32_t i = 1; i < b->nlinks; i++) {
 		char tmp[64];
@@ -159,6 +207,8 @@ static int relink_others(struct backend *be, struct bnode *b, int dfd, const cha
 		r = bsys.linkat(dfd, name, ld, tmp);
 		if (r == 0)
 			r = bsys.renameat2(ld, tmp, ld, b->links[i].name, 0);
+		if (r == 0)
+			touch_dir(t, ldir);	/* its entry changed: synced before "durable" */
 		bnode_dirfd_put(be, ldir);
 		if (r < 0)
 			return r;
@@ -180,10 +230,14 @@ static int apply_version(struct backend *be, struct op *op, struct touched *t)
 	}
 	if (op->renamed)	/* a retry after the hard links failed */
 		goto relink;
+	if ((r = temp_is_ours(tfd, tname, op->out)) < 0)
+		goto relink;	/* skipped there: r < 0 */
 	if (op->xattr_blob)
-		xattrs_apply_blob(op->value, op->value_len, tfd, tname);
+		r = xattrs_apply_blob(op->value, op->value_len, tfd, tname);
 	else if (op->copy_xattrs)
-		xattrs_copy(dfd, op->name, tfd, tname);
+		r = xattrs_copy(dfd, op->name, tfd, tname);
+	if (r < 0)
+		goto relink;
 	pthread_rwlock_wrlock(&be->mv_lock);
 	r = bsys.renameat2(tfd, tname, dfd, op->name, 0);
 	if (r == 0) {
@@ -200,7 +254,7 @@ static int apply_version(struct backend *be, struct op *op, struct touched *t)
 relink:
 	/* Only the publisher changes links, so reading them unlocked here is safe. */
 	if (r == 0 && op->node->nlinks > 1)
-		r = relink_others(be, op->node, dfd, op->name);
+		r = relink_others(be, op->node, dfd, op->name, t);
 	if (r == 0) {
 		touch_dir(t, op->dir);
 		touch_dir(t, tdir);
@@ -281,10 +335,18 @@ static int record_op(struct backend *be, struct op *op)
 }
 
 /* A new directory, symlink or node exists at (op->dir, op->name): owner, location. */
-static void created(struct backend *be, struct op *op, int dfd, struct touched *t)
+/*
+ * What op made at (dfd, op->name) gets its owner — only if what is there
+ * is still owned by `found` (the daemon, for what it just made): the parent
+ * may be a user's, who could swap another object in (bsys C5).
+ */
+static void created_as(struct backend *be, struct op *op, int dfd, struct touched *t, uid_t found)
 {
-	if (be->opt.chown && (op->valid & (OPA_UID | OPA_GID)))
+	if (be->opt.chown && (op->valid & (OPA_UID | OPA_GID))) {
+		bsys_owner_guard(found);
 		bsys.fchownat(dfd, op->name, op->uid, op->gid, op->kind == OP_SYMLINK ? BSYS_LINK : 0);
+		bsys_owner_guard_off();
+	}
 	pthread_rwlock_wrlock(&be->bt_lock);
 	bnode_link_add_locked(op->node, op->dir, op->name);
 	pthread_rwlock_unlock(&be->bt_lock);
@@ -310,6 +372,44 @@ void record_void(struct backend *be, const struct op *op, const char *why)
 	sb_free(&b);
 }
 
+static int count_name(void *arg, const char *name)
+{
+	(void)name;
+	(*(unsigned *)arg)++;
+	return 0;
+}
+
+/*
+ * A mkdir found a directory at its name (a replay after a crash, or a
+ * user's doing: the parent may be theirs).  Taken as this mkdir's only if
+ * it already has the owner it is to get, or is an empty one of the
+ * daemon's (a crash between the mkdir and its chown); anyone else's — say
+ * root's, renamed there by the parent's owner — is never given away.
+ * 0 (*found: its owner) or -EEXIST.
+ */
+static int mkdir_found(struct backend *be, struct op *op, int dfd, uid_t *found)
+{
+	struct stat st;
+	unsigned n = 0;
+	int fd;
+
+	if (bsys.fstatat(dfd, op->name, &st) < 0 || !S_ISDIR(st.st_mode))
+		return -EEXIST;
+	*found = st.st_uid;
+	if (!be->opt.chown || !(op->valid & OPA_UID) || st.st_uid == op->uid)
+		return 0;
+	if (st.st_uid == geteuid() &&
+	    (fd = bsys.openat(dfd, op->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0)) >= 0) {
+		int r = bsys.readdir(fd, count_name, &n);
+		bsys.close(fd);
+		if (r == 0 && n == 0)
+			return 0;
+	}
+	log_warn("backend: mkdir '%s' found a directory of uid %u there, not %u's: "
+		 "not taken", op->name, (unsigned)st.st_uid, (unsigned)op->uid);
+	return -EEXIST;
+}
+
 /* Apply a namespace or attribute change, op->dir's fd held (dfd, or -1): 0 or -errno. */
 static int apply_change_at(struct backend *be, struct op *op, struct touched *t, int dfd)
 {
@@ -320,13 +420,11 @@ static int apply_change_at(struct backend *be, struct op *op, struct touched *t,
 	switch (op->kind) {
 	case OP_MKDIR:
 		r = bsys.mkdirat(dfd, op->name, op->mode & 07777);
-		if (r == -EEXIST) {
-			struct stat st;
-			if (bsys.fstatat(dfd, op->name, &st) == 0 && S_ISDIR(st.st_mode))
-				r = 0;
-		}
+		uid_t found = geteuid();	/* who owns what is there now */
+		if (r == -EEXIST)
+			r = mkdir_found(be, op, dfd, &found);
 		if (r == 0) {
-			created(be, op, dfd, t);
+			created_as(be, op, dfd, t, found);
 			pthread_mutex_lock(&be->lock);		/* flushers wait for dirs */
 			pthread_cond_broadcast(&be->flush_cond);
 			pthread_mutex_unlock(&be->lock);
@@ -334,11 +432,11 @@ static int apply_change_at(struct backend *be, struct op *op, struct touched *t,
 		break;
 	case OP_SYMLINK:
 		if ((r = bsys.symlinkat(op->target, dfd, op->name)) == 0)
-			created(be, op, dfd, t);
+			created_as(be, op, dfd, t, geteuid());
 		break;
 	case OP_MKNOD:
 		if ((r = bsys.mknodat(dfd, op->name, op->mode & (S_IFMT | 07777), op->rdev)) == 0)
-			created(be, op, dfd, t);
+			created_as(be, op, dfd, t, geteuid());
 		break;
 	case OP_RMDIR:
 	case OP_UNLINK:
@@ -421,6 +519,9 @@ static int apply_change_at(struct backend *be, struct op *op, struct touched *t,
 			bnode_put(at);
 			return od;
 		}
+		/* The object there must still be the one the user may change (bsys C5). */
+		if (be->opt.chown && op->owner_known)
+			bsys_owner_guard(op->owner);
 		if (op->kind == OP_SETATTR)
 			r = apply_attrs(be, od, name, op, op->node->is_link);
 		else if (op->kind == OP_SETXATTR)
@@ -428,6 +529,7 @@ static int apply_change_at(struct backend *be, struct op *op, struct touched *t,
 					   op->node->is_link ? BSYS_LINK : 0);
 		else
 			r = bsys.removexattr(od, name, op->target, op->node->is_link ? BSYS_LINK : 0);
+		bsys_owner_guard_off();
 		bnode_dirfd_put(be, at);
 		if (r == -ENODATA)
 			r = 0;
@@ -529,6 +631,8 @@ int sync_touched(struct backend *be, struct touched *t)
 
 	for (unsigned i = 0; i < t->n; i++) {
 		int fd = bnode_dirfd(be, t->dirs[i]), r = 0;
+		if (fd < 0 && fd != -ENOENT && atomic_load(&t->dirs[i]->present))
+			r = fd;	/* not synced: not durable */
 		if (fd >= 0 && atomic_load(&t->dirs[i]->present)) {
 			r = bsys.fsync(fd);
 			if (r == -EBADF || r == -EINVAL)	/* an O_PATH fd, or a fs without dir fsync */
@@ -547,12 +651,13 @@ int sync_touched(struct backend *be, struct touched *t)
 			int d = bnode_dirfd(be, at), fd = d < 0 ? d : bsys.openat(d, name, O_RDONLY | O_NOFOLLOW, 0);
 			if (d >= 0)
 				bnode_dirfd_put(be, at);
+			int r = fd;	/* gone since (a later unlink): nothing to sync */
 			if (fd >= 0) {
-				int r = bsys.fsync(fd);
-				if (r < 0 && !err)
-					err = r;
+				r = bsys.fsync(fd);
 				bsys.close(fd);
 			}
+			if (r < 0 && r != -ENOENT && !err)
+				err = r;	/* could not be opened is not synced */
 			bnode_put(at);
 		}
 	}

@@ -143,6 +143,12 @@ struct op {
 	uid_t uid;
 	gid_t gid;
 	struct timespec atime, mtime;
+	/*
+	 * setattr, xattrs: the object's owner as the mount knew it before the
+	 * change; a root daemon changes only an object with that owner (bsys C5).
+	 */
+	uid_t owner;
+	bool owner_known;
 	/* OP_VERSION */
 	struct cver *ver;
 	struct cfd *out;	/* the temporary file being written */

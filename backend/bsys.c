@@ -115,6 +115,31 @@ static int refuse(int err, const char *call, const char *name, mode_t found, con
  * An O_PATH fd of the object at (d, n) itself, its type in *st; refused
  * (-ELOOP, logged) if it is a symlink.  fd or -errno.
  */
+static __thread bool guard_on;		/* C5 */
+static __thread uid_t guard_uid;
+
+void bsys_owner_guard(uid_t uid)
+{
+	guard_on = true;
+	guard_uid = uid;
+}
+
+void bsys_owner_guard_off(void)
+{
+	guard_on = false;
+}
+
+/* C5: may this thread change the attributes of an object with this owner? */
+static int guard_check(const struct stat *st, const char *call, const char *n)
+{
+	if (!guard_on || st->st_uid == guard_uid)
+		return 0;
+	char wanted[48];
+	snprintf(wanted, sizeof(wanted), "an object of uid %u (found uid %u)", (unsigned)guard_uid,
+		 (unsigned)st->st_uid);
+	return refuse(-EPERM, call, n, st->st_mode, wanted);
+}
+
 static int pin(int d, const char *n, const char *call, const char *wanted, struct stat *st)
 {
 	int fd = openat(d, n, O_PATH | O_NOFOLLOW | O_CLOEXEC), e;
@@ -130,7 +155,40 @@ static int pin(int d, const char *n, const char *call, const char *wanted, struc
 		close(fd);
 		return refuse(-ELOOP, call, n, st->st_mode, wanted);
 	}
+	if ((e = guard_check(st, call, n)) < 0) {
+		close(fd);
+		return e;
+	}
 	return fd;
+}
+
+bool bsys_same_file(int a, int b)
+{
+	struct stat sa, sb;
+
+	return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+	       sa.st_ino == sb.st_ino;
+}
+
+int bsys_name_is(int d, const char *n, int fd)
+{
+	struct stat sn, sf;
+
+	if (fstatat(d, n, &sn, AT_SYMLINK_NOFOLLOW) < 0 || fstat(fd, &sf) < 0)
+		return -errno;
+	return sn.st_dev == sf.st_dev && sn.st_ino == sf.st_ino ? 0 : -ESTALE;
+}
+
+/* C5 for a symlink itself, changed by name: checked first. */
+static int link_guard(int d, const char *n, const char *call)
+{
+	struct stat st;
+
+	if (!guard_on)
+		return 0;
+	if (fstatat(d, n, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	return guard_check(&st, call, n);
 }
 
 /* The magic link that reaches a pinned fd's inode. */
@@ -271,7 +329,7 @@ static int d_fchmodat(int d, const char *n, mode_t m)
 	char p[32];
 	int h, r;
 
-	if (!atomic_load(&no_fchmodat2)) {
+	if (!guard_on && !atomic_load(&no_fchmodat2)) {	/* C5 needs the pinned path */
 		if (syscall(SYS_fchmodat2, d, n, m, AT_SYMLINK_NOFOLLOW) == 0)
 			return 0;
 		r = -errno;
@@ -294,6 +352,8 @@ static int d_fchownat(int d, const char *n, uid_t u, gid_t g, int at)
 	struct stat st;
 	int h, r;
 
+	if ((at & BSYS_LINK) && (r = link_guard(d, n, "chown")) < 0)
+		return r;
 	if (at & BSYS_LINK)
 		RET(fchownat(d, n, u, g, AT_SYMLINK_NOFOLLOW));
 	if ((h = pin(d, n, "chown", WANT_FILE_OR_DIR, &st)) < 0)
@@ -309,6 +369,8 @@ static int d_utimensat(int d, const char *n, const struct timespec ts[2], int at
 	char p[32];
 	int h, r;
 
+	if ((at & BSYS_LINK) && (r = link_guard(d, n, "utimens")) < 0)
+		return r;
 	if (at & BSYS_LINK)
 		RET(utimensat(d, n, ts, AT_SYMLINK_NOFOLLOW));
 	if ((h = pin(d, n, "utimens", WANT_FILE_OR_DIR, &st)) < 0)
@@ -350,7 +412,10 @@ static int xpath_get(struct xpath *x, int d, const char *n, int at, const char *
 	x->h = -1;
 	x->link = at & BSYS_LINK;
 	if (x->link) {
-		int r = snprintf(x->p, sizeof(x->p), "/proc/self/fd/%d/%s", d, n);
+		int r = link_guard(d, n, call);
+		if (r < 0)
+			return r;
+		r = snprintf(x->p, sizeof(x->p), "/proc/self/fd/%d/%s", d, n);
 		return r < 0 || (size_t)r >= sizeof(x->p) ? -ENAMETOOLONG : 0;
 	}
 	if ((x->h = pin(d, n, call, WANT_FILE_OR_DIR, &st)) < 0)

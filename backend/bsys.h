@@ -20,6 +20,15 @@
  *      device there is refused (-ENXIO), a symlink too (-ELOOP), and logged.
  *      O_CREAT|O_EXCL creates; O_CREAT alone creates or opens as above.
  *  C4  Each entry returns >= 0 on success or -errno: callers never read errno.
+ *  C5  While an owner guard is set on the calling thread (bsys_owner_guard),
+ *      the attribute entries (fchmodat, fchownat, utimensat and the xattr
+ *      calls) act only on an object owned by that uid: anything else is
+ *      refused with -EPERM and logged.  The check and the change are made on
+ *      one pinned inode, so a name swapped in between cannot take the change
+ *      (a user who renames the daemon's root-owned stage file over their own
+ *      file's name, then chmods "their" file, gets -EPERM, not a set-user-ID
+ *      root file).  Symlinks themselves (BSYS_LINK) are checked, then
+ *      changed by name.
  *
  * The default entries call libc.  fault.c can wrap them (CKPTFS_FAULT in the
  * environment, see docs/testing.md) to inject errors, short writes and
@@ -35,6 +44,7 @@
 #define CKPTFS_BSYS_H
 
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -122,6 +132,13 @@ extern const struct bsys bsys_direct;
  * -ENOTDIR, instead of redirecting the whole mount).  fd or -errno.
  */
 int bsys_open_dir_path(const char *path);
+/* Do fds a and b hold the same inode?  (A name reopened: is it still ours?) */
+bool bsys_same_file(int a, int b);
+/* Is (d, n) itself (not followed) the inode fd holds?  0, -ESTALE if another, or -errno. */
+int bsys_name_is(int d, const char *n, int fd);
+/* C5: from now on this thread's attribute calls need an object owned by uid. */
+void bsys_owner_guard(uid_t uid);
+void bsys_owner_guard_off(void);
 
 /* Install fault wrappers from CKPTFS_FAULT; 0, or -EINVAL with a message. */
 int bsys_faults_from_env(void);

@@ -591,6 +591,13 @@ static int open_direct(struct backend *be, struct cfd *out)
 	bnode_dirfd_put(be, tdir);
 	if (fd == -EINVAL || fd == -EOPNOTSUPP)
 		atomic_store(&be->direct_unsupported, true);
+	if (fd >= 0 && !bsys_same_file(fd, out->fd)) {
+		/* The directory is a user's: the name may now be theirs, not ours. */
+		log_warn("backend: temporary file '%s' was replaced by someone else; "
+			 "not writing to what is there now", tname);
+		bsys.close(fd);
+		return -1;
+	}
 	return fd < 0 ? -1 : fd;
 }
 

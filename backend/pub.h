@@ -90,11 +90,12 @@ uint64_t backend_durable_wall_locked(struct backend *be, uint64_t *seq);
 
 /* Directories and files a batch touched: fsync'd before it is durable (P3). */
 struct touched {
-	struct bnode *dirs[PUB_BATCH * 2];
-	unsigned n;
-	struct bnode *files[PUB_BATCH];
-	unsigned nfiles;
+	struct bnode **dirs;	/* grown as needed: a hard-linked file touches */
+	unsigned n, cap;	/* every directory it has a name in */
+	struct bnode **files;
+	unsigned nfiles, capfiles;
 };
+void touched_free(struct touched *t);
 
 /*
  * Append op's write-ahead record for this attempt unless it has one (P7):

@@ -376,6 +376,10 @@ long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report)
 		pthread_mutex_unlock(&be->lock);
 		return first ? -EBUSY : -ENOENT;
 	}
+	if (first->renamed) {	/* on the backend in part: it can only be finished */
+		pthread_mutex_unlock(&be->lock);
+		return -EALREADY;
+	}
 	/* It, and every later operation that depends on it or on one that goes. */
 	for (struct list *e = &first->link; e != &be->ops; e = e->next) {
 		struct op *op = list_entry(e, struct op, link);
@@ -704,7 +708,7 @@ static void *publisher_main(void *arg)
 			}
 		}
 	}
-	free(t);
+	touched_free(t);
 	free(batch);
 	free(failed);
 	free(ferr);

@@ -575,6 +575,9 @@ static void ctl_command(struct ckptfs *fs, struct fshandle *h, const struct ctl_
 			sb_printf(&h->out, "{\"ok\": false, \"error\": ");
 			sb_json_str(&h->out, n == -EINVAL ? "skip needs the sequence number of a blocked operation"
 					     : n == -ENOENT ? "no pending operation has that sequence number"
+					     : n == -EALREADY ? "that version is already on the backend under "
+						"its own name (its other hard links are not yet): it can only be "
+						"finished, with retry, not skipped"
 					     : "that operation is not blocked; only a blocked operation can be skipped");
 			sb_printf(&h->out, "}\n");
 		} else {

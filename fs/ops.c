@@ -270,6 +270,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	}
 	unsigned valid = 0;
 	pthread_mutex_lock(&n->alock);
+	uid_t owner = n->uid;	/* before the change: the backend object's (bsys C5) */
 	if (to_set & FUSE_SET_ATTR_MODE) {
 		n->mode = (n->mode & S_IFMT) | (attr->st_mode & 07777);
 		valid |= OPA_MODE;
@@ -306,6 +307,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		op->gid = n->gid;
 		op->atime = n->atime;
 		op->mtime = n->mtime;
+		op->owner = owner;
+		op->owner_known = true;
 	}
 	pthread_mutex_unlock(&n->alock);
 	if (op)

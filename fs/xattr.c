@@ -272,10 +272,13 @@ static void xattr_change(fuse_req_t req, fuse_ino_t ino, const char *key, const 
 	}
 	if (r == 0)
 		clock_gettime(CLOCK_REALTIME, &n->ctime);
+	uid_t owner = n->uid;
 	pthread_mutex_unlock(&n->alock);
 	if (r == 0) {
 		struct op *op = op_new(val ? OP_SETXATTR : OP_RMXATTR);
 		op->node = bnode_get(n->b);
+		op->owner = owner;
+		op->owner_known = true;
 		op->target = xstrdup(key);
 		if (val) {
 			op->value = xmalloc(len ? len : 1);

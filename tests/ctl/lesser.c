@@ -1,0 +1,143 @@
+/*
+ * lesser.c — the lesser steps of a publication fail loudly (P3, P4): what
+ * is reported durable carries everything it should, and what is on the
+ * backend in part is never skipped as if it were not there.
+ *
+ *   xattrs   a file with a user xattr is rewritten while the backend's
+ *            setxattr fails (EIO): its new version is not durable (fsync
+ *            fails, the state is "blocked"), and once setxattr works again
+ *            it is published with its xattr.
+ *   sync     a chmod is applied, but the file cannot be opened for its
+ *            fsync (openat EIO): fsync and drain fail instead of saying
+ *            durable; then they succeed.
+ *   relink   a hard-linked file is rewritten; its own name takes the new
+ *            version but its other name's relink is refused (EACCES):
+ *            `ckptfs-ctl skip` of that version is refused (it is on the
+ *            backend in part, so it can only be finished), retry finishes
+ *            it: both names hold the new bytes.
+ */
+#include "tests/ctl/ctl_util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+static int fsync_path(const char *path)
+{
+	int fd = open(path, O_RDONLY), r;
+
+	if (fd < 0)
+		return -errno;
+	r = fsync(fd) < 0 ? -errno : 0;
+	close(fd);
+	return r;
+}
+
+static void ctl(struct ct_result *r, struct tmount *m, const char *cmd, const char *a1, const char *a2)
+{
+	ct_run(r, (const char *[]){ ct_tool("ckptfs-ctl"), cmd, m->mnt, a1, a2, NULL });
+}
+
+static void xattrs_case(void)
+{
+	struct tmount m;
+	char flag[PATH_MAX], v[64];
+
+	ct_mount_flagged(&m, "lesser-xattr", "op=setxattr,err=EIO", flag);
+	ct_write_seeded(tm_path(&m, "f"), 100000, 1);
+	CHECK_SYS(setxattr(tm_path(&m, "f"), "user.tag", "keep", 4, 0));
+	ASSERT_EQ(fsync_path(tm_path(&m, "f")), 0);
+	ct_touch(flag);
+	ct_write_seeded(tm_path(&m, "f"), 100000, 2);	/* a new version: carries user.tag */
+	ASSERT_EQ(fsync_path(tm_path(&m, "f")), -EIO);
+	ASSERT_TRUE(ct_wait_state(tm_path(&m, "f"), "blocked", 5000));
+	ct_check_seeded(tm_bpath(&m, "f"), 100000, 1);	/* the old one, whole */
+	unlink(flag);
+	struct ct_result r;
+	ctl(&r, &m, "retry", NULL, NULL);
+	ct_result_free(&r);
+	ASSERT_EQ(fsync_path(tm_path(&m, "f")), 0);
+	ct_check_seeded(tm_bpath(&m, "f"), 100000, 2);
+	ASSERT_EQ(getxattr(tm_bpath(&m, "f"), "user.tag", v, sizeof(v)), 4);
+	ASSERT_TRUE(!memcmp(v, "keep", 4));
+	tm_stop(&m);
+	tm_cleanup(&m);
+	printf("xattrs: setxattr EIO -> not durable (EIO, blocked); published with its xattr after\n");
+}
+
+static void sync_case(void)
+{
+	struct tmount m;
+	char flag[PATH_MAX];
+	struct stat st;
+
+	ct_mount_flagged(&m, "lesser-sync", "op=openat,err=EIO,name=victim", flag);
+	ct_write_seeded(tm_path(&m, "victim"), 4096, 3);
+	ASSERT_EQ(fsync_path(tm_path(&m, "victim")), 0);
+	ct_touch(flag);
+	CHECK_SYS(chmod(tm_path(&m, "victim"), 0600));
+	/* Applied by name; its fsync needs the file open, which fails. */
+	ASSERT_EQ(fsync_path(tm_path(&m, "victim")), -EIO);
+	struct ct_result r;
+	ctl(&r, &m, "drain", "--timeout", "2");
+	ct_expect_status(&r, 1, "drain while the file cannot be synced");
+	ct_result_free(&r);
+	unlink(flag);
+	int e = -EIO;	/* the sync is retried with backoff (at most 5 s apart) */
+	for (uint64_t t0 = mono_ms(); e && mono_ms() - t0 < 15000; usleep(100000))
+		e = fsync_path(tm_path(&m, "victim"));
+	ASSERT_EQ(e, 0);
+	CHECK_SYS(stat(tm_bpath(&m, "victim"), &st));
+	ASSERT_EQ(st.st_mode & 07777, 0600);
+	tm_stop(&m);
+	tm_cleanup(&m);
+	printf("sync: the chmod-ed file cannot be opened for its fsync -> fsync EIO, drain 1\n");
+}
+
+static void relink_case(void)
+{
+	struct tmount m;
+	char flag[PATH_MAX], seq[32];
+	struct ct_result r;
+	struct json_obj s;
+
+	ct_mount_flagged(&m, "lesser-relink", "op=rename,err=EACCES,name=h2", flag);
+	CHECK_SYS(mkdir(tm_path(&m, "sub"), 0755));
+	ct_write_seeded(tm_path(&m, "h"), 50000, 4);
+	CHECK_SYS(link(tm_path(&m, "h"), tm_path(&m, "sub/h2")));
+	tm_sync(&m);
+	ct_touch(flag);
+	ct_write_seeded(tm_path(&m, "h"), 50000, 5);	/* O_TRUNC rewrite of both names */
+	ASSERT_EQ(fsync_path(tm_path(&m, "h")), -EACCES);
+	ct_check_seeded(tm_bpath(&m, "h"), 50000, 5);	/* on the backend, in part */
+	ct_check_seeded(tm_bpath(&m, "sub/h2"), 50000, 4);
+	ct_stats(&m, &s);
+	snprintf(seq, sizeof(seq), "%.0f", ct_num(&s, "blocked_seq"));
+	json_free(&s);
+	ctl(&r, &m, "skip", seq, NULL);
+	ct_expect_status(&r, 1, "skip of a version on the backend in part");
+	ct_expect_in(r.err, "can only be finished", "skip's refusal");
+	ct_result_free(&r);
+	unlink(flag);
+	ctl(&r, &m, "retry", NULL, NULL);
+	ct_result_free(&r);
+	ctl(&r, &m, "drain", "--timeout", "30");
+	ct_expect_status(&r, 0, "drain once the relink works");
+	ct_result_free(&r);
+	ct_check_seeded(tm_bpath(&m, "h"), 50000, 5);
+	ct_check_seeded(tm_bpath(&m, "sub/h2"), 50000, 5);
+	tm_stop(&m);
+	tm_cleanup(&m);
+	printf("relink: skip of a version half on the backend refused; retry finishes it\n");
+}
+
+int main(void)
+{
+	tm_require_fuse();
+	xattrs_case();
+	sync_case();
+	relink_case();
+	printf("ok\n");
+	return 0;
+}

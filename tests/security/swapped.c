@@ -1,0 +1,193 @@
+/*
+ * swapped.c — an object swapped on the backend by the owner of its
+ * directory never receives what the root daemon meant for another one
+ * (backend/bsys.h C5; flush.c, apply.c).
+ *
+ * A user owns a directory on the backend, so they may rename anything in
+ * it, a root-owned file included: the daemon's own temporary files, or a
+ * file root wrote there.  Three ways that used to turn into root acting for
+ * them, each with the swap done by the user on the backend while the
+ * daemon's view (attr_timeout=60: no revalidation) still holds the old
+ * object:
+ *
+ *   1. chmod through the mount of their own file, after renaming a
+ *      root-owned file over its name on the backend: it would have made the
+ *      root-owned file 04755 (a set-user-ID root program of their making).
+ *      Now refused: the object at the name is not owned by the uid the
+ *      mount knew (logged, the operation blocked); the root-owned file is
+ *      unchanged.
+ *   2. mkdir through the mount of a name where, before it is applied, they
+ *      rename a non-empty root-owned directory: it would have been chowned
+ *      to them.  Now refused (EEXIST, logged), the directory unchanged.
+ *   3. root writes a file into their directory; while its temporary file
+ *      waits to be reopened for O_DIRECT writes, they rename it away and
+ *      put their own world-readable file there: root's data would have gone
+ *      into their file, and their file would have been published under
+ *      root's name.  Now neither: their file stays empty, nothing is
+ *      published, the version is blocked and the daemon says why.
+ */
+#include "tests/security/sec_util.h"
+
+#include <dirent.h>
+
+#define USER_A 61901
+
+static struct tmount m;
+static char rel[PATH_MAX];
+
+static int as_a_chmod(void *arg)
+{
+	(void)arg;
+	return SEC_ERR(chmod(tm_path(&m, rel), 04755));
+}
+
+static int as_a_mkdir(void *arg)
+{
+	(void)arg;
+	return SEC_ERR(mkdir(tm_path(&m, rel), 0755));
+}
+
+/* On the backend, as A: rename `from` over `to` (both under A's directory). */
+static const char *swap_from, *swap_to;
+
+static int as_a_rename(void *arg)
+{
+	(void)arg;
+	return SEC_ERR(rename(tm_bpath(&m, swap_from), tm_bpath(&m, swap_to)));
+}
+
+/* As A: move the daemon's temporary file in a/ away and put their own there. */
+static char temp_name[256];
+
+static int as_a_steal_temp(void *arg)
+{
+	char from[PATH_MAX], to[PATH_MAX];
+	(void)arg;
+	snprintf(from, sizeof(from), "%s/%s", tm_bpath(&m, "a"), temp_name);
+	snprintf(to, sizeof(to), "%s", tm_bpath(&m, "a/moved"));
+	if (rename(from, to) < 0)
+		return errno;
+	int fd = open(from, O_WRONLY | O_CREAT | O_EXCL, 0666);
+	if (fd < 0)
+		return errno;
+	fchmod(fd, 0666);
+	close(fd);
+	return 0;
+}
+
+static bool find_temp(void)
+{
+	DIR *d = opendir(tm_bpath(&m, "a"));
+	struct dirent *e;
+	bool found = false;
+
+	while (d && (e = readdir(d)))
+		if (!strncmp(e->d_name, ".ckptfs.", 8)) {
+			snprintf(temp_name, sizeof(temp_name), "%s", e->d_name);
+			found = true;
+		}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+int main(void)
+{
+	char opts[PATH_MAX + 160], hold[PATH_MAX], p[PATH_MAX];
+	struct stat st;
+
+	cu_require_root();
+	tm_require_fuse();
+	tm_init(&m, "swapped");
+	CHECK_SYS(chmod(m.root, 0755));
+	CHECK_SYS(mkdir(tm_bpath(&m, "a"), 0755));
+	CHECK_SYS(chown(tm_bpath(&m, "a"), USER_A, USER_A));
+	/* Root's objects in A's directory. */
+	cu_write_text(tm_bpath(&m, "a/rootfile"), "root's own program\n");
+	CHECK_SYS(chmod(tm_bpath(&m, "a/rootfile"), 0600));
+	CHECK_SYS(mkdir(tm_bpath(&m, "a/rootdir"), 0700));
+	cu_write_text(tm_bpath(&m, "a/rootdir/secret"), "root's secret\n");
+	CHECK_SYS(chmod(tm_bpath(&m, "a/rootdir/secret"), 0600));
+
+	snprintf(hold, sizeof(hold), "%s/hold", m.root);
+	/* The 2nd open of a temporary file (its O_DIRECT reopen) waits while `hold` exists. */
+	/* ... and so does the mkdir of newdir: a busy backend, for the swaps to happen first. */
+	const char *env[] = { cu_fault_env("op=openat,name=.ckptfs.t,after=1,hold=%s;"
+					   "op=mkdir,name=newdir,hold=%s", hold, hold), NULL };
+	snprintf(opts, sizeof(opts), "allow_other,attr_timeout=60,cache_size=64M,drain_timeout=2,"
+		 "rescue_dir=%s/rescue", m.root);
+	tm_mount(&m, opts, env);
+
+	/* 1. chmod of A's own file after a root-owned file was renamed over it. */
+	snprintf(rel, sizeof(rel), "a/mine");
+	CHECK_SYS(lstat(tm_path(&m, "a"), &st));	/* the daemon lists a/ */
+	int fd = cu_open(tm_path(&m, "a/mine"), O_WRONLY | O_CREAT | O_TRUNC);
+	cu_close(fd);
+	CHECK_SYS(chown(tm_path(&m, "a/mine"), USER_A, USER_A));
+	tm_sync(&m);
+	struct stat rf;
+	CHECK_SYS(lstat(tm_bpath(&m, "a/rootfile"), &rf));
+	swap_from = "a/rootfile";
+	swap_to = "a/mine";
+	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_rename, NULL), 0);
+	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_chmod, NULL), 0);	/* the mount's view: A's */
+	if (!sec_log_wait(&m, "refused to chmod", "'mine'", 5000))
+		FAILF("the chmod of a root-owned file swapped in by A was not refused");
+	CHECK_SYS(lstat(tm_bpath(&m, "a/mine"), &st));
+	ASSERT_EQ(st.st_ino, rf.st_ino);	/* it is root's file there */
+	ASSERT_EQ(st.st_uid, 0);
+	ASSERT_EQ(st.st_mode & 07777, 0600);	/* no set-user-ID root file for A */
+	cu_check_content(tm_bpath(&m, "a/mine"), "root's own program\n", 19);
+	printf("1. chmod 04755 of a root-owned file swapped in: refused, file still 0600 root\n");
+	cu_stop_any(&m);	/* its operations are blocked: a fresh mount for the next */
+
+	/* 2. mkdir of a name where A renamed root's non-empty directory meanwhile. */
+	tm_mount(&m, opts, env);
+	CHECK_SYS(lstat(tm_path(&m, "a"), &st));
+	write_file(hold, "", 0);
+	/* Root's file in a/: its temporary file's reopen waits. */
+	fd = cu_open(tm_path(&m, "a/big"), O_WRONLY | O_CREAT | O_TRUNC);
+	cu_write_pattern_fd(fd, 0, 8 * MiB, 7, MiB);
+	cu_close(fd);
+	snprintf(rel, sizeof(rel), "a/newdir");
+	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_mkdir, NULL), 0);
+	swap_from = "a/rootdir";
+	swap_to = "a/newdir";
+	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_rename, NULL), 0);
+	char *rootdir_was = sec_tree_state(tm_bpath(&m, "a/newdir"));
+
+	/* 3. Meanwhile the held reopen: A swaps root's temporary file for their own. */
+	for (int i = 0; i < 500 && !find_temp(); i++)
+		usleep(10000);
+	if (!temp_name[0])
+		FAILF("no temporary file of a/big appeared on the backend");
+	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_steal_temp, NULL), 0);
+	unlink(hold);
+
+	if (!sec_log_wait(&m, "found a directory of uid 0", "'newdir'", 5000))
+		FAILF("mkdir over root's directory swapped in by A was not refused");
+	sec_assert_unchanged("root's directory renamed into the mkdir's place",
+			     tm_bpath(&m, "a/newdir"), rootdir_was);
+	CHECK_SYS(lstat(tm_bpath(&m, "a/newdir"), &st));
+	ASSERT_EQ(st.st_uid, 0);
+	ASSERT_EQ(st.st_mode & 07777, 0700);
+	printf("2. mkdir over root's directory swapped in: refused, still root's 0700\n");
+
+	if (!sec_log_wait(&m, "was replaced", temp_name, 5000))
+		FAILF("the swapped temporary file went unnoticed");
+	snprintf(p, sizeof(p), "a/%s", temp_name);
+	ASSERT_EQ(cu_file_size(tm_bpath(&m, p)), 0);	/* A's file got none of root's data */
+	if (access(tm_bpath(&m, "a/big"), F_OK) == 0)
+		FAILF("a/big was published, from a temporary file A controlled");
+	int rfd = cu_open(m.mnt, O_RDONLY | O_DIRECTORY);
+	ASSERT_LT(fsync(rfd), 0);	/* not durable, and said */
+	cu_close(rfd);
+	printf("3. temporary file swapped by the directory's owner: nothing written to "
+	       "theirs, nothing published, drain fails\n");
+
+	cu_stop_any(&m);
+	free(rootdir_was);
+	tm_cleanup(&m);
+	printf("ok\n");
+	return 0;
+}
