@@ -293,6 +293,7 @@ struct backend {
 	bool stopping;
 	bool aborting;			/* stop now, leave the queue (rescue) */
 	bool joined;			/* threads have exited */
+	bool threads_stuck;		/* an abort left some inside a hung backend's calls */
 	bool spill_wanted;
 	uint64_t temp_counter;
 
@@ -430,6 +431,13 @@ unsigned backend_blocked(struct backend *be, struct backend_blocked *out, unsign
 void backend_blocked_describe(const struct backend_blocked *b, char *buf, size_t len);
 /* Try every blocked operation again now. */
 void backend_retry(struct backend *be);
+/* After backend_abort: were threads left inside backend calls?  (Then exit without freeing.) */
+static inline bool backend_threads_stuck(const struct backend *be)
+{
+	return be->threads_stuck;
+}
+/* pthread_join, given up at deadline_ns (monotonic; 0: none): joined? */
+bool join_until(pthread_t t, uint64_t deadline_ns);
 /*
  * Administrator's act: drop the blocked operation `seq` and its dependants
  * (every later operation that depends on it, transitively, and every later

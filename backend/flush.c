@@ -989,18 +989,27 @@ void flush_threads_start(struct backend *be)
 	pthread_create(&be->spiller, NULL, spiller_main, be);
 }
 
-void flush_threads_stop(struct backend *be)
+/*
+ * Join the flushers and the spiller; with a deadline (monotonic ns, 0:
+ * none), one still inside a backend call then (a hung server) is left
+ * running: false, and nothing is freed, since it may yet come back.
+ */
+bool flush_threads_stop(struct backend *be, uint64_t deadline_ns)
 {
 	struct flush_priv *p = be->flush_priv;
+	bool all = true;
 
-	for (unsigned i = 0; i < be->nflushers; i++) {
-		pthread_join(be->flushers[i], NULL);
+	for (unsigned i = 0; i < be->nflushers; i++)
+		all &= join_until(be->flushers[i], deadline_ns);
+	all &= join_until(be->spiller, deadline_ns);
+	if (!all)
+		return false;
+	for (unsigned i = 0; i < be->nflushers; i++)
 		free(p->fl[i].bounce);
-	}
-	pthread_join(be->spiller, NULL);
 	free(be->flushers);
 	free(p->fl);
 	free(p->zeros);
 	free(p);
 	be->flush_priv = NULL;
+	return true;
 }

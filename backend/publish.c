@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 void flush_threads_start(struct backend *be);
-void flush_threads_stop(struct backend *be);
+bool flush_threads_stop(struct backend *be, uint64_t deadline_ns);
 
 static struct ckpt_ratelimit err_rl;
 
@@ -801,9 +801,34 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 	return 0;
 }
 
+#define ABORT_JOIN_NS (5ull * 1000000000)
+
+/* pthread_join, given up at deadline_ns (monotonic; 0: none): joined? */
+bool join_until(pthread_t t, uint64_t deadline_ns)
+{
+	if (!deadline_ns)
+		return pthread_join(t, NULL) == 0;
+	for (;;) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);	/* timedjoin takes the wall clock */
+		uint64_t now = now_ns();
+		if (now >= deadline_ns)
+			return pthread_tryjoin_np(t, NULL) == 0;
+		uint64_t left = CKPT_MIN(deadline_ns - now, 100ull * 1000000);
+		ts.tv_nsec += (long)(left % 1000000000);
+		ts.tv_sec += (time_t)(left / 1000000000) + ts.tv_nsec / 1000000000;
+		ts.tv_nsec %= 1000000000;
+		int r = pthread_timedjoin_np(t, NULL, &ts);
+		if (r == 0)
+			return true;
+		if (r != ETIMEDOUT)
+			return false;
+	}
+}
+
 static void threads_join(struct backend *be, bool abort)
 {
-	if (be->joined)
+	if (be->joined || be->threads_stuck)
 		return;
 	pthread_mutex_lock(&be->lock);
 	be->stopping = true;
@@ -813,8 +838,16 @@ static void threads_join(struct backend *be, bool abort)
 	pthread_cond_broadcast(&be->flush_cond);
 	pthread_cond_broadcast(&be->spill_cond);
 	pthread_mutex_unlock(&be->lock);
-	pthread_join(be->publisher, NULL);
-	flush_threads_stop(be);
+	/* Aborting: threads stuck in a hung backend's calls are left there. */
+	uint64_t deadline = abort ? now_ns() + ABORT_JOIN_NS : 0;
+	bool all = join_until(be->publisher, deadline);
+	all &= flush_threads_stop(be, deadline);
+	if (!all) {
+		be->threads_stuck = true;
+		log_err("backend threads still inside backend calls after %.0f s: left there; "
+			"the rescue goes on without them", ABORT_JOIN_NS / 1e9);
+		return;
+	}
 	pthread_mutex_lock(&be->lock);
 	be->waiter_stop = true;
 	pthread_cond_signal(&be->waiter_cond);

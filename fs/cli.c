@@ -124,14 +124,18 @@ int cli_all_mounts(char ***out)
 	return k;
 }
 
-/* The child's side: path to out, messages to stderr; its exit status. */
-static int read_child(const char *prog, const char *path, int out)
+/* The child's side: msg (if any) to path, its answer to out, messages to stderr; its exit status. */
+static int read_child(const char *prog, const char *path, const char *msg, int out)
 {
 	char chunk[65536];
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, (msg ? O_RDWR : O_RDONLY) | O_CLOEXEC);
 
 	if (fd < 0) {
 		fprintf(stderr, "%s: cannot open %s: %s\n", prog, path, strerror(errno));
+		return 1;
+	}
+	if (msg && write(fd, msg, strlen(msg)) < 0) {
+		fprintf(stderr, "%s: %s: %s\n", prog, path, strerror(errno));
 		return 1;
 	}
 	for (;;) {
@@ -157,6 +161,12 @@ static int read_child(const char *prog, const char *path, int out)
 
 char *cli_read_ctl(const char *prog, const char *mnt, const char *name, double timeout_s)
 {
+	return cli_exchange_ctl(prog, mnt, name, NULL, timeout_s);
+}
+
+char *cli_exchange_ctl(const char *prog, const char *mnt, const char *name, const char *msg,
+		       double timeout_s)
+{
 	char path[PATH_MAX], chunk[65536];
 	struct strbuf b = { 0 };
 	int p[2], status = 0;
@@ -171,7 +181,7 @@ char *cli_read_ctl(const char *prog, const char *mnt, const char *name, double t
 	}
 	if (pid == 0) {
 		close(p[0]);
-		_exit(read_child(prog, path, p[1]));
+		_exit(read_child(prog, path, msg, p[1]));
 	}
 	close(p[1]);
 	for (;;) {
@@ -192,8 +202,18 @@ char *cli_read_ctl(const char *prog, const char *mnt, const char *name, double t
 		sb_printf(&b, "%.*s", (int)n, chunk);
 	}
 	close(p[0]);
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
+	/*
+	 * A killed child whose request the daemon had already taken waits for
+	 * the answer all the same (the kernel cannot take it back): after a
+	 * timeout, look for its exit a little, then leave it.
+	 */
+	for (int tries = 0; !timed_out || tries < 20; tries++) {
+		pid_t w = waitpid(pid, &status, timed_out ? WNOHANG : 0);
+		if (w == pid || (w < 0 && errno != EINTR))
+			break;
+		if (w == 0)
+			usleep(50000);
+	}
 	if (timed_out)
 		fprintf(stderr, "%s: %s does not answer: no reply to .ckptfs/%s in %g s\n", prog, mnt,
 			name, timeout_s);

@@ -40,5 +40,8 @@ int cli_all_mounts(char ***out);
  */
 #define CLI_READ_TIMEOUT_S 10.0
 char *cli_read_ctl(const char *prog, const char *mnt, const char *name, double timeout_s);
+/* The same, writing msg to the control file first (its answer is then read). */
+char *cli_exchange_ctl(const char *prog, const char *mnt, const char *name, const char *msg,
+		       double timeout_s);
 
 #endif

@@ -61,33 +61,18 @@ static void usage(FILE *f)
 "  help                       this help\n");
 }
 
-/* Talk to a control file: write `msg` (if any), then read the answer whole. */
-static char *ctl_exchange(const char *mnt, const char *name, const char *msg)
-{
-	char path[PATH_MAX], buf[4096];
-	struct strbuf b = { 0 };
-	int fd;
-	ssize_t n;
+/*
+ * Talk to a control file: write `msg` (if any), then read the answer whole,
+ * in a child given up after timeout_s (0: as long as it takes), so that a
+ * daemon that does not answer (stopped, or every worker stuck in a hung
+ * backend) cannot hold a drain past its --timeout, or an epilog forever.
+ */
+#define CTL_ANSWER_S 60.0	/* ctl commands answer at once (retry: within 20 s) */
+#define DRAIN_GRACE_S 10.0	/* a drain's answer comes at its timeout: this much later is silence */
 
-	snprintf(path, sizeof(path), "%s/.ckptfs/%s", mnt, name);
-	if ((fd = open(path, msg ? O_RDWR : O_RDONLY)) < 0) {
-		fprintf(stderr, "%s: cannot open %s: %s\n", prog, path, strerror(errno));
-		return NULL;
-	}
-	if (msg && write(fd, msg, strlen(msg)) < 0) {
-		fprintf(stderr, "%s: %s: %s\n", prog, path, strerror(errno));
-		close(fd);
-		return NULL;
-	}
-	while ((n = pread(fd, buf, sizeof(buf), (off_t)b.len)) > 0)
-		sb_printf(&b, "%.*s", (int)n, buf);
-	close(fd);
-	if (n < 0) {
-		fprintf(stderr, "%s: reading %s: %s\n", prog, path, strerror(errno));
-		sb_free(&b);
-		return NULL;
-	}
-	return b.s ? b.s : xstrdup("");
+static char *ctl_exchange(const char *mnt, const char *name, const char *msg, double timeout_s)
+{
+	return cli_exchange_ctl(prog, mnt, name, msg, timeout_s);
 }
 
 /* Report a drain answer; 0 when everything is durable. */
@@ -150,7 +135,8 @@ static int cmd_drain(int argc, char **argv)
 	if ((r = cli_mount(prog, path, mnt, sizeof(mnt), NULL, 0)))
 		return r;
 	snprintf(msg, sizeof(msg), "timeout=%.3f\n", timeout);
-	char *answer = ctl_exchange(mnt, "drain", timeout >= 0 ? msg : NULL);
+	char *answer = ctl_exchange(mnt, "drain", timeout >= 0 ? msg : NULL,
+				    timeout >= 0 ? timeout + DRAIN_GRACE_S : 0);
 	r = drain_report(mnt, answer);
 	free(answer);
 	return r;
@@ -178,7 +164,7 @@ static int cmd_flush(int argc, char **argv)
 		rel = real + ml + 1;
 	}
 	snprintf(msg, sizeof(msg), "flush %s\n", rel);
-	char *answer = ctl_exchange(mnt, "ctl", msg);
+	char *answer = ctl_exchange(mnt, "ctl", msg, CTL_ANSWER_S);
 	if (!answer)
 		return 1;
 	if (json_parse(answer, strlen(answer), &o, NULL, 0) < 0 || !json_is_true(&o, "ok")) {
@@ -194,7 +180,7 @@ static int cmd_flush(int argc, char **argv)
 	if (ahead > 0)
 		printf("%s: %.0f earlier operations are published first, to keep their order\n",
 		       argv[1], ahead);
-	answer = ctl_exchange(mnt, "drain", NULL);
+	answer = ctl_exchange(mnt, "drain", NULL, 0);
 	r = drain_report(mnt, answer);
 	free(answer);
 	return r;
@@ -314,7 +300,7 @@ static int cmd_admin(const char *cmd, int argc, char **argv)
 	if ((r = cli_mount(prog, argv[0], mnt, sizeof(mnt), NULL, 0)))
 		return r;
 	snprintf(msg, sizeof(msg), "%s%s%s\n", cmd, argc == 2 ? " " : "", argc == 2 ? argv[1] : "");
-	char *answer = ctl_exchange(mnt, "ctl", msg);
+	char *answer = ctl_exchange(mnt, "ctl", msg, CTL_ANSWER_S);
 	if (!answer)
 		return 1;
 	if (json_parse(answer, strlen(answer), &o, NULL, 0) < 0) {

@@ -391,14 +391,15 @@ int main(int argc, char **argv)
 		log_info("drained: everything is durable on %s", fs->opt.backend_real);
 	rc = r < 0 || stuck < 0 ? 1 : 0;
 	fuse_remove_signal_handlers(fs->se);
-	if (stuck > 0) {
+	if (stuck > 0 || backend_threads_stuck(&fs->be)) {
 		/*
 		 * Workers left blocked still use the session, the namespace, the
 		 * cache and the backend's locks: free nothing.  Without
 		 * backend_stop the manifest is not marked clean, so the next
 		 * mount runs recovery; what was drained is durable all the same.
 		 */
-		log_err("exiting with a request worker still blocked; the next mount runs recovery");
+		log_err("exiting with %s still blocked; the next mount runs recovery",
+			stuck > 0 ? "a request worker" : "backend threads");
 		_exit(rc);
 	}
 out_session:

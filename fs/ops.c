@@ -1092,6 +1092,8 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 struct fsync_wait {
 	struct pub_waiter w;
 	fuse_req_t req;
+	struct ckptfs *fs;
+	uint64_t progress;	/* backend_progress when the deadline was set */
 };
 
 static bool fsync_cancelled(struct pub_waiter *w)
@@ -1099,9 +1101,26 @@ static bool fsync_cancelled(struct pub_waiter *w)
 	return fuse_req_interrupted(CKPT_CONTAINER_OF(w, struct fsync_wait, w)->req);
 }
 
+/*
+ * As a write waiting for cache space: after drain_timeout without the
+ * backend making progress, the fsync fails with the backend's last error
+ * (EIO when it reported none); a backend that is slow but moving keeps it
+ * waiting.
+ */
 static void fsync_done(struct pub_waiter *w, int err)
 {
 	struct fsync_wait *fw = CKPT_CONTAINER_OF(w, struct fsync_wait, w);
+	if (err == -ETIMEDOUT) {
+		uint64_t p = backend_progress(&fw->fs->be);
+		if (p != fw->progress) {	/* slow, not stuck: wait on */
+			fw->progress = p;
+			w->deadline_ns = now_ns() + (uint64_t)(fw->fs->opt.drain_timeout * 1e9);
+			backend_wait_async(&fw->fs->be, w);
+			return;
+		}
+		int last = backend_last_error(&fw->fs->be);	/* positive */
+		err = last ? -last : -EIO;
+	}
 	fuse_reply_err(fw->req, -err);
 	free(fw);
 }
@@ -1125,6 +1144,10 @@ static void reply_when_durable(struct ckptfs *fs, fuse_req_t req, uid_t actor, b
 	fw->w.any_actor = any_actor;
 	fw->w.done = fsync_done;
 	fw->w.cancelled = fsync_cancelled;
+	fw->fs = fs;
+	fw->progress = backend_progress(&fs->be);
+	if (fs->opt.drain_timeout > 0)
+		fw->w.deadline_ns = now_ns() + (uint64_t)(fs->opt.drain_timeout * 1e9);
 	backend_wait_async(&fs->be, &fw->w);
 }
 

@@ -19,6 +19,11 @@
  *     read it; libfuse's loop, whose workers no signal reaches): the daemon
  *     stops waiting for it after its 5 s bound, unmounts (the reader gets an
  *     error), drains and exits 0 well before the call returns.
+ *  4. A hung backend (its calls never return while a flag exists: a
+ *     flusher stuck in pwrite, fdatasync or the temporary file's open): at
+ *     SIGTERM the daemon gives up on the backend after drain_timeout, stops
+ *     waiting for the stuck flusher after its 5 s bound, rescues the file
+ *     (contents and manifest) and exits 1 while the calls still hang.
  */
 #include "tests/integrity/blockw.h"
 
@@ -180,6 +185,41 @@ static void sigterm_stuck_worker(void)
 	tm_cleanup(&r.m);
 }
 
+static void sigterm_hung_backend(void)
+{
+	static const char *const names[] = { "f" };
+	static const uint64_t seeds[] = { 11 };
+	struct run r = { .loop = "splice=on", .drain_s = 2 };
+	char hold[PATH_MAX], rule[PATH_MAX + 64];
+
+	tm_init(&r.m, "sigterm-hung");
+	snprintf(hold, sizeof(hold), "%s/hold", r.m.root);
+	snprintf(r.rescue, sizeof(r.rescue), "%s/rescue", r.m.root);
+	snprintf(rule, sizeof(rule), "op=pwrite|fdatasync|openat,name=.ckptfs.,hold=%s", hold);
+	const char *env[] = { cu_fault_env("%s", rule),
+			      "TSAN_OPTIONS=halt_on_error=1:report_thread_leaks=0", NULL };
+	char o[PATH_MAX + 128];
+	snprintf(o, sizeof(o), "drain_timeout=2,io=pwrite,rescue_dir=%s", r.rescue);
+	tm_mount(&r.m, o, env);
+	ASSERT_TRUE(it_json_get(it_stats(&r.m), "mount_id", r.mid, sizeof(r.mid)));
+	write_file(hold, "", 0);	/* the backend hangs from here on */
+	ASSERT_EQ(it_write_pattern(tm_path(&r.m, "f"), seeds[0], MiB), 0);
+	usleep(500 * 1000);	/* a flusher is inside the hung call */
+
+	uint64_t t_sig = mono_ms();
+	CHECK_SYS(kill(r.m.pid, SIGTERM));
+	int rc = bw_wait_daemon(&r.m, 15000);
+	if (rc < 0)
+		FAILF("the daemon waited for a flusher stuck in a hung backend (15 s after SIGTERM)");
+	ASSERT_EQ(rc, 1);
+	ASSERT_LT(mono_ms() - t_sig, 15000);
+	ASSERT_EQ(cu_mount_count(r.m.mnt), 0);
+	ASSERT_EQ(it_log_count(&r.m, "left there"), 1);
+	check_rescue(r.rescue, r.mid, names, seeds, 1, MiB);
+	unlink(hold);
+	tm_cleanup(&r.m);
+}
+
 int main(void)
 {
 	tm_require_fuse();
@@ -187,5 +227,6 @@ int main(void)
 	sigterm_blocked_writer("splice=off");
 	sigterm_blocked_drain("splice=off");
 	sigterm_stuck_worker();
+	sigterm_hung_backend();
 	return 0;
 }
