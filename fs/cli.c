@@ -138,10 +138,13 @@ static int read_child(const char *prog, const char *path, const char *msg, int o
 		fprintf(stderr, "%s: %s: %s\n", prog, path, strerror(errno));
 		return 1;
 	}
-	for (;;) {
-		ssize_t n = read(fd, chunk, sizeof(chunk));
+	/* The answer from offset 0, whatever the write moved the offset to. */
+	for (off_t at = 0;;) {
+		ssize_t n = pread(fd, chunk, sizeof(chunk), at);
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n > 0)
+			at += n;
 		if (n < 0) {
 			fprintf(stderr, "%s: reading %s: %s\n", prog, path, strerror(errno));
 			return 1;

@@ -57,6 +57,10 @@ int main(void)
 	ct_result_free(&r);
 
 	unlink(flag);
+	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "drain", m.mnt, "--timeout", "30", NULL });
+	ct_expect_status(&r, 0, "ckptfs-ctl drain --timeout 30 once the backend answers");
+	ct_expect_in(r.out, "durable up to operation", "drain's report");
+	ct_result_free(&r);
 	tm_sync(&m);
 	ct_check_seeded(tm_bpath(&m, "f"), 1 << 20, 1);
 	tm_stop(&m);
