@@ -432,10 +432,7 @@ void backend_blocked_describe(const struct backend_blocked *b, char *buf, size_t
 /* Try every blocked operation again now. */
 void backend_retry(struct backend *be);
 /* After backend_abort: were threads left inside backend calls?  (Then exit without freeing.) */
-static inline bool backend_threads_stuck(const struct backend *be)
-{
-	return be->threads_stuck;
-}
+bool backend_threads_stuck(struct backend *be);
 /* pthread_join, given up at deadline_ns (monotonic; 0: none): joined? */
 bool join_until(pthread_t t, uint64_t deadline_ns);
 /*

@@ -828,9 +828,11 @@ bool join_until(pthread_t t, uint64_t deadline_ns)
 
 static void threads_join(struct backend *be, bool abort)
 {
-	if (be->joined || be->threads_stuck)
+	pthread_mutex_lock(&be->lock);	/* these flags share words with the threads' */
+	if (be->joined || be->threads_stuck) {
+		pthread_mutex_unlock(&be->lock);
 		return;
-	pthread_mutex_lock(&be->lock);
+	}
 	be->stopping = true;
 	be->aborting = abort;
 	be->pass_due = true;
@@ -843,7 +845,9 @@ static void threads_join(struct backend *be, bool abort)
 	bool all = join_until(be->publisher, deadline);
 	all &= flush_threads_stop(be, deadline);
 	if (!all) {
+		pthread_mutex_lock(&be->lock);
 		be->threads_stuck = true;
+		pthread_mutex_unlock(&be->lock);
 		log_err("backend threads still inside backend calls after %.0f s: left there; "
 			"the rescue goes on without them", ABORT_JOIN_NS / 1e9);
 		return;
@@ -853,7 +857,17 @@ static void threads_join(struct backend *be, bool abort)
 	pthread_cond_signal(&be->waiter_cond);
 	pthread_mutex_unlock(&be->lock);
 	pthread_join(be->waiter, NULL);
+	pthread_mutex_lock(&be->lock);
 	be->joined = true;
+	pthread_mutex_unlock(&be->lock);
+}
+
+bool backend_threads_stuck(struct backend *be)
+{
+	pthread_mutex_lock(&be->lock);
+	bool stuck = be->threads_stuck;
+	pthread_mutex_unlock(&be->lock);
+	return stuck;
 }
 
 void backend_abort(struct backend *be)

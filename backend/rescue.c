@@ -324,7 +324,7 @@ long backend_rescue(struct backend *be, const char *dir, const struct rescue_ite
 	char rec[512];
 	int n = snprintf(rec, sizeof(rec), "{\"t\": \"rescued\", \"m\": \"%s\", \"count\": %ld, \"where\": \"%s\"}",
 			 be->mount_id, saved, where);
-	if (!be->threads_stuck)	/* else the backend hangs: the rescue's own manifest says it */
+	if (!backend_threads_stuck(be))	/* else the backend hangs: the rescue's own manifest says it */
 		(void)manifest_append(&be->man, rec, (size_t)n);
 	return saved;
 }
