@@ -400,6 +400,13 @@ static inline int backend_last_error(struct backend *be)
  * operation at or below... before it fails (err < 0).  May call at once.
  */
 void backend_wait_async(struct backend *be, struct pub_waiter *w);
+/*
+ * A waiter whose deadline passed (-ETIMEDOUT): if the backend has made
+ * progress since *progress, record it, give w timeout_s more and wait
+ * again (true: w stays queued); false when it is stuck, and w is done.
+ */
+bool backend_wait_rearm(struct backend *be, struct pub_waiter *w, uint64_t *progress,
+			double timeout_s);
 /* Answer every waiter not answered yet with err (< 0), now (cancel.c). */
 void backend_cancel_waiters(struct backend *be, int err);
 /*

@@ -220,6 +220,19 @@ void backend_wait_async(struct backend *be, struct pub_waiter *w)
 	waiters_answer(&ready);
 }
 
+bool backend_wait_rearm(struct backend *be, struct pub_waiter *w, uint64_t *progress,
+			double timeout_s)
+{
+	uint64_t p = backend_progress(be);
+
+	if (p == *progress)
+		return false;
+	*progress = p;	/* slow, not stuck: wait on */
+	w->deadline_ns = now_ns() + (uint64_t)(timeout_s * 1e9);
+	backend_wait_async(be, w);
+	return true;
+}
+
 /*
  * Deadlines and interrupts are the waiter thread's, not the publisher's: a
  * publisher stuck in a slow backend call must not delay a drain's timeout.

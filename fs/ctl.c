@@ -501,15 +501,9 @@ static void drain_done(struct pub_waiter *w, int err)
 	struct drain_wait *dw = CKPT_CONTAINER_OF(w, struct drain_wait, w);
 	struct backend *be = &dw->fs->be;
 
-	if (err == -ETIMEDOUT && !dw->h->timeout_ns) {
-		uint64_t p = backend_progress(be);
-		if (p != dw->progress) {	/* slow, not stuck: wait on */
-			dw->progress = p;
-			w->deadline_ns = now_ns() + (uint64_t)(dw->fs->opt.drain_timeout * 1e9);
-			backend_wait_async(be, w);
-			return;
-		}
-	}
+	if (err == -ETIMEDOUT && !dw->h->timeout_ns &&
+	    backend_wait_rearm(be, w, &dw->progress, dw->fs->opt.drain_timeout))
+		return;
 	drain_finish(dw, err);
 }
 

@@ -1111,13 +1111,8 @@ static void fsync_done(struct pub_waiter *w, int err)
 {
 	struct fsync_wait *fw = CKPT_CONTAINER_OF(w, struct fsync_wait, w);
 	if (err == -ETIMEDOUT) {
-		uint64_t p = backend_progress(&fw->fs->be);
-		if (p != fw->progress) {	/* slow, not stuck: wait on */
-			fw->progress = p;
-			w->deadline_ns = now_ns() + (uint64_t)(fw->fs->opt.drain_timeout * 1e9);
-			backend_wait_async(&fw->fs->be, w);
+		if (backend_wait_rearm(&fw->fs->be, w, &fw->progress, fw->fs->opt.drain_timeout))
 			return;
-		}
 		int last = backend_last_error(&fw->fs->be);	/* positive */
 		err = last ? -last : -EIO;
 	}
@@ -1128,7 +1123,8 @@ static void fsync_done(struct pub_waiter *w, int err)
 /*
  * Reply once everything `actor` queued so far is durable, with what depends
  * on it — everyone's with any_actor — (or at once with fsync=lazy, or with
- * the sticky error).
+ * the sticky error; or with the backend's error once it has made no
+ * progress for drain_timeout: fsync_done).
  */
 static void reply_when_durable(struct ckptfs *fs, fuse_req_t req, uid_t actor, bool any_actor,
 			       int sticky)
