@@ -45,7 +45,12 @@
 #define WM_FAST_NS (250ull * 1000000)
 #define WM_SLOW_NS (5ull * 1000000000)
 #define WM_RECENT_NS (60ull * 1000000000)
-#define WM_PREV_TRIES 10
+/*
+ * How long an unreadable record of an unclean previous mount is retried:
+ * longer than a network file system client's entry and attribute cache
+ * (GlusterFS: 1 s), whose stale handle answers ESTALE until it expires.
+ */
+#define WM_PREV_WINDOW_NS (3ull * 1000000000)
 #define WM_PREV_RETRY_US (100 * 1000)
 
 #define WM_FMT "{\"format\": 1, \"node\": \"%s\", \"mount_id\": \"%s\", \"boot_id\": \"%s\", "   \
@@ -169,21 +174,23 @@ static const char *unclean_previous(const struct nodes *nd)
 /*
  * The previous mount's record into p: 0, or -errno (-EBADMSG: not a
  * record).  When a previous mount is known to have stopped uncleanly its
- * record should be there, so a failure is retried a few times (a network
- * file system's client may answer from a stale view for a moment).
+ * record should be there, so a failure is retried for WM_PREV_WINDOW_NS (a
+ * network file system's client may answer from a stale view for a moment).
  */
 static int prev_read(struct nodes *nd, struct wm_record *p, bool expected)
 {
+	uint64_t until = now_ns() + (expected ? WM_PREV_WINDOW_NS : 0);
 	char buf[1024];
-	int r = 0;
+	int r;
 
-	for (int i = 0; i < (expected ? WM_PREV_TRIES : 1); i++) {
-		if (i)
-			usleep(WM_PREV_RETRY_US);
+	for (;;) {
 		ssize_t n = nodes_read_file(nd->dirfd, WM_FILE, buf, sizeof(buf));
 		r = n < 0 ? (int)n : wm_parse(buf, (size_t)n, p) ? 0 : -EBADMSG;
 		if (r == 0)
 			return 0;
+		if (now_ns() >= until)
+			break;
+		usleep(WM_PREV_RETRY_US);
 	}
 	memset(p, 0, sizeof(*p));
 	return r;
