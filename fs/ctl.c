@@ -27,6 +27,7 @@
  * Everything here only reads counters or takes fs->ns briefly; the write
  * path never sees it.
  */
+#include "fs/bcall.h"
 #include "fs/fs.h"
 #include "backend/marker.h"
 #include "fs/ctl_parse.h"
@@ -222,6 +223,12 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 		  (unsigned long long)atomic_load(&be->st.ops_applied),
 		  (unsigned long long)atomic_load(&be->st.dir_fsyncs));
 	sb_printf(b, ", \"publisher_passes\": %llu", (unsigned long long)atomic_load(&be->st.passes));
+	uint64_t calls, calls_timed_out;
+	unsigned calls_stuck;
+	bcall_stats(fs, &calls, &calls_timed_out, &calls_stuck);
+	sb_printf(b, ", \"backend_calls\": %llu, \"backend_calls_timed_out\": %llu, "
+		  "\"backend_calls_stuck\": %u", (unsigned long long)calls,
+		  (unsigned long long)calls_timed_out, calls_stuck);
 	pthread_mutex_lock(&be->dfd_lock);
 	unsigned dfds = be->dfd_open;
 	pthread_mutex_unlock(&be->dfd_lock);

@@ -194,6 +194,7 @@ struct ckptfs {
 		uint64_t progress_ns;	/* when it last changed (0: never sampled) */
 	} waits;
 	struct sessions *sessions;	/* GPU capture sessions (session.c) */
+	struct bcall_pool *calls;	/* handlers' backend calls (bcall.c), NULL when not serving */
 
 	char *zeros;		/* ZERO segments of read replies */
 	size_t zeros_len;

@@ -9,6 +9,7 @@
  * (the cache could not be mapped, the mount failed, the drain failed);
  * 2 a usage error, with one line on stderr naming the problem.
  */
+#include "fs/bcall.h"
 #include "fs/fs.h"
 #include "fs/session.h"
 #include "backend/bsys.h"
@@ -134,6 +135,64 @@ static void partial_free(struct rescue_item *p, unsigned n)
 		cver_free(p[i].ver);
 	}
 	free(p);
+}
+
+/*
+ * The last steps of a clean exit still talk to the backend: the refresher
+ * may be inside a listing, the node's keeper inside a lease or watermark
+ * write, and backend_stop appends the manifest's clean record.  Everything
+ * is durable by then (or rescued), so if the backend hangs now the daemon
+ * leaves after drain_timeout instead of waiting with it: without the clean
+ * record the next mount runs recovery, which finds nothing to redo.
+ */
+struct exit_guard {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done, started;
+	uint64_t deadline_ns;	/* CLOCK_MONOTONIC */
+	int rc;
+	pthread_t th;
+};
+
+static void *exit_guard_main(void *arg)
+{
+	struct exit_guard *g = arg;
+	uint64_t now;
+
+	pthread_mutex_lock(&g->lock);
+	while (!g->done && (now = now_ns()) < g->deadline_ns)
+		cond_wait_ns(&g->cond, &g->lock, g->deadline_ns - now);
+	bool done = g->done;
+	pthread_mutex_unlock(&g->lock);
+	if (!done) {
+		log_err("the backend did not answer the exit's last steps within drain_timeout: "
+			"exiting without marking the manifest clean (everything drained is "
+			"durable; the next mount runs recovery)");
+		_exit(g->rc);
+	}
+	return NULL;
+}
+
+static void exit_guard_arm(struct exit_guard *g, double bound_s, int rc)
+{
+	memset(g, 0, sizeof(*g));
+	pthread_mutex_init(&g->lock, NULL);
+	pthread_cond_init(&g->cond, NULL);
+	g->rc = rc;
+	g->deadline_ns = now_ns() + (uint64_t)(bound_s * 1e9);
+	g->started = bound_s > 0 && pthread_create(&g->th, NULL, exit_guard_main, g) == 0;
+}
+
+static void exit_guard_disarm(struct exit_guard *g)
+{
+	pthread_mutex_lock(&g->lock);
+	g->done = true;
+	pthread_cond_signal(&g->cond);
+	pthread_mutex_unlock(&g->lock);
+	if (g->started)
+		pthread_join(g->th, NULL);
+	pthread_cond_destroy(&g->cond);
+	pthread_mutex_destroy(&g->lock);
 }
 
 /*
@@ -266,6 +325,7 @@ int main(int argc, char **argv)
 	struct ckptfs *fs = xcalloc(1, sizeof(*fs));
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	int status_fd = -1, r, rc = 1;
+	struct exit_guard guard;
 	char sz[32];
 
 	r = opts_parse(argc, argv, &fs->opt);
@@ -378,11 +438,14 @@ int main(int argc, char **argv)
 	pthread_t ra;
 	bool ra_started = fs->opt.readahead && pthread_create(&ra, NULL, readahead_setter, fs) == 0;
 
+	bcall_start(fs);
 	int stuck = fs_serve(fs);
 	if (ra_started)
 		pthread_join(ra, NULL);	/* bounded: it gives up after 2 s, and stat()s an unmounted path */
 
 	session_stop(fs);
+	/* From here backend calls are made inline; helpers still in one are left behind. */
+	unsigned helpers_stuck = bcall_stop(fs, BCALL_STOP_BOUND_NS);
 	log_info("unmounted %s; draining %llu pending operations to %s", fs->opt.mountpoint_real,
 		 (unsigned long long)(backend_last_seq(&fs->be) - backend_durable_seq(&fs->be)),
 		 fs->opt.backend_real);
@@ -391,7 +454,7 @@ int main(int argc, char **argv)
 		log_info("drained: everything is durable on %s", fs->opt.backend_real);
 	rc = r < 0 || stuck < 0 ? 1 : 0;
 	fuse_remove_signal_handlers(fs->se);
-	if (stuck > 0 || backend_threads_stuck(&fs->be)) {
+	if (stuck > 0 || helpers_stuck || backend_threads_stuck(&fs->be)) {
 		/*
 		 * Workers left blocked still use the session, the namespace, the
 		 * cache and the backend's locks: free nothing.  Without
@@ -399,13 +462,16 @@ int main(int argc, char **argv)
 		 * mount runs recovery; what was drained is durable all the same.
 		 */
 		log_err("exiting with %s still blocked; the next mount runs recovery",
-			stuck > 0 ? "a request worker" : "backend threads");
+			stuck > 0 ? "a request worker" : helpers_stuck ? "a backend call of a request"
+								       : "backend threads");
 		_exit(rc);
 	}
 out_session:
+	exit_guard_arm(&guard, fs->opt.drain_timeout, rc);
 	fuse_session_destroy(fs->se);
 	fs_refresher_stop(fs);
 	backend_stop(&fs->be);
+	exit_guard_disarm(&guard);
 	pthread_mutex_lock(&fs->ns);
 	/* Files still open when the session ended never get their RELEASE. */
 	while (!list_empty(&fs->handles)) {

@@ -8,6 +8,7 @@
  * reference (refs: one per dentry naming it, one per open handle, one per
  * directory snapshot entry).
  */
+#include "fs/bcall.h"
 #include "fs/fs.h"
 #include "cache/log.h"
 
@@ -421,27 +422,60 @@ static void install_all(struct ckptfs *fs, struct fsnode *dir, struct blist *l)
 	}
 }
 
+/* A directory's first listing, on a helper (bcall.h). */
+struct list_call {
+	struct bcall c;
+	struct ckptfs *fs;
+	struct bnode *b;
+	bool at_root;
+	struct blist l;
+	struct stat st;
+};
+
+static int list_run(struct bcall *c)
+{
+	struct list_call *lc = CKPT_CONTAINER_OF(c, struct list_call, c);
+
+	return backend_list(lc->fs, lc->b, lc->at_root, &lc->l, &lc->st);
+}
+
+static void list_drop(struct bcall *c)
+{
+	struct list_call *lc = CKPT_CONTAINER_OF(c, struct list_call, c);
+
+	blist_free(&lc->l);
+	bnode_put(lc->b);
+	free(lc);
+}
+
 /* Read dir for the first time, dropping fs->ns meanwhile: 0 or -errno. */
 static int dir_read_first(struct ckptfs *fs, struct fsnode *dir)
 {
-	struct blist l;
-	struct stat st;
+	struct list_call *lc = xcalloc(1, sizeof(*lc));
 	uint64_t t0 = now_ns(), w0 = wall_ns();
-	int r;
+	int err, r;
 
+	lc->c = (struct bcall){ .run = list_run, .drop = list_drop, .what = "list a directory" };
+	lc->fs = fs;
+	lc->b = bnode_get(dir->b);
+	lc->at_root = dir == fs->root;
 	dir->loading = true;
 	node_ref(dir);
 	pthread_mutex_unlock(&fs->ns);
-	r = backend_list(fs, dir->b, dir == fs->root, &l, &st);
+	if ((r = bcall_run(fs, &lc->c, &err)) == BCALL_GONE) {
+		r = err;
+		lc = NULL;
+	}
 	pthread_mutex_lock(&fs->ns);
 	if (r == 0) {
-		install_all(fs, dir, &l);
+		install_all(fs, dir, &lc->l);
 		dir->loaded = true;
 		dir->valid_ns = t0;
 		dir->listed_wall_ns = w0;
-		stamp_of(&st, &dir->stamp);
-		blist_free(&l);
+		stamp_of(&lc->st, &dir->stamp);
 	}
+	if (lc)
+		list_drop(&lc->c);
 	dir->loading = false;
 	pthread_cond_broadcast(&fs->load_cond);
 	node_unref(fs, dir);
@@ -781,12 +815,48 @@ void fs_refresher_stop(struct ckptfs *fs)
 		pthread_join(fs->refresher, NULL);
 }
 
+/* Opening a file's published version, on a helper (bcall.h). */
+struct open_call {
+	struct bcall c;
+	struct ckptfs *fs;
+	struct bnode *b;
+	int fd;
+};
+
+static int open_run(struct bcall *c)
+{
+	struct open_call *o = CKPT_CONTAINER_OF(c, struct open_call, c);
+
+	o->fd = bnode_open(&o->fs->be, o->b, O_RDONLY);
+	return o->fd < 0 ? o->fd : 0;
+}
+
+static void open_drop(struct bcall *c)
+{
+	struct open_call *o = CKPT_CONTAINER_OF(c, struct open_call, c);
+
+	if (o->fd >= 0)
+		bsys.close(o->fd);
+	bnode_put(o->b);
+	free(o);
+}
+
 int node_open_base(struct ckptfs *fs, struct fsnode *n)
 {
-	int fd = bnode_open(&fs->be, n->b, O_RDONLY);
+	struct open_call *o = xcalloc(1, sizeof(*o));
+	int err, r;
 
-	if (fd < 0)
-		return fd;
+	o->c = (struct bcall){ .run = open_run, .drop = open_drop, .what = "open a file" };
+	o->fs = fs;
+	o->b = bnode_get(n->b);
+	o->fd = -1;
+	if ((r = bcall_run(fs, &o->c, &err)) == BCALL_GONE)
+		return err;
+	int fd = o->fd;
+	bnode_put(o->b);
+	free(o);
+	if (r < 0)
+		return r;
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);	/* restores read whole files */
 	cfile_set_base_fd(n->cf, fd);
 	return 0;

@@ -10,6 +10,7 @@
  *                      as in the manifest and `ckptfs-ctl hash`: the
  *                      block-run XXH3-128 of backend/digest.h), once durable
  */
+#include "fs/bcall.h"
 #include "fs/fs.h"
 
 #include <errno.h>
@@ -94,31 +95,60 @@ static int xattrs_read(void *arg, int dfd, const char *name)
  * backend must never be waited for while holding either.  Two readers may
  * race; the first to finish installs what it read.  0 or -errno.
  */
+struct xattr_call {
+	struct bcall c;
+	struct ckptfs *fs;
+	struct bnode *b;
+	struct fsnode tmp;	/* the private holder */
+};
+
+static int xattr_call_run(struct bcall *c)
+{
+	struct xattr_call *x = CKPT_CONTAINER_OF(c, struct xattr_call, c);
+
+	return bnode_at(&x->fs->be, x->b, xattrs_read, &x->tmp);
+}
+
+static void xattr_call_drop(struct bcall *c)
+{
+	struct xattr_call *x = CKPT_CONTAINER_OF(c, struct xattr_call, c);
+
+	xattrs_free(&x->tmp);
+	bnode_put(x->b);
+	free(x);
+}
+
 static int xattrs_ensure(struct ckptfs *fs, struct fsnode *n)
 {
-	struct fsnode tmp;
-	int r;
+	struct xattr_call *x;
+	int err, r;
 
 	pthread_mutex_lock(&n->alock);
 	bool loaded = n->xattrs_loaded;
-	memset(&tmp, 0, sizeof(tmp));
-	tmp.mode = n->mode;
+	mode_t mode = n->mode;
 	pthread_mutex_unlock(&n->alock);
 	if (loaded)
 		return 0;
-	r = bnode_at(&fs->be, n->b, xattrs_read, &tmp);
+	x = xcalloc(1, sizeof(*x));
+	x->c = (struct bcall){ .run = xattr_call_run, .drop = xattr_call_drop,
+			       .what = "read xattrs" };
+	x->fs = fs;
+	x->b = bnode_get(n->b);
+	x->tmp.mode = mode;
+	if ((r = bcall_run(fs, &x->c, &err)) == BCALL_GONE)
+		return err;	/* the helper frees x when the call returns */
 	if (r == -ENOENT)
 		r = 0;	/* not on the backend: nothing to read */
 	pthread_mutex_lock(&n->alock);
 	if (r == 0 && !n->xattrs_loaded) {
-		n->xattrs = tmp.xattrs;
-		n->nxattrs = tmp.nxattrs;
-		tmp.xattrs = NULL;
-		tmp.nxattrs = 0;
+		n->xattrs = x->tmp.xattrs;
+		n->nxattrs = x->tmp.nxattrs;
+		x->tmp.xattrs = NULL;
+		x->tmp.nxattrs = 0;
 		n->xattrs_loaded = true;
 	}
 	pthread_mutex_unlock(&n->alock);
-	xattrs_free(&tmp);
+	xattr_call_drop(&x->c);
 	return r;
 }
 
