@@ -279,6 +279,10 @@ static void show_human(const struct json_obj *o)
 		       err ? err : "?", NUM(o, "backend_errors"), NUM(o, "backend_retries"));
 	else
 		printf("  backend:      ok (%.0f errors so far)\n", NUM(o, "backend_errors"));
+	if (NUM(o, "backend_calls_stuck") > 0)
+		printf("  backend:      HUNG: %.0f calls of requests (listings, opens, xattr reads) "
+		       "running past drain_timeout; such requests get EIO (%.0f so far)\n",
+		       NUM(o, "backend_calls_stuck"), NUM(o, "backend_calls_timed_out"));
 	printf("  io:           %s, fsync %s, up %.0f s\n", engine ? engine : "?", fsync ? fsync : "?",
 	       NUM(o, "uptime_s"));
 	double temps = NUM(o, "temp_fds_open"), temp_cap = NUM(o, "temp_fds_cap");

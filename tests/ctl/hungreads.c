@@ -15,7 +15,8 @@
  *   - meanwhile requests that need no backend (creating, writing and closing
  *     a file, stat, the stats) are answered, at the latest once those
  *     workers are free;
- *   - the stats count the calls given up on and the ones still hanging;
+ *   - the stats count the calls given up on and the ones still hanging, and
+ *     ckptfs-stat says HUNG;
  *   - when the backend answers again, the same requests succeed, with the
  *     backend's contents;
  *   - a request waiting for a hung call at SIGTERM does not keep the daemon:
@@ -210,6 +211,13 @@ int main(void)
 	       (unsigned long long)stuck);
 	ASSERT_GE(timed_out, DIRS + 2);
 	ASSERT_GE(stuck, 1);
+	struct ct_result r;
+	ct_run(&r, (const char *[]){ ct_tool("ckptfs-stat"), m.mnt, NULL });
+	ct_expect_status(&r, 0, "ckptfs-stat over a hung backend");
+	ct_expect_in(r.out, "HUNG: ", "ckptfs-stat over a hung backend");
+	const char *hung = strstr(r.out, "HUNG: ");
+	fprintf(stderr, "ckptfs-stat: %.*s\n", (int)strcspn(hung, "\n"), hung);
+	ct_result_free(&r);
 
 	/* The backend answers again: the same requests succeed, with its contents. */
 	unlink(flag);
