@@ -458,7 +458,11 @@ static int apply_change_at(struct backend *be, struct op *op, struct touched *t,
 		if (d2 < 0)
 			return d2;
 		pthread_rwlock_wrlock(&be->mv_lock);
+		/* The object there must still be the one the user renamed (bsys C5). */
+		if (be->opt.chown && op->owner_known)
+			bsys_owner_guard(op->owner);
 		r = bsys.renameat2(dfd, op->name, d2, op->name2, op->flags);
+		bsys_owner_guard_off();
 		if (r == -ENOENT && !atomic_load(&op->node->present))
 			r = 0;		/* never published: nothing to move */
 		if (r == 0) {

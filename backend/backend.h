@@ -144,8 +144,9 @@ struct op {
 	gid_t gid;
 	struct timespec atime, mtime;
 	/*
-	 * setattr, xattrs: the object's owner as the mount knew it before the
-	 * change; a root daemon changes only an object with that owner (bsys C5).
+	 * setattr, xattrs, rename: the object's owner as the mount knew it
+	 * before the change; a root daemon changes or moves only an object with
+	 * that owner (bsys C5).
 	 */
 	uid_t owner;
 	bool owner_known;
@@ -201,6 +202,7 @@ struct pub_waiter {
 struct backend_stats {
 	atomic_uint_least64_t persisted_bytes;	/* cached bytes of durable versions */
 	atomic_uint_least64_t written_bytes;	/* bytes written to the backend */
+	atomic_uint_least64_t io_written;	/* the same, counted as each pwrite returns */
 	atomic_uint_least64_t copied_bytes;	/* ... copied there from published files (base_copy) */
 	atomic_uint_least64_t versions_published;
 	atomic_uint_least64_t ops_applied;
@@ -386,7 +388,8 @@ static inline uint64_t backend_progress(struct backend *be)
 {
 	uint64_t p = atomic_load(&be->st.ops_applied);
 	if (!atomic_load(&be->st.degraded))
-		p += atomic_load(&be->st.written_bytes) + atomic_load(&be->st.copied_bytes);
+		p += atomic_load(&be->st.written_bytes) + atomic_load(&be->st.copied_bytes) +
+		     atomic_load(&be->st.io_written);
 	return p;
 }
 /* The errno the backend last failed with (positive), 0 while healthy. */

@@ -34,6 +34,7 @@ struct bio {
 	unsigned *free_slots, nfree;
 	struct bio_cqe *done;	/* pwrite: completions waiting for reap */
 	unsigned ndone;
+	atomic_uint_least64_t *written;	/* pwrite: bytes written, counted at once */
 };
 
 const char *bio_kind_name(enum bio_kind k) { return k == BIO_URING ? "io_uring" : "pwrite"; }
@@ -116,8 +117,16 @@ void bio_prep_write(struct bio *b, int fd, const void *buf, size_t len, uint64_t
 		struct io_uring_sqe *sqe = uring_sqe(b, cookie, fd, len, BOP_PWRITE);
 		io_uring_prep_write(sqe, fd, buf, (unsigned)len, off);
 	} else {
-		pwrite_done(b, cookie, (int)bsys.pwrite(fd, buf, len, (off_t)off));
+		int res = (int)bsys.pwrite(fd, buf, len, (off_t)off);
+		if (res > 0 && b->written)
+			atomic_fetch_add(b->written, (uint64_t)res);
+		pwrite_done(b, cookie, res);
 	}
+}
+
+void bio_count_written(struct bio *b, atomic_uint_least64_t *ctr)
+{
+	b->written = ctr;
 }
 
 void bio_prep_fsync(struct bio *b, int fd, bool datasync, void *cookie)

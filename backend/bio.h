@@ -10,6 +10,7 @@
 #ifndef CKPTFS_BIO_H
 #define CKPTFS_BIO_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -32,6 +33,14 @@ struct bio *bio_create(enum bio_kind want, unsigned depth, const char **why);
 void bio_destroy(struct bio *b);
 enum bio_kind bio_kind(const struct bio *b);
 const char *bio_kind_name(enum bio_kind k);
+
+/*
+ * Count the bytes each pwrite-engine write has written into *ctr as the
+ * call returns (its completion waits for the next bio_reap, after the rest
+ * of the batch): so that a slow backend shows it moves.  io_uring
+ * completions are reaped as they come, and counted by the caller.
+ */
+void bio_count_written(struct bio *b, atomic_uint_least64_t *ctr);
 
 unsigned bio_space(const struct bio *b);
 unsigned bio_inflight(const struct bio *b);

@@ -278,6 +278,10 @@ static int d_ftruncate(int fd, off_t len) { RET(ftruncate(fd, len)); }
 
 static int d_renameat2(int od, const char *on, int nd, const char *nn, unsigned fl)
 {
+	int r = link_guard(od, on, "rename");	/* C5: what moves must be the owner's */
+
+	if (r < 0)
+		return r;
 	RET(renameat2(od, on, nd, nn, fl));
 }
 static int d_unlinkat(int d, const char *n, int fl) { RET(unlinkat(d, n, fl)); }

@@ -28,7 +28,12 @@
  *      (a user who renames the daemon's root-owned stage file over their own
  *      file's name, then chmods "their" file, gets -EPERM, not a set-user-ID
  *      root file).  Symlinks themselves (BSYS_LINK) are checked, then
- *      changed by name.
+ *      changed by name.  renameat2 checks the object at the source name the
+ *      same way, then renames by name (there is no rename of a pinned
+ *      inode): an object the directory's owner swapped in before the rename
+ *      is applied is refused, not carried into a directory they may not
+ *      write; a swap within the microseconds between the check and the
+ *      rename is not caught.
  *
  * The default entries call libc.  fault.c can wrap them (CKPTFS_FAULT in the
  * environment, see docs/testing.md) to inject errors, short writes and

@@ -840,6 +840,7 @@ static void *flusher_main(void *arg)
 
 	thread_background("ckptfs-flush", (int)be->opt.flush_nice);
 	fl->bio = bio_create(be->opt.io, be->opt.queue_depth, &why);
+	bio_count_written(fl->bio, &be->st.io_written);	/* progress within a batch */
 	pthread_mutex_lock(&be->lock);
 	for (;;) {
 		if (be->aborting)

@@ -637,6 +637,10 @@ static int rename_locked(struct ckptfs *fs, uid_t actor, fuse_ino_t parent, cons
 	op->name2 = xstrdup(newname);
 	op->flags = exchange ? RENAME_EXCHANGE : 0;
 	op->victim = dn ? bnode_get(dn->b) : NULL;
+	pthread_mutex_lock(&sn->alock);
+	op->owner = sn->uid;	/* who owns what is moved, as the mount knows it */
+	pthread_mutex_unlock(&sn->alock);
+	op->owner_known = true;
 	fs_submit(fs, actor, op);
 
 	node_ref(sn);

@@ -49,7 +49,7 @@ static const struct {
 	[O_RMXATTR] = { "removexattr", { REFUSED, REFUSED, REFUSED } },
 	[O_GETXATTR] = { "getxattr-unloaded", { REFUSED, REFUSED, REFUSED } },
 	[O_LISTXATTR] = { "listxattr-unloaded", { REFUSED, REFUSED, REFUSED } },
-	[O_RENAME] = { "rename", { NAME_ONLY, NAME_ONLY, REFUSED } },
+	[O_RENAME] = { "rename", { REFUSED, REFUSED, REFUSED } },	/* C5: not the owner's */
 	[O_LINK] = { "link", { NAME_ONLY, NA, REFUSED } },
 	[O_UNLINK] = { "unlink", { NAME_ONLY, NA, REFUSED } },
 	[O_RMDIR] = { "rmdir", { NA, REFUSED, NA } },

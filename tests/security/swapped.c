@@ -25,6 +25,11 @@
  *      into their file, and their file would have been published under
  *      root's name.  Now neither: their file stays empty, nothing is
  *      published, the version is blocked and the daemon says why.
+ *   4. root renames its file out of their directory into a directory only
+ *      root may write, after they renamed a file of their own over that
+ *      file's name: their file would have been carried into root's
+ *      directory under root's chosen name.  Now refused (the object at the
+ *      name is not root's), logged, nothing moved.
  */
 #include "tests/security/sec_util.h"
 
@@ -108,6 +113,11 @@ int main(void)
 	CHECK_SYS(mkdir(tm_bpath(&m, "a/rootdir"), 0700));
 	cu_write_text(tm_bpath(&m, "a/rootdir/secret"), "root's secret\n");
 	CHECK_SYS(chmod(tm_bpath(&m, "a/rootdir/secret"), 0600));
+	/* Root's file to move out of a/ into root's own directory (case 4), and A's file. */
+	cu_write_text(tm_bpath(&m, "a/rootmove"), "root's data\n");
+	CHECK_SYS(mkdir(tm_bpath(&m, "rootonly"), 0755));
+	cu_write_text(tm_bpath(&m, "a/payload"), "A's payload\n");
+	CHECK_SYS(chown(tm_bpath(&m, "a/payload"), USER_A, USER_A));
 
 	snprintf(hold, sizeof(hold), "%s/hold", m.root);
 	/* The 2nd open of a temporary file (its O_DIRECT reopen) waits while `hold` exists. */
@@ -140,6 +150,26 @@ int main(void)
 	cu_check_content(tm_bpath(&m, "a/mine"), "root's own program\n", 19);
 	printf("1. chmod 04755 of a root-owned file swapped in: refused, file still 0600 root\n");
 	cu_stop_any(&m);	/* its operations are blocked: a fresh mount for the next */
+
+	/* 4. rename of root's file out of A's directory, after A put their own file there. */
+	tm_mount(&m, opts, env);
+	CHECK_SYS(lstat(tm_path(&m, "a/rootmove"), &st));	/* the daemon lists a/: root's file */
+	ASSERT_EQ(st.st_uid, 0);
+	CHECK_SYS(lstat(tm_path(&m, "rootonly"), &st));
+	swap_from = "a/payload";
+	swap_to = "a/rootmove";
+	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_rename, NULL), 0);
+	CHECK_SYS(rename(tm_path(&m, "a/rootmove"), tm_path(&m, "rootonly/moved")));
+	if (!sec_log_wait(&m, "refused to rename", "'rootmove'", 5000))
+		FAILF("the rename of an object A swapped in was not refused");
+	if (access(tm_bpath(&m, "rootonly/moved"), F_OK) == 0)
+		FAILF("A's file was carried into root's directory, where A may not write");
+	CHECK_SYS(lstat(tm_bpath(&m, "a/rootmove"), &st));
+	ASSERT_EQ(st.st_uid, USER_A);	/* A's file stays where A put it */
+	cu_check_content(tm_bpath(&m, "a/rootmove"), "A's payload\n", 12);
+	printf("4. rename of root's file after A swapped theirs in: refused, nothing moved into "
+	       "root's directory\n");
+	cu_stop_any(&m);
 
 	/* 2. mkdir of a name where A renamed root's non-empty directory meanwhile. */
 	tm_mount(&m, opts, env);
