@@ -267,7 +267,14 @@ relink:
 /*
  * Append the manifest record of op, before it is applied (write-ahead, P7):
  * 0, or -errno if it could not be written (the operation must wait).  An
- * operation whose subject is not on the backend leaves no record.
+ * operation whose subject is not on the backend leaves no record; one
+ * whose path goes through a directory not made yet, or that names an
+ * object (link, attributes) whose first version is not published yet,
+ * RECORD_LATER: the batch's records are written before any of it is
+ * applied, and that mkdir or version may come earlier in the same batch
+ * (pub.h).  Without this, `mkdir -p a/b/c` in one batch recorded no mkdir
+ * of a/b/c, and a file linked or renamed into a new directory no link or
+ * rename: verify then reported the file missing at its old name.
  */
 static int record_op(struct backend *be, struct op *op)
 {
@@ -284,12 +291,15 @@ static int record_op(struct backend *be, struct op *op)
 	case OP_UNLINK:
 	case OP_SYMLINK:
 	case OP_RENAME:
-	case OP_MKNOD:
-		if (bnode_path(be, op->dir, op->name, path, sizeof(path)) < 0)
-			return 0;
-		if (op->kind == OP_RENAME && bnode_path(be, op->dir2, op->name2, to, sizeof(to)) < 0)
-			return 0;
+	case OP_MKNOD: {
+		/* A directory on the way not made yet: its mkdir may be earlier in this batch. */
+		int r = bnode_path(be, op->dir, op->name, path, sizeof(path));
+		if (r == 0 && op->kind == OP_RENAME)
+			r = bnode_path(be, op->dir2, op->name2, to, sizeof(to));
+		if (r < 0)
+			return r == -ENOENT ? RECORD_LATER : 0;
 		break;
+	}
 	case OP_LINK:
 	case OP_SETATTR:
 	case OP_SETXATTR:
@@ -297,12 +307,13 @@ static int record_op(struct backend *be, struct op *op)
 		if (op->node->is_root)
 			break;	/* path "" */
 		if (bnode_locate(be, op->node, &at, name, sizeof(name)) < 0)
-			return 0;	/* not on the backend: nothing happens there */
+			return RECORD_LATER;	/* not on the backend (yet) */
 		int r = bnode_path(be, at, name, path, sizeof(path));
 		bnode_put(at);
-		if (r < 0 || (op->kind == OP_LINK &&
-			      bnode_path(be, op->dir2, op->name2, to, sizeof(to)) < 0))
-			return 0;
+		if (r == 0 && op->kind == OP_LINK)
+			r = bnode_path(be, op->dir2, op->name2, to, sizeof(to));
+		if (r < 0)
+			return r == -ENOENT ? RECORD_LATER : 0;
 		break;
 	}
 	sb_printf(&b, "{\"t\": \"%s\", \"m\": \"%s\", \"seq\": %llu, \"try\": %u, \"time\": %llu, ",
@@ -328,6 +339,10 @@ static int record_op(struct backend *be, struct op *op)
 		sb_printf(&b, ", \"key\": ");
 		sb_json_str(&b, op->target);
 	}
+	if ((op->kind == OP_MKDIR || op->kind == OP_SYMLINK || op->kind == OP_MKNOD) &&
+	    be->opt.chown && (op->valid & OPA_UID) && (op->valid & OPA_GID))
+		/* Whose it is to be: recovery finishes a creation cut before its chown. */
+		sb_printf(&b, ", \"owner\": %u, \"group\": %u", (unsigned)op->uid, (unsigned)op->gid);
 	sb_printf(&b, ", \"uid\": %u}", (unsigned)op->actor);
 	int r = manifest_append(&be->man, b.s, b.len);
 	sb_free(&b);
@@ -340,17 +355,29 @@ static int record_op(struct backend *be, struct op *op)
  * is still owned by `found` (the daemon, for what it just made): the parent
  * may be a user's, who could swap another object in (bsys C5).
  */
-static void created_as(struct backend *be, struct op *op, int dfd, struct touched *t, uid_t found)
+static int created_as(struct backend *be, struct op *op, int dfd, struct touched *t, uid_t found)
 {
 	if (be->opt.chown && (op->valid & (OPA_UID | OPA_GID))) {
 		bsys_owner_guard(found);
-		bsys.fchownat(dfd, op->name, op->uid, op->gid, op->kind == OP_SYMLINK ? BSYS_LINK : 0);
+		int r = bsys.fchownat(dfd, op->name, op->uid, op->gid,
+				      op->kind == OP_SYMLINK ? BSYS_LINK : 0);
 		bsys_owner_guard_off();
+		if (r < 0) {
+			/*
+			 * Not done: never the daemon's object where the user made
+			 * theirs.  A retry makes it again (a directory it made is
+			 * taken back, mkdir_found; anything else is removed first).
+			 */
+			if (op->kind != OP_MKDIR)
+				bsys.unlinkat(dfd, op->name, 0);
+			return r;
+		}
 	}
 	pthread_rwlock_wrlock(&be->bt_lock);
 	bnode_link_add_locked(op->node, op->dir, op->name);
 	pthread_rwlock_unlock(&be->bt_lock);
 	touch_dir(t, op->dir);
+	return 0;
 }
 
 /*
@@ -423,8 +450,7 @@ static int apply_change_at(struct backend *be, struct op *op, struct touched *t,
 		uid_t found = geteuid();	/* who owns what is there now */
 		if (r == -EEXIST)
 			r = mkdir_found(be, op, dfd, &found);
-		if (r == 0) {
-			created_as(be, op, dfd, t, found);
+		if (r == 0 && (r = created_as(be, op, dfd, t, found)) == 0) {
 			pthread_mutex_lock(&be->lock);		/* flushers wait for dirs */
 			pthread_cond_broadcast(&be->flush_cond);
 			pthread_mutex_unlock(&be->lock);
@@ -432,11 +458,11 @@ static int apply_change_at(struct backend *be, struct op *op, struct touched *t,
 		break;
 	case OP_SYMLINK:
 		if ((r = bsys.symlinkat(op->target, dfd, op->name)) == 0)
-			created_as(be, op, dfd, t, geteuid());
+			r = created_as(be, op, dfd, t, geteuid());
 		break;
 	case OP_MKNOD:
 		if ((r = bsys.mknodat(dfd, op->name, op->mode & (S_IFMT | 07777), op->rdev)) == 0)
-			created_as(be, op, dfd, t, geteuid());
+			r = created_as(be, op, dfd, t, geteuid());
 		break;
 	case OP_RMDIR:
 	case OP_UNLINK:
@@ -575,9 +601,17 @@ int record_attempt(struct backend *be, struct op *op)
 		return 0;
 	if ((r = record_op(be, op)) < 0)
 		return r;
+	if (r == RECORD_LATER)
+		return r;	/* op->recorded stays false */
 	op->recorded = true;
 	op->records++;
 	return 0;
+}
+
+void record_none(struct op *op)
+{
+	op->recorded = true;	/* nothing of it on the backend: no record, as for any such op */
+	op->records++;
 }
 
 void void_attempt(struct backend *be, struct op *op, int err)
@@ -595,6 +629,11 @@ void void_attempt(struct backend *be, struct op *op, int err)
 int apply_op(struct backend *be, struct op *op, struct touched *t)
 {
 	int r = record_attempt(be, op);
+
+	if (r == RECORD_LATER) {	/* the batch records everything first: not here */
+		record_none(op);
+		r = 0;
+	}
 
 	if (r == 0)
 		r = op->kind == OP_VERSION ? apply_version(be, op, t) : apply_change(be, op, t);

@@ -103,6 +103,18 @@ void touched_free(struct touched *t);
  * applying.
  */
 int record_attempt(struct backend *be, struct op *op);
+/*
+ * record_attempt's answer for an operation whose path goes through a
+ * directory not made on the backend yet, or that names an object (a link,
+ * attributes) not published yet: that mkdir or first version may come
+ * earlier in the same batch, whose records are all written before any of
+ * it is applied.  The batch ends before it (it is
+ * recorded in the next, once that version is published), unless it comes
+ * first: then nothing can publish its object before it, and it has no
+ * record (record_none), like any operation on what is not on the backend.
+ */
+#define RECORD_LATER 1
+void record_none(struct op *op);
 /* This attempt will not happen (err, or 0: deferred): void its record. */
 void void_attempt(struct backend *be, struct op *op, int err);
 /* Record (if needed) and apply one operation: 0 or -errno (its attempt voided). */

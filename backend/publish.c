@@ -534,13 +534,20 @@ static unsigned batch_apply(struct backend *be, struct op **batch, unsigned n, s
 	int r = 0;
 
 	*nfailed = 0;
-	for (; nrec < n && r == 0; nrec++)
-		if ((r = record_attempt(be, batch[nrec])) < 0) {
+	for (; nrec < n && r == 0; nrec++) {
+		if ((r = record_attempt(be, batch[nrec])) == RECORD_LATER) {
+			r = 0;
+			if (nrec)
+				break;	/* recorded after what comes before it is applied */
+			record_none(batch[nrec]);
+		}
+		if (r < 0) {
 			failed[0] = batch[nrec];	/* the rest wait for the next round */
 			ferr[0] = r;
 			*nfailed = 1;
 			break;
 		}
+	}
 	if (nrec && (r = manifest_sync(&be->man)) < 0) {
 		for (unsigned i = 0; i < nrec; i++)
 			void_attempt(be, batch[i], 0);

@@ -113,6 +113,8 @@ struct rrec {
 	uint64_t size;
 	bool exchange;
 	bool same_as_before;	/* a version whose path held these very contents already */
+	bool has_owner;		/* mkdir, symlink, mknod of a root daemon: whose it is to be */
+	uint64_t owner, group;
 	uint64_t format;	/* its mount's manifest format */
 };
 
@@ -318,6 +320,7 @@ int rscan_cb(void *arg, const char *p, size_t len, uint64_t off)
 		r.xxh3 = dup_or_null(json_str(&o, "xxh3"));
 		json_u64(&o, "size", &r.size);
 		r.exchange = json_bool(&o, "exchange", &exch) && exch;
+		r.has_owner = json_u64(&o, "owner", &r.owner) && json_u64(&o, "group", &r.group);
 		r.same_as_before = same;
 		r.format = s->prev_format;
 		rrecs_push(&s->ops, &s->nops, &s->capops, &r);
@@ -367,6 +370,48 @@ static bool rec_applied(int root_fd, const struct rrec *r)
 	if (!strcmp(r->t, "link"))
 		return r->to && path_exists(root_fd, r->to);
 	return false;	/* attributes leave no evidence of their own */
+}
+
+/*
+ * The last operation applied may have been cut between its two steps: a
+ * directory, symlink or node made by a root daemon exists, still the
+ * daemon's, its chown to the user who made it not done.  Finish it, so the
+ * backend holds the state after that operation, as recovery reports; only
+ * while what is there is still the daemon's (bsys C5).
+ */
+static void finish_creation(int root_fd, const struct rrec *r)
+{
+	char *dup, *slash;
+	struct stat st;
+	int dir = root_fd;
+
+	if (!r->has_owner || !r->path ||
+	    (strcmp(r->t, "mkdir") && strcmp(r->t, "symlink") && strcmp(r->t, "mknod")))
+		return;
+	dup = xstrdup(r->path);
+	if ((slash = strrchr(dup, '/'))) {
+		*slash = '\0';
+		dir = open_beneath(root_fd, dup, O_RDONLY | O_DIRECTORY);
+	}
+	const char *name = slash ? slash + 1 : dup;
+	if (dir >= 0 && bsys.fstatat(dir, name, &st) == 0 && st.st_uid == geteuid() &&
+	    (st.st_uid != r->owner || st.st_gid != r->group)) {
+		bsys_owner_guard(geteuid());
+		int e = bsys.fchownat(dir, name, (uid_t)r->owner, (gid_t)r->group,
+				      S_ISLNK(st.st_mode) ? BSYS_LINK : 0);
+		bsys_owner_guard_off();
+		if (e < 0)
+			ckpt_log(LOG_WARNING, "recovery: %s was made but not given to uid %llu, and "
+				 "cannot be now: %s", r->path, (unsigned long long)r->owner,
+				 strerror(-e));
+		else
+			ckpt_log(LOG_INFO, "recovery: %s was made but not yet given to its owner "
+				 "(a stop between its %s and chown): given to uid %llu now", r->path,
+				 r->t, (unsigned long long)r->owner);
+	}
+	if (slash && dir >= 0)
+		bsys.close(dir);
+	free(dup);
 }
 
 struct orphans {
@@ -428,6 +473,8 @@ int manifest_recover(struct manifest *m, int root_fd, struct rscan *s, struct re
 	/* Applied operations form a prefix of the log (P7): it ends at the last with evidence. */
 	for (k = s->nops; k > 0 && !rec_applied(root_fd, &s->ops[k - 1]); k--)
 		;
+	if (k > 0)
+		finish_creation(root_fd, &s->ops[k - 1]);
 	for (size_t i = 0; i < k; i++) {
 		if (s->ops[i].seq > rep->prev_seq_applied)
 			rep->prev_seq_applied = s->ops[i].seq;

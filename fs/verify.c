@@ -53,6 +53,7 @@ struct entry {
 	bool either;		/* its mount's format is unknown: flat is tried too */
 	bool seen;		/* found on the backend walk */
 	struct entry *next;	/* in a list pm_take returns */
+	struct entry *lprev, *lnext;	/* the other names of its file (hard links): a ring */
 };
 
 struct pmap {
@@ -75,10 +76,41 @@ static void pm_insert(struct pmap *m, struct entry *e)
 	strmap_insert(&m->map, &e->node);
 }
 
+/* A new entry for path, the only name of its file. */
+static struct entry *entry_new(const char *path)
+{
+	struct entry *e = xcalloc(1, sizeof(*e));
+
+	e->path = xstrdup(path);
+	e->lprev = e->lnext = e;
+	return e;
+}
+
 static void entry_free(struct entry *e)
 {
+	e->lprev->lnext = e->lnext;	/* its other names stay */
+	e->lnext->lprev = e->lprev;
 	free(e->path);
 	free(e);
+}
+
+/*
+ * A new version of the file named by e: every name of it holds those
+ * contents (the daemon relinks a rewritten file's other names to the new
+ * version; its record names one of them).
+ */
+static void entry_set_all(struct entry *e, uint64_t size, const char *xxh3,
+			  enum digest_kind kind, bool either)
+{
+	struct entry *x = e;
+
+	do {
+		x->size = size;
+		snprintf(x->xxh3, sizeof(x->xxh3), "%s", xxh3);
+		x->kind = kind;
+		x->either = either;
+		x = x->lnext;
+	} while (x != e);
 }
 
 /* Entries at `path` or below it, detached from the map (a list through ->next). */
@@ -287,13 +319,12 @@ static void replay(struct pmap *m, const struct recs *r)
 			struct entry *e = pm_get(m, path);
 			const char *x = json_str(o, "xxh3");
 			if (!e) {
-				e = xcalloc(1, sizeof(*e));
-				e->path = xstrdup(path);
+				e = entry_new(path);
 				pm_insert(m, e);
 			}
-			e->size = (uint64_t)json_num_or0(o, "size");
-			snprintf(e->xxh3, sizeof(e->xxh3), "%s", x ? x : "");
 			record_kind(&fmap, json_str(o, "m"), e);
+			entry_set_all(e, (uint64_t)json_num_or0(o, "size"), x ? x : "", e->kind,
+				      e->either);
 		} else if (!strcmp(t, "unlink") || !strcmp(t, "rmdir")) {
 			pm_remove(m, path);
 		} else if (!strcmp(t, "rename") && to) {
@@ -307,13 +338,16 @@ static void replay(struct pmap *m, const struct recs *r)
 		} else if (!strcmp(t, "link") && to) {
 			struct entry *src = pm_get(m, path);
 			if (src) {
-				struct entry *e = xcalloc(1, sizeof(*e));
-				e->path = xstrdup(to);
+				pm_remove(m, to);
+				struct entry *e = entry_new(to);
 				e->size = src->size;
 				memcpy(e->xxh3, src->xxh3, sizeof(e->xxh3));
 				e->kind = src->kind;
 				e->either = src->either;
-				pm_remove(m, to);
+				e->lnext = src->lnext;	/* one more name of src's file */
+				e->lprev = src;
+				src->lnext->lprev = e;
+				src->lnext = e;
 				pm_insert(m, e);
 			}
 		}
