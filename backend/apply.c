@@ -267,21 +267,22 @@ relink:
 /*
  * Append the manifest record of op, before it is applied (write-ahead, P7):
  * 0, or -errno if it could not be written (the operation must wait).  An
- * operation whose subject is not on the backend leaves no record; one
- * whose path goes through a directory not made yet, or that names an
- * object (link, attributes) whose first version is not published yet,
- * RECORD_LATER: the batch's records are written before any of it is
- * applied, and that mkdir or version may come earlier in the same batch
- * (pub.h).  Without this, `mkdir -p a/b/c` in one batch recorded no mkdir
- * of a/b/c, and a file linked or renamed into a new directory no link or
- * rename: verify then reported the file missing at its old name.
+ * operation whose subject is not on the backend leaves no record.  The
+ * batch's records are written before any of it is applied, so paths go
+ * through `plan`: where earlier operations of the batch make or move
+ * things (a directory made, a file published, a directory renamed); an
+ * operation whose path nothing explains yet gets RECORD_LATER (pub.h).
+ * Without this, `mkdir -p a/b/c` in one batch recorded no mkdir of a/b/c,
+ * and a file linked or renamed into a new directory no link or rename:
+ * verify then reported the file missing at its old name.
  */
-static int record_op(struct backend *be, struct op *op)
+static int record_op(struct backend *be, struct op *op, const struct bplan *plan, unsigned nplan)
 {
 	struct strbuf b = { 0 };
 	char path[4096], to[4096];
 	struct bnode *at = NULL;
 	char name[256];
+	int r = 0;
 
 	path[0] = to[0] = '\0';
 	switch (op->kind) {
@@ -291,31 +292,34 @@ static int record_op(struct backend *be, struct op *op)
 	case OP_UNLINK:
 	case OP_SYMLINK:
 	case OP_RENAME:
-	case OP_MKNOD: {
-		/* A directory on the way not made yet: its mkdir may be earlier in this batch. */
-		int r = bnode_path(be, op->dir, op->name, path, sizeof(path));
-		if (r == 0 && op->kind == OP_RENAME)
-			r = bnode_path(be, op->dir2, op->name2, to, sizeof(to));
-		if (r < 0)
-			return r == -ENOENT ? RECORD_LATER : 0;
+	case OP_MKNOD:
+		r = bnode_path_planned(be, op->dir, op->name, path, sizeof(path), plan, nplan);
 		break;
-	}
 	case OP_LINK:
 	case OP_SETATTR:
 	case OP_SETXATTR:
-	case OP_RMXATTR:
+	case OP_RMXATTR: {
 		if (op->node->is_root)
 			break;	/* path "" */
-		if (bnode_locate(be, op->node, &at, name, sizeof(name)) < 0)
+		const struct bplan *p = NULL;
+		for (unsigned i = nplan; i-- > 0 && !p;)
+			p = plan[i].node == op->node ? &plan[i] : NULL;
+		if (p) {	/* published or moved earlier in this batch */
+			r = bnode_path_planned(be, (struct bnode *)p->dir, p->name, path, sizeof(path),
+					       plan, nplan);
+		} else if (bnode_locate(be, op->node, &at, name, sizeof(name)) < 0) {
 			return RECORD_LATER;	/* not on the backend (yet) */
-		int r = bnode_path(be, at, name, path, sizeof(path));
-		bnode_put(at);
-		if (r == 0 && op->kind == OP_LINK)
-			r = bnode_path(be, op->dir2, op->name2, to, sizeof(to));
-		if (r < 0)
-			return r == -ENOENT ? RECORD_LATER : 0;
+		} else {
+			r = bnode_path_planned(be, at, name, path, sizeof(path), plan, nplan);
+			bnode_put(at);
+		}
 		break;
 	}
+	}
+	if (r == 0 && (op->kind == OP_RENAME || op->kind == OP_LINK))
+		r = bnode_path_planned(be, op->dir2, op->name2, to, sizeof(to), plan, nplan);
+	if (r < 0)	/* a directory on the way that nothing in this batch makes: wait */
+		return r == -ENOENT ? RECORD_LATER : 0;
 	sb_printf(&b, "{\"t\": \"%s\", \"m\": \"%s\", \"seq\": %llu, \"try\": %u, \"time\": %llu, ",
 		  op_record_type(op->kind), be->mount_id, (unsigned long long)op->seq, op->records,
 		  (unsigned long long)wall_ns());
@@ -344,7 +348,7 @@ static int record_op(struct backend *be, struct op *op)
 		/* Whose it is to be: recovery finishes a creation cut before its chown. */
 		sb_printf(&b, ", \"owner\": %u, \"group\": %u", (unsigned)op->uid, (unsigned)op->gid);
 	sb_printf(&b, ", \"uid\": %u}", (unsigned)op->actor);
-	int r = manifest_append(&be->man, b.s, b.len);
+	r = manifest_append(&be->man, b.s, b.len);
 	sb_free(&b);
 	return r;
 }
@@ -593,19 +597,45 @@ static int apply_change(struct backend *be, struct op *op, struct touched *t)
 	return r;
 }
 
-int record_attempt(struct backend *be, struct op *op)
+/* Where op leaves what it makes or moves, for the records after it in its batch. */
+static void plan_add(const struct op *op, struct bplan *plan, unsigned *nplan)
+{
+	const struct bnode *node = op->node, *dir = op->dir;
+	const char *name = op->name;
+
+	if (!plan || !node)
+		return;
+	if (op->kind == OP_RENAME) {
+		dir = op->dir2;
+		name = op->name2;
+		if (op->victim && (op->flags & RENAME_EXCHANGE))
+			plan[(*nplan)++] = (struct bplan){ op->victim, op->dir, op->name };
+	} else if (op->kind != OP_MKDIR && op->kind != OP_VERSION && op->kind != OP_SYMLINK &&
+		   op->kind != OP_MKNOD) {
+		return;
+	}
+	plan[(*nplan)++] = (struct bplan){ node, dir, name };
+}
+
+int record_attempt_planned(struct backend *be, struct op *op, struct bplan *plan, unsigned *nplan)
 {
 	int r;
 
 	if (op->recorded)
 		return 0;
-	if ((r = record_op(be, op)) < 0)
+	if ((r = record_op(be, op, plan, plan ? *nplan : 0)) < 0)
 		return r;
 	if (r == RECORD_LATER)
 		return r;	/* op->recorded stays false */
 	op->recorded = true;
 	op->records++;
+	plan_add(op, plan, nplan);
 	return 0;
+}
+
+int record_attempt(struct backend *be, struct op *op)
+{
+	return record_attempt_planned(be, op, NULL, NULL);
 }
 
 void record_none(struct op *op)

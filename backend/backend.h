@@ -530,6 +530,18 @@ void bnode_link_primary_locked(struct bnode *b, struct bnode *dir, const char *n
 
 /* Backend-relative path of (dir, name) (name may be NULL): 0 or -ENOENT. */
 int bnode_path(struct backend *be, struct bnode *dir, const char *name, char *buf, size_t len);
+/*
+ * Where objects will be once earlier operations of a batch are applied
+ * (made, or moved there): node -> (dir, name).  bnode_path_planned() takes
+ * a directory on the way from the latest plan for it, else from its name
+ * on the backend now.
+ */
+struct bplan {
+	const struct bnode *node, *dir;
+	const char *name;
+};
+int bnode_path_planned(struct backend *be, struct bnode *dir, const char *name, char *buf,
+		       size_t len, const struct bplan *plan, unsigned nplan);
 
 /* Is this a name ckptfs reserves on the backend? */
 bool backend_name_reserved(const char *name, bool at_root);

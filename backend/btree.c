@@ -426,6 +426,20 @@ void bnode_set_unloaded(struct backend *be, struct bnode *b, struct bnode *dir, 
 
 int bnode_path(struct backend *be, struct bnode *dir, const char *name, char *buf, size_t len)
 {
+	return bnode_path_planned(be, dir, name, buf, len, NULL, 0);
+}
+
+static const struct bplan *plan_find(const struct bplan *plan, unsigned n, const struct bnode *b)
+{
+	for (unsigned i = n; i-- > 0;)	/* the latest plan for it */
+		if (plan[i].node == b)
+			return &plan[i];
+	return NULL;
+}
+
+int bnode_path_planned(struct backend *be, struct bnode *dir, const char *name, char *buf,
+		       size_t len, const struct bplan *plan, unsigned nplan)
+{
 	const char *parts[256];
 	size_t k = 0, pos = 0;
 	int r = 0;
@@ -433,12 +447,14 @@ int bnode_path(struct backend *be, struct bnode *dir, const char *name, char *bu
 	if (name)
 		parts[k++] = name;
 	pthread_rwlock_rdlock(&be->bt_lock);
-	for (struct bnode *b = dir; b && !b->is_root; b = b->links[0].dir) {
-		if (!b->nlinks || k == CKPT_ARRAY_LEN(parts)) {
+	for (const struct bnode *b = dir; b && !b->is_root;) {
+		const struct bplan *p = plan_find(plan, nplan, b);	/* made or moved earlier */
+		if ((!b->nlinks && !p) || k == CKPT_ARRAY_LEN(parts)) {
 			r = -ENOENT;
 			break;
 		}
-		parts[k++] = b->links[0].name;
+		parts[k++] = p ? p->name : b->links[0].name;
+		b = p ? p->dir : b->links[0].dir;
 	}
 	buf[0] = '\0';
 	while (r == 0 && k--) {

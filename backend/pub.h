@@ -106,15 +106,23 @@ int record_attempt(struct backend *be, struct op *op);
 /*
  * record_attempt's answer for an operation whose path goes through a
  * directory not made on the backend yet, or that names an object (a link,
- * attributes) not published yet: that mkdir or first version may come
- * earlier in the same batch, whose records are all written before any of
- * it is applied.  The batch ends before it (it is
+ * attributes) not published yet, when nothing earlier in its batch makes
+ * it (record_attempt_planned knows what does) — the batch's records are
+ * all written before any of it is applied.  The batch ends before it (it is
  * recorded in the next, once that version is published), unless it comes
  * first: then nothing can publish its object before it, and it has no
  * record (record_none), like any operation on what is not on the backend.
  */
 #define RECORD_LATER 1
 void record_none(struct op *op);
+/*
+ * record_attempt for the operations of one batch in order: plan (room for
+ * 2 per operation) collects where each leaves what it makes or moves, so
+ * the records after it name those paths (a file made in a directory the
+ * batch makes first); RECORD_LATER only when nothing before it in the
+ * batch explains a path.
+ */
+int record_attempt_planned(struct backend *be, struct op *op, struct bplan *plan, unsigned *nplan);
 /* This attempt will not happen (err, or 0: deferred): void its record. */
 void void_attempt(struct backend *be, struct op *op, int err);
 /* Record (if needed) and apply one operation: 0 or -errno (its attempt voided). */

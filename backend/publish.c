@@ -534,8 +534,11 @@ static unsigned batch_apply(struct backend *be, struct op **batch, unsigned n, s
 	int r = 0;
 
 	*nfailed = 0;
+	struct bplan *plan = xcalloc(2 * (size_t)n + 1, sizeof(*plan));
+	unsigned nplan = 0;
+
 	for (; nrec < n && r == 0; nrec++) {
-		if ((r = record_attempt(be, batch[nrec])) == RECORD_LATER) {
+		if ((r = record_attempt_planned(be, batch[nrec], plan, &nplan)) == RECORD_LATER) {
 			r = 0;
 			if (nrec)
 				break;	/* recorded after what comes before it is applied */
@@ -548,6 +551,7 @@ static unsigned batch_apply(struct backend *be, struct op **batch, unsigned n, s
 			break;
 		}
 	}
+	free(plan);
 	if (nrec && (r = manifest_sync(&be->man)) < 0) {
 		for (unsigned i = 0; i < nrec; i++)
 			void_attempt(be, batch[i], 0);
