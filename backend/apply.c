@@ -301,12 +301,9 @@ static int record_op(struct backend *be, struct op *op, const struct bplan *plan
 	case OP_RMXATTR: {
 		if (op->node->is_root)
 			break;	/* path "" */
-		const struct bplan *p = NULL;
-		for (unsigned i = nplan; i-- > 0 && !p;)
-			p = plan[i].node == op->node ? &plan[i] : NULL;
+		const struct bplan *p = bplan_find(plan, nplan, op->node);
 		if (p) {	/* published or moved earlier in this batch */
-			r = bnode_path_planned(be, (struct bnode *)p->dir, p->name, path, sizeof(path),
-					       plan, nplan);
+			r = bnode_path_planned(be, p->dir, p->name, path, sizeof(path), plan, nplan);
 		} else if (bnode_locate(be, op->node, &at, name, sizeof(name)) < 0) {
 			return RECORD_LATER;	/* not on the backend (yet) */
 		} else {
@@ -659,11 +656,6 @@ void void_attempt(struct backend *be, struct op *op, int err)
 int apply_op(struct backend *be, struct op *op, struct touched *t)
 {
 	int r = record_attempt(be, op);
-
-	if (r == RECORD_LATER) {	/* the batch records everything first: not here */
-		record_none(op);
-		r = 0;
-	}
 
 	if (r == 0)
 		r = op->kind == OP_VERSION ? apply_version(be, op, t) : apply_change(be, op, t);

@@ -540,8 +540,10 @@ struct bplan {
 	const struct bnode *node, *dir;
 	const char *name;
 };
-int bnode_path_planned(struct backend *be, struct bnode *dir, const char *name, char *buf,
+int bnode_path_planned(struct backend *be, const struct bnode *dir, const char *name, char *buf,
 		       size_t len, const struct bplan *plan, unsigned nplan);
+/* The latest plan for b, or NULL. */
+const struct bplan *bplan_find(const struct bplan *plan, unsigned n, const struct bnode *b);
 
 /* Is this a name ckptfs reserves on the backend? */
 bool backend_name_reserved(const char *name, bool at_root);

@@ -429,7 +429,7 @@ int bnode_path(struct backend *be, struct bnode *dir, const char *name, char *bu
 	return bnode_path_planned(be, dir, name, buf, len, NULL, 0);
 }
 
-static const struct bplan *plan_find(const struct bplan *plan, unsigned n, const struct bnode *b)
+const struct bplan *bplan_find(const struct bplan *plan, unsigned n, const struct bnode *b)
 {
 	for (unsigned i = n; i-- > 0;)	/* the latest plan for it */
 		if (plan[i].node == b)
@@ -437,7 +437,7 @@ static const struct bplan *plan_find(const struct bplan *plan, unsigned n, const
 	return NULL;
 }
 
-int bnode_path_planned(struct backend *be, struct bnode *dir, const char *name, char *buf,
+int bnode_path_planned(struct backend *be, const struct bnode *dir, const char *name, char *buf,
 		       size_t len, const struct bplan *plan, unsigned nplan)
 {
 	const char *parts[256];
@@ -448,7 +448,7 @@ int bnode_path_planned(struct backend *be, struct bnode *dir, const char *name, 
 		parts[k++] = name;
 	pthread_rwlock_rdlock(&be->bt_lock);
 	for (const struct bnode *b = dir; b && !b->is_root;) {
-		const struct bplan *p = plan_find(plan, nplan, b);	/* made or moved earlier */
+		const struct bplan *p = bplan_find(plan, nplan, b);	/* made or moved earlier */
 		if ((!b->nlinks && !p) || k == CKPT_ARRAY_LEN(parts)) {
 			r = -ENOENT;
 			break;

@@ -99,8 +99,8 @@ void touched_free(struct touched *t);
 
 /*
  * Append op's write-ahead record for this attempt unless it has one (P7):
- * 0 or -errno.  Its durability is the caller's: fsync the manifest before
- * applying.
+ * 0, RECORD_LATER or -errno.  Its durability is the caller's: fsync the
+ * manifest before applying.
  */
 int record_attempt(struct backend *be, struct op *op);
 /*

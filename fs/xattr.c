@@ -88,13 +88,6 @@ static int xattrs_read(void *arg, int dfd, const char *name)
 	return kl < 0 && kl != -ENOTSUP && kl != -ENODATA ? (int)kl : 0;
 }
 
-/*
- * Read the backend's xattrs into memory once, through bsys (a symlink
- * planted where the object was is refused, -ELOOP, never followed), with no
- * lock held: stat takes a node's alock under the namespace lock, so a slow
- * backend must never be waited for while holding either.  Two readers may
- * race; the first to finish installs what it read.  0 or -errno.
- */
 struct xattr_call {
 	struct bcall c;
 	struct ckptfs *fs;
@@ -118,6 +111,14 @@ static void xattr_call_drop(struct bcall *c)
 	free(x);
 }
 
+/*
+ * Read the backend's xattrs into memory once, through bsys (a symlink
+ * planted where the object was is refused, -ELOOP, never followed), on a
+ * helper thread (bcall.h: EIO once drain_timeout passes) with no lock
+ * held: stat takes a node's alock under the namespace lock, so a slow
+ * backend must never be waited for while holding either.  Two readers may
+ * race; the first to finish installs what it read.  0 or -errno.
+ */
 static int xattrs_ensure(struct ckptfs *fs, struct fsnode *n)
 {
 	struct xattr_call *x;

@@ -49,12 +49,7 @@ int main(void)
 	struct stat st;
 	int status = -1;
 
-	cu_require_root();
-	tm_require_fuse();
-	tm_init(&m, "mkdircrash");
-	CHECK_SYS(chmod(m.root, 0755));
-	CHECK_SYS(mkdir(tm_bpath(&m, "a"), 0755));
-	CHECK_SYS(chown(tm_bpath(&m, "a"), USER_A, USER_A));
+	sec_init_user_dir(&m, "mkdircrash", "a", USER_A);
 	tm_mount(&m, "allow_other", (const char *const[]){
 		cu_fault_env("op=chown|fchown,name=newdir,err=kill"), NULL });
 

@@ -182,3 +182,13 @@ static struct stat must_lstat(const char *path)
 mode_t sec_mode(const char *path) { return must_lstat(path).st_mode; }
 uid_t sec_uid(const char *path) { return must_lstat(path).st_uid; }
 gid_t sec_gid(const char *path) { return must_lstat(path).st_gid; }
+
+void sec_init_user_dir(struct tmount *m, const char *name, const char *dir, uid_t uid)
+{
+	cu_require_root();
+	tm_require_fuse();
+	tm_init(m, name);
+	CHECK_SYS(chmod(m->root, 0755));
+	CHECK_SYS(mkdir(tm_bpath(m, dir), 0755));
+	CHECK_SYS(chown(tm_bpath(m, dir), uid, uid));
+}

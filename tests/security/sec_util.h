@@ -32,6 +32,13 @@ char *sec_tree_state(const char *root);
 /* Fail, printing both, unless the tree at root still has the state `was`. */
 void sec_assert_unchanged(const char *what, const char *root, const char *was);
 
+/*
+ * A test as root over FUSE (exit 77 otherwise): tm_init(m, name), its
+ * scratch root searchable by others, and BACKEND/dir made 0755 and given
+ * to uid (a directory that user owns on the backend).
+ */
+void sec_init_user_dir(struct tmount *m, const char *name, const char *dir, uid_t uid);
+
 /* Mode bits and owner of path (lstat), failing if it is missing. */
 mode_t sec_mode(const char *path);
 uid_t sec_uid(const char *path);

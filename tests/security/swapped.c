@@ -101,12 +101,7 @@ int main(void)
 	char opts[PATH_MAX + 160], hold[PATH_MAX], p[PATH_MAX];
 	struct stat st;
 
-	cu_require_root();
-	tm_require_fuse();
-	tm_init(&m, "swapped");
-	CHECK_SYS(chmod(m.root, 0755));
-	CHECK_SYS(mkdir(tm_bpath(&m, "a"), 0755));
-	CHECK_SYS(chown(tm_bpath(&m, "a"), USER_A, USER_A));
+	sec_init_user_dir(&m, "swapped", "a", USER_A);
 	/* Root's objects in A's directory. */
 	cu_write_text(tm_bpath(&m, "a/rootfile"), "root's own program\n");
 	CHECK_SYS(chmod(tm_bpath(&m, "a/rootfile"), 0600));
