@@ -60,7 +60,7 @@ enum bsys_op {
 	BOP_LINKAT, BOP_FCHMODAT, BOP_FCHOWNAT, BOP_UTIMENSAT, BOP_SETXATTR,
 	BOP_REMOVEXATTR, BOP_FSTATAT, BOP_GETXATTR, BOP_LISTXATTR, BOP_READLINKAT,
 	BOP_MKNODAT, BOP_READDIR, BOP_FCHMOD, BOP_FCHOWN, BOP_FUTIMENS, BOP_APPEND,
-	BOP_FALLOCATE, BOP_COPY_FILE_RANGE, BOP_FLOCK, BOP_COUNT
+	BOP_FALLOCATE, BOP_COPY_FILE_RANGE, BOP_FLOCK, BOP_SPLICE, BOP_COUNT
 };
 
 extern const char *const bsys_op_names[BOP_COUNT];
@@ -121,6 +121,11 @@ struct bsys {
 	ssize_t (*copy_file_range)(int in, off_t in_off, int out, off_t out_off, size_t len);
 	/* flock(2) on a file the daemon opened (its node lock, lease.c). */
 	int (*flock)(int fd, int op);
+	/*
+	 * splice(2) of up to len bytes of fd at *off into the pipe pipe_w (page
+	 * references, no copy), advancing *off: bytes moved, 0 at EOF, or -errno.
+	 */
+	ssize_t (*splice)(int fd, off_t *off, int pipe_w, size_t len);
 	/* io_uring completion results: (op, fd, requested length, result) -> result */
 	int (*io_result)(enum bsys_op op, int fd, size_t len, int res);
 	/* Non-zero when a wrapper is installed: io_uring completions must consult it. */

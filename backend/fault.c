@@ -250,6 +250,11 @@ static ssize_t f_copy_file_range(int in, off_t io, int out, off_t oo, size_t n)
 		n /= 2;
 	return real.copy_file_range(in, io, out, oo, n);
 }
+static ssize_t f_splice(int fd, off_t *o, int pipe_w, size_t n)
+{
+	CHECK(BOP_SPLICE, NULL);
+	return real.splice(fd, o, pipe_w, n);
+}
 static int f_io_result(enum bsys_op op, int fd, size_t len, int res)
 {
 	int f = fault_check(op, NULL);
@@ -293,7 +298,7 @@ int bsys_faults_from_env(void)
 		.readdir = f_readdir, .fchmod = f_fchmod, .fchown = f_fchown,
 		.futimens = f_futimens, .io_result = f_io_result, .append = f_append,
 		.fallocate = f_fallocate, .copy_file_range = f_copy_file_range, .flock = f_flock,
-		.faults_active = 1,
+		.splice = f_splice, .faults_active = 1,
 	};
 	return 0;
 }

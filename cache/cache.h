@@ -44,6 +44,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+struct cfd;
 struct cfile;
 struct cpool;
 
@@ -141,6 +142,14 @@ struct cache {
 	 * and takes their digest from the file's leaves.
 	 */
 	bool seal_from_base;
+	/*
+	 * Reads of backend files a writer makes under a file's lock (the rest
+	 * of a chunk it writes part of): 0 or -errno, as cfd_read_full().  Set
+	 * by the daemon, which bounds how long they may take (fs/bread.c);
+	 * NULL: read in the calling thread.
+	 */
+	int (*read_fd)(void *arg, struct cfd *f, void *buf, size_t len, uint64_t off);
+	void *read_arg;
 
 	struct cache_stats st;
 	struct cache_prefault pf;

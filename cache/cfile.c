@@ -538,35 +538,54 @@ void cfile_unmap(struct cfile *cf, struct cseg *segs, uint32_t nseg)
 
 /* ---- writing ------------------------------------------------------------ */
 
-/* Fill [lo, hi) of a chunk (file offsets) from what lies under the map. */
+static ssize_t libc_pread(int fd, void *buf, size_t n, off_t off)
+{
+	ssize_t r = pread(fd, buf, n, off);
+	return r < 0 ? -errno : r;
+}
+
+int cfd_read_full(struct cfd *f, void *buf, size_t len, uint64_t off,
+		  ssize_t (*pr)(int fd, void *buf, size_t n, off_t off))
+{
+	char *p = buf;
+
+	for (size_t done = 0; done < len;) {
+		ssize_t n = (pr ? pr : libc_pread)(f->fd, p + done, len - done, (off_t)(off + done));
+		if (n == -EINTR)
+			continue;
+		if (n < 0)
+			return (int)n;
+		if (n == 0) {		/* shorter than recorded: reads as zeros */
+			memset(p + done, 0, len - done);
+			break;
+		}
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+/*
+ * Fill [lo, hi) of a chunk (file offsets) from what lies under the map.
+ * Backend files are read through the cache's read_fd hook where set (the
+ * daemon bounds how long it waits: fs/bread.c), else here.
+ */
 static int chunk_fill_under(struct cfile *cf, struct chunk *ch, uint64_t lo, uint64_t hi)
 {
 	const uint64_t cbase = ch->index * cf->cache->chunk_size;
 	char *mem = cache_chunk_mem(cf->cache, ch);
+	struct cache *c = cf->cache;
 	struct segbuf b = { 0 };
 	int r = map_under(cf, lo, hi, &b);
 
 	for (uint32_t i = 0; r == 0 && i < b.n; i++) {
 		struct cseg *s = &b.v[i];
 		char *dst = mem + (s->off - cbase);
-		if (s->kind == CSEG_ZERO) {
+		if (s->kind == CSEG_ZERO)
 			memset(dst, 0, s->len);
-			continue;
-		}
-		for (uint64_t done = 0; done < s->len;) {
-			ssize_t n = pread(s->f->fd, dst + done, s->len - done, (off_t)(s->foff + done));
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n < 0) {
-				r = -errno;
-				break;
-			}
-			if (n == 0) {		/* shorter than recorded: reads as zeros */
-				memset(dst + done, 0, s->len - done);
-				break;
-			}
-			done += (uint64_t)n;
-		}
+		else if (c->read_fd)
+			r = c->read_fd(c->read_arg, s->f, dst, s->len, s->foff);
+		else
+			r = cfd_read_full(s->f, dst, s->len, s->foff, NULL);
 	}
 	free(b.v);
 	return r;

@@ -44,6 +44,13 @@ struct cfd {
 struct cfd *cfd_new(int fd);
 struct cfd *cfd_get(struct cfd *f);
 void cfd_put(struct cfd *f);
+/*
+ * len bytes of f at off into buf (zeros past its end): 0 or -errno.  pr:
+ * pread as the backend's system call table has it (bytes or -errno; NULL:
+ * pread(2)).
+ */
+int cfd_read_full(struct cfd *f, void *buf, size_t len, uint64_t off,
+		  ssize_t (*pr)(int fd, void *buf, size_t n, off_t off));
 
 struct cext {
 	uint64_t lo, hi;

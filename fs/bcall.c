@@ -16,6 +16,12 @@
  * HELPER_SPIN_NS before sleeping: a stream of opens then finds its helper
  * awake (+5-10 us a warm open).  Cold opens, which wait for the disk, still
  * pay ~50 us (bench/cold_opens.py; longer polls did not help there).
+ *
+ * Watched calls (bcall.h) cost no hand-off: the handler registers itself,
+ * makes the call, and takes itself off the list; the request loop's tick
+ * answers those past drain_timeout, and from then the handler leaves the
+ * request alone.  Reads of file data go this way (bench/daemon_reads.py:
+ * a hand-off per 1 MiB read cost up to a quarter of the throughput).
  */
 #include "fs/bcall.h"
 #include "fs/fs.h"
@@ -39,11 +45,15 @@ struct bcall_pool {
 	pthread_cond_t done;	/* a call returned, or a helper left */
 	struct list queue;	/* calls no helper took yet */
 	struct list running;	/* calls inside a helper */
+	struct list watched;	/* watches begun and not ended nor answered */
+	bool watch_stopped;
 	unsigned helpers, idle, max;
 	atomic_uint queued;	/* calls in queue: polled by spinning helpers */
 	bool serving;
 	uint64_t timeout_ns;	/* 0: as long as it takes */
 	uint64_t warned_ns;
+	unsigned nwatch;	/* watches running, not answered */
+	unsigned watch_stuck;	/* watches answered whose call has not returned */
 	atomic_uint_least64_t timed_out, calls;
 };
 
@@ -131,6 +141,17 @@ static bool hopeless_locked(const struct bcall_pool *p, const struct bcall *c, u
 	return true;
 }
 
+/* Is it time to log a hung call again (p->lock held)?  At most every WARN_EVERY_NS. */
+static bool warn_due_locked(struct bcall_pool *p)
+{
+	uint64_t now = now_ns();
+
+	if (p->warned_ns && now - p->warned_ns < WARN_EVERY_NS)
+		return false;
+	p->warned_ns = now;
+	return true;
+}
+
 /* The wait ended before the call (p->lock held, released). */
 static int give_up_locked(struct bcall_pool *p, struct bcall *c, int why, uint64_t waited_ns,
 			  int *err)
@@ -146,9 +167,7 @@ static int give_up_locked(struct bcall_pool *p, struct bcall *c, int why, uint64
 		return BCALL_GONE;
 	}
 	c->gone = true;
-	bool warn = why == -EIO && (!p->warned_ns || now_ns() - p->warned_ns >= WARN_EVERY_NS);
-	if (warn)
-		p->warned_ns = now_ns();
+	bool warn = why == -EIO && warn_due_locked(p);
 	pthread_mutex_unlock(&p->lock);
 	if (warn)
 		log_warn("a backend call (%s) has not returned for %.0f s: the request gets EIO; "
@@ -183,7 +202,8 @@ int bcall_run(struct ckptfs *fs, struct bcall *c, int *err)
 	pthread_cond_signal(&p->work);
 	pthread_mutex_unlock(&p->lock);
 	uint64_t t0 = now_ns();
-	while (!atomic_load(&c->done) && now_ns() - t0 < WAIT_SPIN_NS)
+	uint64_t spin = c->spin_ns ? c->spin_ns : WAIT_SPIN_NS;
+	while (!atomic_load(&c->done) && now_ns() - t0 < spin)
 		sched_yield();
 	pthread_mutex_lock(&p->lock);	/* also: the helper is done with c */
 	while (!atomic_load(&c->done)) {
@@ -214,6 +234,7 @@ void bcall_start(struct ckptfs *fs)
 	pthread_cond_init(&p->done, NULL);
 	list_init(&p->queue);
 	list_init(&p->running);
+	list_init(&p->watched);
 	p->max = fs->opt.max_threads;
 	p->timeout_ns = fs->opt.drain_timeout > 0 ? (uint64_t)(fs->opt.drain_timeout * 1e9) : 0;
 	p->serving = true;
@@ -234,7 +255,8 @@ unsigned bcall_stop(struct ckptfs *fs, uint64_t bound_ns)
 	pthread_cond_broadcast(&p->work);
 	while (p->helpers && now_ns() < deadline)
 		cond_wait_ns(&p->done, &p->lock, SLICE_NS);
-	unsigned left = p->helpers;
+	/* Handlers still in a watched call will end their watch: they count too. */
+	unsigned left = p->helpers + p->watch_stuck;
 	pthread_mutex_unlock(&p->lock);
 	if (left)
 		return left;	/* they use the pool: it stays */
@@ -263,5 +285,110 @@ void bcall_stats(struct ckptfs *fs, uint64_t *calls, uint64_t *timed_out, unsign
 		if (p->timeout_ns && now - c->started_ns >= p->timeout_ns)
 			(*stuck)++;
 	}
+	*stuck += p->watch_stuck;
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* ---- calls in the handler's thread, watched --------------------------------- */
+
+int bcall_watch_begin(struct ckptfs *fs, struct bcall_watch *w, fuse_req_t req)
+{
+	struct bcall_pool *p = fs->calls;
+
+	w->req = req;
+	w->listed = w->answered = false;
+	if (!p)
+		return 0;	/* outside a session: nothing to answer */
+	if (devio_uring())
+		return -EBUSY;
+	pthread_mutex_lock(&p->lock);
+	if (p->watch_stopped || fs_stopping(fs)) {
+		pthread_mutex_unlock(&p->lock);
+		return -ESHUTDOWN;
+	}
+	if (p->watch_stuck || 2 * (p->nwatch + 1) > p->max) {
+		pthread_mutex_unlock(&p->lock);
+		return -EBUSY;
+	}
+	atomic_fetch_add(&p->calls, 1);
+	w->started_ns = now_ns();
+	w->listed = true;
+	p->nwatch++;
+	list_add_tail(&p->watched, &w->link);
+	pthread_mutex_unlock(&p->lock);
+	return 0;
+}
+
+bool bcall_watch_end(struct ckptfs *fs, struct bcall_watch *w)
+{
+	struct bcall_pool *p = fs->calls;
+	bool owned;
+
+	if (!w->listed)
+		return true;
+	pthread_mutex_lock(&p->lock);
+	owned = !w->answered;
+	if (owned) {
+		list_del(&w->link);
+		p->nwatch--;
+	} else {
+		p->watch_stuck--;	/* it returned at last */
+	}
+	pthread_mutex_unlock(&p->lock);
+	return owned;
+}
+
+/* Answer the watches that match (p->lock held; dropped and retaken around the replies). */
+static void watch_answer_locked(struct bcall_pool *p, uint64_t older_than_ns, int err)
+{
+	uint64_t now = now_ns();
+	fuse_req_t reqs[32];
+	unsigned n = 0;
+
+	for (struct list *e = p->watched.next, *next; e != &p->watched && n < 32; e = next) {
+		struct bcall_watch *w = list_entry(e, struct bcall_watch, link);
+		next = e->next;
+		if (now - w->started_ns < older_than_ns)
+			continue;
+		list_del(&w->link);
+		p->nwatch--;
+		w->answered = true;	/* from here the handler does not touch req */
+		p->watch_stuck++;
+		if (err == -EIO)
+			atomic_fetch_add(&p->timed_out, 1);
+		reqs[n++] = w->req;
+	}
+	bool warn = n && err == -EIO && warn_due_locked(p);
+	pthread_mutex_unlock(&p->lock);
+	if (warn)
+		log_warn("a backend call (read file data) has not returned for %.0f s: the request "
+			 "gets EIO; the backend looks hung (drain_timeout)",
+			 (double)older_than_ns / 1e9);
+	for (unsigned i = 0; i < n; i++)
+		fuse_reply_err(reqs[i], -err);
+	pthread_mutex_lock(&p->lock);
+}
+
+void bcall_tick(struct ckptfs *fs)
+{
+	struct bcall_pool *p = fs->calls;
+
+	if (!p || !p->timeout_ns)
+		return;
+	pthread_mutex_lock(&p->lock);
+	watch_answer_locked(p, p->timeout_ns, -EIO);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void bcall_watch_stop(struct ckptfs *fs)
+{
+	struct bcall_pool *p = fs->calls;
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->watch_stopped = true;
+	while (!list_empty(&p->watched))
+		watch_answer_locked(p, 0, -ESHUTDOWN);
 	pthread_mutex_unlock(&p->lock);
 }

@@ -23,6 +23,8 @@
 
 #include "cache/util.h"
 
+#include <fuse_lowlevel.h>
+
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -33,6 +35,7 @@ struct bcall {
 	int (*run)(struct bcall *c);	/* on a helper thread: 0 or -errno */
 	void (*drop)(struct bcall *c);	/* the requester left: free c and what run made */
 	const char *what;		/* for the log: "list a directory", ... */
+	uint64_t spin_ns;		/* poll this long before sleeping (0: WAIT_SPIN_NS) */
 	/* the pool's (under its lock) */
 	struct list link;
 	uint64_t started_ns;
@@ -51,6 +54,37 @@ struct bcall {
  * the call is made in the caller's thread.
  */
 int bcall_run(struct ckptfs *fs, struct bcall *c, int *err);
+
+/*
+ * A backend call made in the handler's own thread, watched instead: no
+ * hand-off, for calls on the data path (reads of file data).  Between
+ * bcall_watch_begin() and bcall_watch_end() the handler must not touch
+ * req.  If the call has not returned within drain_timeout, or the session
+ * ends first, bcall_tick() (or bcall_watch_stop()) answers req with EIO
+ * (ESHUTDOWN) and bcall_watch_end() returns false: the handler then must
+ * neither reply nor touch req, only release what it holds.
+ *
+ * A watched call that hangs holds its FUSE worker until the backend
+ * answers, so watches are taken only while fewer than max_threads / 2 run
+ * and none hangs; and only where another thread can answer a request
+ * while its handler still runs — not over FUSE's io_uring, whose entries
+ * commit from the handler's own thread.  Otherwise bcall_watch_begin()
+ * says -EBUSY: make the call with bcall_run().
+ */
+struct bcall_watch {
+	struct list link;	/* the pool's running watches */
+	fuse_req_t req;
+	uint64_t started_ns;
+	bool listed, answered;	/* under the pool's lock */
+};
+/* 0; -EBUSY (use bcall_run); -ESHUTDOWN (the session is ending: make no call). */
+int bcall_watch_begin(struct ckptfs *fs, struct bcall_watch *w, fuse_req_t req);
+/* True: the handler still owns req. */
+bool bcall_watch_end(struct ckptfs *fs, struct bcall_watch *w);
+/* Answer the watched calls past drain_timeout (the request loop, every tick). */
+void bcall_tick(struct ckptfs *fs);
+/* The session ends: answer every watched call ESHUTDOWN; later ones start none. */
+void bcall_watch_stop(struct ckptfs *fs);
 
 /* Start taking calls (helpers start on demand, up to max_threads). */
 void bcall_start(struct ckptfs *fs);

@@ -46,7 +46,8 @@
  * handler, which runs in the main thread (the others block those signals),
  * marks the session exited.  The main thread then
  *   1. tells every blocked wait to give up (fs_waits_stop: a writer waiting
- *      for cache space gets ESHUTDOWN, wait.c);
+ *      for cache space gets ESHUTDOWN, wait.c) and answers the reads of
+ *      file data still in the backend (ESHUTDOWN, bcall_watch_stop);
  *   2. wakes threads blocked in splice() (our workers) or sem_wait()
  *      (libfuse's loop thread) with WAKE_SIGNAL, until all have left their
  *      loop or STOP_BOUND_NS has passed;
@@ -56,6 +57,7 @@
  *      return) is left behind and counted, so main.c can still drain or
  *      rescue and exit without freeing what that worker uses.
  */
+#include "fs/bcall.h"
 #include "fs/fs.h"
 #include "cache/log.h"
 
@@ -379,12 +381,14 @@ int fs_serve(struct ckptfs *fs)
 	 */
 	for (uint64_t seen = UINT64_MAX; !fuse_session_exited(fs->se) && !all_done(w, n);) {
 		usleep(100000);
+		bcall_tick(fs);	/* reads of file data past drain_timeout get EIO */
 		uint64_t now_req = atomic_load(&requests);
 		if (now_req == seen && reader_wanted())
 			log_debug("request workers: a reader joined (the others are in handlers)");
 		seen = now_req;
 	}
 	fs_waits_stop(fs);
+	bcall_watch_stop(fs);	/* and reads of file data still in the backend: ESHUTDOWN */
 	readers_stop();
 	/* Wake threads blocked in splice() or sem_wait() until all have left their loop. */
 	for (deadline = now_ns() + STOP_BOUND_NS; !all_done(w, n) && now_ns() < deadline;

@@ -10,6 +10,7 @@
  * 2 a usage error, with one line on stderr naming the problem.
  */
 #include "fs/bcall.h"
+#include "fs/bread.h"
 #include "fs/fs.h"
 #include "fs/session.h"
 #include "backend/bsys.h"
@@ -439,6 +440,8 @@ int main(int argc, char **argv)
 	bool ra_started = fs->opt.readahead && pthread_create(&ra, NULL, readahead_setter, fs) == 0;
 
 	bcall_start(fs);
+	fs->cache.read_fd = bread_fd;	/* a writer's fill from the backend: bounded too */
+	fs->cache.read_arg = fs;
 	int stuck = fs_serve(fs);
 	if (ra_started)
 		pthread_join(ra, NULL);	/* bounded: it gives up after 2 s, and stat()s an unmounted path */

@@ -9,6 +9,7 @@
  * fsync, truncate(2) of a file nobody writes, rename or link of a file never
  * sealed).
  */
+#include "fs/bread.h"
 #include "fs/fs.h"
 #include "fs/session.h"
 #include "cache/log.h"
@@ -989,13 +990,14 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 }
 
 /*
- * Reply straight from the cache.  Chunk memory goes out as an iovec (the
- * kernel copies it once, into the reader's pages).  Ranges held in backend
- * files go through fuse_reply_data, which splices them from the backend's
- * page cache into the reply without a copy here: read requests are capped
- * at READ_MAX (the max_read mount option, main.c) so a reply fits the
- * 1 MiB pipe libfuse may use without privileges.  Holes come from the zero
- * page.
+ * Reply from the cache.  Chunk memory goes out as an iovec (the kernel
+ * copies it once, into the reader's pages); holes come from the zero page.
+ * Ranges only a backend file holds are read first (fs/bread.c), bounded:
+ * over a hung backend the request gets EIO after drain_timeout.  They
+ * wait in a pipe (page references) where they fit, and fuse_reply_data
+ * moves them on; read requests are capped at READ_MAX (the max_read mount
+ * option, main.c) so a reply fits the 1 MiB pipe libfuse may use without
+ * privileges.
  */
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
@@ -1003,9 +1005,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct ckptfs *fs = FS(req);
 	struct fshandle *h = (struct fshandle *)(uintptr_t)fi->fh;
 	struct fsnode *n = h->node;
+	struct bread *from_fd = NULL;
 	struct cseg *segs;
-	uint32_t nseg, nbuf = 0;
-	bool fd_segs = false;
+	uint32_t nseg, nfd = 0, k = 0, nbuf = 0;
+	bool piped = false;
 	int r;
 
 	if (n->ctl) {
@@ -1019,39 +1022,55 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, -r);
 		return;
 	}
-	size_t nb = nseg + size / fs->zeros_len + 1;
+	for (uint32_t i = 0; i < nseg; i++)
+		nfd += segs[i].kind == CSEG_FD;
+	if (nfd && (r = bread_segs(fs, req, segs, nseg, &from_fd)) != 0) {
+		cfile_unmap(n->cf, segs, nseg);
+		if (r < 0)
+			fuse_reply_err(req, -r);
+		return;		/* or answered already (BREAD_ANSWERED) */
+	}
+	size_t nb = 2 * (size_t)nseg + size / fs->zeros_len + 1;
 	struct fuse_bufvec *bv = xcalloc(1, sizeof(*bv) + nb * sizeof(struct fuse_buf));
-	struct iovec *iov = xmalloc(nb * sizeof(*iov));
 	uint64_t total = 0;
 	for (uint32_t i = 0; i < nseg; i++) {
 		struct cseg *s = &segs[i];
-		if (s->kind == CSEG_FD) {
-			fd_segs = true;
-			bv->buf[nbuf++] = (struct fuse_buf){
-				.size = s->len, .flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK,
-				.fd = s->f->fd, .pos = (off_t)s->foff };
+		if (s->kind == CSEG_MEM) {
+			bv->buf[nbuf++] = (struct fuse_buf){ .size = s->len, .mem = s->mem };
+		} else if (s->kind == CSEG_FD) {
+			size_t in_pipe;
+			const char *rest = bread_piece(from_fd, k++, &in_pipe);
+			if (in_pipe) {
+				piped = true;
+				bv->buf[nbuf++] = (struct fuse_buf){
+					.size = in_pipe, .flags = FUSE_BUF_IS_FD,
+					.fd = bread_pipe(from_fd) };
+			}
+			if (s->len > in_pipe)
+				bv->buf[nbuf++] = (struct fuse_buf){ .size = s->len - in_pipe,
+								     .mem = (void *)rest };
 		} else {
 			for (uint64_t done = 0; done < s->len;) {
-				size_t k = s->kind == CSEG_MEM ? s->len
-					   : (size_t)CKPT_MIN(s->len - done, fs->zeros_len);
-				void *mem = s->kind == CSEG_MEM ? s->mem : fs->zeros;
-				bv->buf[nbuf++] = (struct fuse_buf){ .size = k, .mem = mem };
-				done += k;
+				size_t z = (size_t)CKPT_MIN(s->len - done, fs->zeros_len);
+				bv->buf[nbuf++] = (struct fuse_buf){ .size = z, .mem = fs->zeros };
+				done += z;
 			}
 		}
 		total += s->len;
 	}
 	bv->count = nbuf;
-	if (fd_segs) {
+	if (piped) {
 		fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
 	} else {
+		struct iovec *iov = xmalloc(nbuf * sizeof(*iov) + 1);
 		for (uint32_t i = 0; i < nbuf; i++)
 			iov[i] = (struct iovec){ bv->buf[i].mem, bv->buf[i].size };
 		fuse_reply_iov(req, iov, (int)nbuf);
+		free(iov);
 	}
 	atomic_fetch_add(&fs->read_bytes, total);
 	cfile_unmap(n->cf, segs, nseg);
-	free(iov);
+	bread_free(from_fd);
 	free(bv);
 }
 

@@ -90,7 +90,7 @@ static const struct metric {
 	{ "dir_fds_open", "gauge", "Backend directory descriptors open" },
 	{ "dir_fd_closes", "counter", "Idle backend directory descriptors closed for room" },
 	{ "publisher_passes", "counter", "Publisher walks of the queue of pending operations" },
-	{ "backend_calls", "counter", "Backend calls of requests made on helper threads" },
+	{ "backend_calls", "counter", "Backend calls of requests, bounded by drain_timeout" },
 	{ "backend_calls_timed_out", "counter", "Requests answered EIO: their backend call hung past drain_timeout" },
 	{ "backend_calls_stuck", "gauge", "Backend calls of requests running longer than drain_timeout now" },
 	{ "temp_fds_open", "gauge", "Temporary files written and not yet published" },
@@ -280,7 +280,7 @@ static void show_human(const struct json_obj *o)
 	else
 		printf("  backend:      ok (%.0f errors so far)\n", NUM(o, "backend_errors"));
 	if (NUM(o, "backend_calls_stuck") > 0)
-		printf("  backend:      HUNG: %.0f calls of requests (listings, opens, xattr reads) "
+		printf("  backend:      HUNG: %.0f calls of requests (listings, opens, xattrs, data) "
 		       "running past drain_timeout; such requests get EIO (%.0f so far)\n",
 		       NUM(o, "backend_calls_stuck"), NUM(o, "backend_calls_timed_out"));
 	printf("  io:           %s, fsync %s, up %.0f s\n", engine ? engine : "?", fsync ? fsync : "?",

@@ -12,15 +12,24 @@
  *     directories, the first open of `top`, the first read of its xattrs —
  *     each fail with EIO within a few drain_timeouts (they used to wait for
  *     as long as the backend hung, and four of them held every worker);
+ *   - so do the two that need a backend file's data, through a descriptor
+ *     of `data` (2 MiB) opened for writing before the hang (so no
+ *     passthrough): a read of a range the cache does not hold, and a write
+ *     whose chunk must first be filled from the backend (the gap between
+ *     it and a byte written before the hang) — these used to wait in
+ *     their worker, the write holding the file's lock, for as long as the
+ *     backend hung;
  *   - meanwhile requests that need no backend (creating, writing and closing
  *     a file, stat, the stats) are answered, at the latest once those
  *     workers are free;
  *   - the stats count the calls given up on and the ones still hanging, and
  *     ckptfs-stat says HUNG;
  *   - when the backend answers again, the same requests succeed, with the
- *     backend's contents;
- *   - a request waiting for a hung call at SIGTERM does not keep the daemon:
- *     it exits, saying a backend call was left behind;
+ *     backend's contents, and `data` reaches the backend with both writes
+ *     and nothing else changed;
+ *   - a request waiting for a hung call at SIGTERM does not keep the daemon,
+ *     nor does a read of file data in its worker: it exits, saying a
+ *     backend call was left behind;
  *   - nor does a clean unmount whose last steps (the manifest's clean
  *     record) meet a hung backend: it exits 0 after drain_timeout, and the
  *     next mount recovers with nothing lost.
@@ -41,11 +50,14 @@
 #define DIRS 6			/* listed while hung: with open and getxattr, 8 requests */
 #define BOUND_MS 20000		/* a hang, not a speed: EIO comes after ~2-4 s */
 
-enum kind { LIST, OPEN, XATTR };
+#define DATA (2 * MiB)
+
+enum kind { LIST, OPEN, XATTR, READ, FILL };
 
 struct req {
 	enum kind kind;
 	char path[PATH_MAX];
+	int fd;			/* READ, FILL: a descriptor of `data` opened before the hang */
 	int err;		/* 0 or the errno it ended with */
 	atomic_bool done;
 	uint64_t ms;
@@ -75,8 +87,14 @@ static void *req_main(void *arg)
 				q->err = errno;
 			close(fd);
 		}
-	} else {
+	} else if (q->kind == XATTR) {
 		getxattr(q->path, "user.k", v, sizeof(v));
+	} else if (q->kind == READ) {
+		char *buf = malloc(64 * 1024);
+		pread(q->fd, buf, 64 * 1024, 1 * MiB + 4096);
+		free(buf);
+	} else {
+		pwrite(q->fd, "y", 1, 200);
 	}
 	if (!q->err)
 		q->err = errno;
@@ -85,9 +103,10 @@ static void *req_main(void *arg)
 	return NULL;
 }
 
-static void start(struct req *q, enum kind kind, const char *path)
+static void start(struct req *q, enum kind kind, const char *path, int fd)
 {
 	q->kind = kind;
+	q->fd = fd;
 	snprintf(q->path, sizeof(q->path), "%s", path);
 	q->err = 0;
 	atomic_init(&q->done, false);
@@ -129,6 +148,8 @@ static void populate(struct tmount *m)
 		write_file(tm_bpath(m, rel), "in a directory\n", 15);
 	}
 	write_file(tm_bpath(m, "top"), "top of the backend\n", 19);
+	ct_write_seeded(tm_bpath(m, "data"), DATA, 11);
+	ct_write_seeded(tm_bpath(m, "data2"), DATA, 12);
 	CHECK_SYS(setxattr(tm_bpath(m, "top"), "user.k", "v1", 2, 0));
 }
 
@@ -158,7 +179,7 @@ int main(void)
 {
 	struct tmount m;
 	char flag[PATH_MAX], env0[PATH_MAX + 64], rel[64], v[64];
-	struct req q[DIRS + 2];
+	struct req q[DIRS + 4];
 	struct stat st;
 
 	tm_require_fuse();
@@ -170,15 +191,21 @@ int main(void)
 	populate(&m);
 	tm_mount(&m, "drain_timeout=2,max_threads=4", env);
 	list_root(&m);
+	/* Open for writing (no passthrough); one byte written: a later write leaves a gap to fill. */
+	int dfd = CHECK_SYS(open(tm_path(&m, "data"), O_RDWR));
+	int dfd2 = CHECK_SYS(open(tm_path(&m, "data2"), O_RDWR));
+	ASSERT_EQ(pwrite(dfd, "x", 1, 100), 1);
 	ASSERT_EQ(stat_num(&m, "backend_calls_timed_out"), 0);
 
 	ct_touch(flag);		/* the backend hangs from here on */
 	for (int i = 0; i < DIRS; i++) {
 		snprintf(rel, sizeof(rel), "d%d", i);
-		start(&q[i], LIST, tm_path(&m, rel));
+		start(&q[i], LIST, tm_path(&m, rel), -1);
 	}
-	start(&q[DIRS], OPEN, tm_path(&m, "top"));
-	start(&q[DIRS + 1], XATTR, tm_path(&m, "top"));
+	start(&q[DIRS], OPEN, tm_path(&m, "top"), -1);
+	start(&q[DIRS + 1], XATTR, tm_path(&m, "top"), -1);
+	start(&q[DIRS + 2], READ, "data", dfd);
+	start(&q[DIRS + 3], FILL, "data", dfd);
 	usleep(300 * 1000);
 
 	/* Needs no backend: answered, at the latest when the workers are free again. */
@@ -192,9 +219,10 @@ int main(void)
 		FAILF("create, write, close and stat waited %llu ms for the hung backend",
 		      (unsigned long long)nobackend_ms);
 
-	static const char *const what[] = { "a first listing", "a first open", "a first getxattr" };
+	static const char *const what[] = { "a first listing", "a first open", "a first getxattr",
+					    "a read of file data", "a write that fills its chunk" };
 	uint64_t worst = 0;
-	for (int i = 0; i < DIRS + 2; i++) {
+	for (int i = 0; i < DIRS + 4; i++) {
 		finish(&q[i], flag, what[q[i].kind]);
 		if (q[i].err != EIO)
 			FAILF("%s of %s over a hung backend: %s, expected EIO", what[q[i].kind],
@@ -204,12 +232,14 @@ int main(void)
 	uint64_t timed_out = stat_num(&m, "backend_calls_timed_out");
 	if (!stuck)
 		stuck = stat_num(&m, "backend_calls_stuck");
-	printf("over a hung backend (drain_timeout=2, 4 workers): 8 requests got EIO, the last "
-	       "after %llu ms; create/write/close/stat meanwhile: %llu ms; calls given up on: "
-	       "%llu, hanging: %llu\n", (unsigned long long)worst,
+	printf("over a hung backend (drain_timeout=2, 4 workers): 10 requests got EIO, the last "
+	       "after %llu ms (the read of file data after %llu ms, the filling write after %llu "
+	       "ms); create/write/close/stat meanwhile: %llu ms; calls given up on: %llu, "
+	       "hanging: %llu\n", (unsigned long long)worst,
+	       (unsigned long long)q[DIRS + 2].ms, (unsigned long long)q[DIRS + 3].ms,
 	       (unsigned long long)nobackend_ms, (unsigned long long)timed_out,
 	       (unsigned long long)stuck);
-	ASSERT_GE(timed_out, DIRS + 2);
+	ASSERT_GE(timed_out, DIRS + 4);
 	ASSERT_GE(stuck, 1);
 	struct ct_result r;
 	ct_run(&r, (const char *[]){ ct_tool("ckptfs-stat"), m.mnt, NULL });
@@ -235,13 +265,33 @@ int main(void)
 	free(text);
 	ASSERT_EQ(ct_getxattr(tm_path(&m, "top"), "user.k", v, sizeof(v)), 2);
 	ASSERT_STR_EQ(v, "v1");
+	/* The data: the range read, the write made again; on the backend with nothing else changed. */
+	char *want = malloc(DATA), *got = malloc(DATA);
+	ASSERT_TRUE(want && got);
+	fill_pattern(want, DATA, 11, 0);
+	ASSERT_EQ(pread(dfd, got, 64 * 1024, 1 * MiB + 4096), 64 * 1024);
+	ASSERT_TRUE(!memcmp(got, want + 1 * MiB + 4096, 64 * 1024));
+	ASSERT_EQ(pwrite(dfd, "y", 1, 200), 1);
+	CHECK_SYS(close(dfd));
+	want[100] = 'x';
+	want[200] = 'y';
+	tm_sync(&m);
+	text = read_file(tm_bpath(&m, "data"), &len);
+	ASSERT_TRUE(text != NULL);
+	ASSERT_EQ(len, DATA);
+	if (memcmp(text, want, DATA))
+		FAILF("data on the backend is not what was written before and after the hang");
+	free(text);
+	free(want);
+	free(got);
 	for (t0 = mono_ms(); stat_num(&m, "backend_calls_stuck") && mono_ms() - t0 < 5000;)
 		usleep(50000);
 	ASSERT_EQ(stat_num(&m, "backend_calls_stuck"), 0);
 
-	/* SIGTERM while a request waits for a hung call: the daemon does not wait for it. */
+	/* SIGTERM while requests wait for a hung call: the daemon does not wait for them. */
 	ct_touch(flag);
-	start(&q[0], LIST, tm_path(&m, "d7"));
+	start(&q[0], LIST, tm_path(&m, "d7"), -1);
+	start(&q[1], READ, "data2", dfd2);
 	usleep(500 * 1000);
 	t0 = mono_ms();
 	CHECK_SYS(kill(m.pid, SIGTERM));
@@ -253,12 +303,17 @@ int main(void)
 		      "hung backend", BOUND_MS);
 	finish(&q[0], flag, "a first listing");
 	ASSERT_NE(q[0].err, 0);
+	finish(&q[1], flag, "a read of file data");
+	ASSERT_NE(q[1].err, 0);
+	close(dfd2);
 	ASSERT_TRUE(WIFEXITED(status));
 	ASSERT_EQ(WEXITSTATUS(status), 0);	/* nothing was pending */
-	printf("SIGTERM with a request waiting for the hung backend: exit 0 after %llu ms; the "
-	       "request got %s\n", (unsigned long long)exit_ms, strerror(q[0].err));
+	printf("SIGTERM with requests waiting for the hung backend: exit 0 after %llu ms; the "
+	       "listing got %s, the read %s\n", (unsigned long long)exit_ms, strerror(q[0].err),
+	       strerror(q[1].err));
 	text = read_file(m.log, &len);
-	ASSERT_TRUE(text && strstr(text, "exiting with a backend call of a request still blocked"));
+	/* "a backend call of a request" (a helper) or "a request worker" (the read, in its own) */
+	ASSERT_TRUE(text && strstr(text, "still blocked; the next mount runs recovery"));
 	free(text);
 	m.pid = 0;
 
