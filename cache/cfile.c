@@ -1059,6 +1059,33 @@ static int adopt_fill(struct cfile *cf, struct chunk *nc, const struct chunk *ol
 	return r;
 }
 
+/*
+ * Make nc (its index set, valid [lo, hi) filled) the file's chunk at map
+ * position pos in place of old: the tail of cfile_adopt and
+ * cfile_write_chunk.  cf->lock held.
+ */
+static void adopt_install(struct cfile *cf, uint32_t pos, struct chunk *old, struct chunk *nc,
+			  uint32_t lo, uint32_t hi, uint64_t captured)
+{
+	const uint64_t end = nc->index * cf->cache->chunk_size + hi;
+
+	nc->owner = cf;
+	nc->lo = lo;
+	nc->hi = hi;
+	nc->vrefs = nc->pins = 0;
+	if (old) {
+		map_remove(cf, pos);
+		chunk_maybe_free(cf, old);	/* a version reading it keeps it (C1, C5) */
+	}
+	map_insert(cf, pos, nc);
+	cache_chunk_set_state(cf->cache, nc, CH_DIRTY);
+	if (end > cf->size)
+		cf->size = end;
+	cf->dirty = true;
+	cf->absorbed += captured;
+	atomic_fetch_add(&cf->cache->st.absorbed_bytes, captured);
+}
+
 int cfile_adopt(struct cfile *cf, uint64_t index, struct chunk *nc, const struct cext *rg,
 		uint32_t n, uint64_t *merged)
 {
@@ -1094,25 +1121,36 @@ int cfile_adopt(struct cfile *cf, uint64_t index, struct chunk *nc, const struct
 			p = (uint32_t)rg[k].hi;
 		}
 	}
-	if (r < 0) {
+	if (r == 0)
+		adopt_install(cf, pos, old, nc, lo, hi, captured);
+	pthread_mutex_unlock(&cf->lock);
+	return r;
+}
+
+int cfile_write_chunk(struct cfile *cf, uint64_t off, size_t len, struct chunk *nc)
+{
+	const struct cache *c = cf->cache;
+	const uint64_t cs = c->chunk_size;
+	struct chunk *old;
+	uint32_t pos;
+
+	if (off % cs || len == 0 || len > cs || nc->cap != cs || nc->pool || nc->owner ||
+	    off > UINT64_MAX - cs)
+		return 1;
+	if (off == 0 && c->nslots && len <= c->slot_size)
+		return 1;	/* a small file's first bytes go to a slot */
+	pthread_mutex_lock(&cf->lock);
+	if (cf->base_lazy) {
 		pthread_mutex_unlock(&cf->lock);
-		return r;
+		return -EAGAIN;
 	}
-	nc->owner = cf;
-	nc->lo = lo;
-	nc->hi = hi;
-	nc->vrefs = nc->pins = 0;
-	if (old) {
-		map_remove(cf, pos);
-		chunk_maybe_free(cf, old);	/* a version reading it keeps it (C1, C5) */
+	old = map_get(cf, off / cs, &pos);
+	if (old && old->hi > len) {
+		pthread_mutex_unlock(&cf->lock);
+		return 1;	/* it holds bytes this write leaves: cfile_write keeps them */
 	}
-	map_insert(cf, pos, nc);
-	cache_chunk_set_state(cf->cache, nc, CH_DIRTY);
-	if (index * cs + hi > cf->size)
-		cf->size = index * cs + hi;
-	cf->dirty = true;
-	cf->absorbed += captured;
-	atomic_fetch_add(&cf->cache->st.absorbed_bytes, captured);
+	nc->index = off / cs;
+	adopt_install(cf, pos, old, nc, 0, (uint32_t)len, len);
 	pthread_mutex_unlock(&cf->lock);
 	return 0;
 }

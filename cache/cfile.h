@@ -170,6 +170,17 @@ uint64_t cfile_base_ino(struct cfile *cf);
 typedef int (*cfile_copy_fn)(void *arg, char *dst, size_t len, size_t src_off);
 int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, void *arg);
 
+/*
+ * Write len bytes at off that already lie at the start of `nc`, a full
+ * chunk of the arena owned by no file (a free chunk the request loop read
+ * them into), by making nc the file's chunk there: no copy.  Only when off
+ * starts a chunk, the bytes are more than a file's first slot holds, and
+ * the file's current chunk there (if any) holds nothing past len.  Returns
+ * 0 (nc is the file's now), 1 (not such a write: nc untouched, use
+ * cfile_write), or -EAGAIN (open the file's base first).  Never sleeps.
+ */
+int cfile_write_chunk(struct cfile *cf, uint64_t off, size_t len, struct chunk *nc);
+
 /* Set the size (truncate or extend with zeros). */
 void cfile_truncate(struct cfile *cf, uint64_t size);
 

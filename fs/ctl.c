@@ -129,7 +129,11 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 	const uint64_t cs = c->chunk_size, now = now_ns();
 	uint64_t dirty = atomic_load(&c->st.dirty_bytes);
 	uint64_t clean = atomic_load(&c->st.clean_bytes);
+	/* the request loop's spares are free memory set aside, not held for a file */
+	uint64_t spare = fs_loop_spare_bytes();
 	uint64_t used = atomic_load(&c->st.used_bytes);
+
+	used -= CKPT_MIN(used, spare);
 	uint64_t flushing = CKPT_MIN(atomic_load(&be->st.flushing_bytes), dirty);
 	uint64_t absorbed = atomic_load(&c->st.absorbed_bytes);
 	uint64_t persisted = atomic_load(&be->st.persisted_bytes);
@@ -179,10 +183,10 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 		  (unsigned long long)atomic_load(&c->pf.inline_chunks));
 	sb_printf(b, ", \"cache_used_bytes\": %llu, \"cache_dirty_bytes\": %llu"
 		  ", \"cache_flushing_bytes\": %llu, \"cache_clean_bytes\": %llu"
-		  ", \"cache_free_bytes\": %llu",
+		  ", \"cache_free_bytes\": %llu, \"cache_spare_bytes\": %llu",
 		  (unsigned long long)used, (unsigned long long)(dirty - flushing),
 		  (unsigned long long)flushing, (unsigned long long)clean,
-		  (unsigned long long)(c->size - CKPT_MIN(used, c->size)));
+		  (unsigned long long)(c->size - CKPT_MIN(used, c->size)), (unsigned long long)spare);
 	sb_printf(b, ", \"files_pending\": %llu, \"versions_pending\": %llu"
 		  ", \"ops_pending\": %llu, \"oldest_pending_age_s\": %.3f",
 		  (unsigned long long)files, (unsigned long long)atomic_load(&be->st.pending_versions),
@@ -205,8 +209,12 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 	sb_printf(b, ", \"absorb_rate_bps\": %.0f, \"persist_rate_bps\": %.0f",
 		  fs->absorb_rate, fs->persist_rate);
 	pthread_mutex_unlock(&fs->rate_lock);
-	sb_printf(b, ", \"fuse_requests\": %llu, \"fuse_max_write\": %u",
-		  (unsigned long long)fs_loop_requests(), fs->max_write);
+	static const char *const loops[] = { "readv", "splice", "libfuse" };
+	sb_printf(b, ", \"fuse_requests\": %llu, \"fuse_max_write\": %u, \"fuse_loop\": \"%s\""
+		  ", \"fuse_adopted_bytes\": %llu",
+		  (unsigned long long)fs_loop_requests(), fs->max_write,
+		  loops[fs->own_loop ? fs->opt.loop : LOOP_LIBFUSE],
+		  (unsigned long long)fs_loop_adopted_bytes());
 	fsu_describe(b);
 	sb_printf(b, ", \"passthrough\": %s, \"passthrough_opens\": %llu"
 		  ", \"passthrough_direct_opens\": %llu, \"passthrough_failures\": %llu"

@@ -110,8 +110,8 @@ static uint64_t init_amend(struct iovec *iov, int count)
 		out.flags2 |= (uint32_t)(add >> 32);
 	}
 	/* Our loop's pipes and ring buffers, not libfuse's, receive requests. */
-	unsigned want = fs_splice_max_write();
-	if (want > out.max_write && D.fs->splice_loop) {
+	unsigned want = fs_loop_max_write();
+	if (want > out.max_write && D.fs->own_loop) {
 		out.max_write = want;
 		out.max_pages = (uint16_t)CKPT_MIN(65535u, (want + 4095) / 4096);
 		D.fs->max_write = want;

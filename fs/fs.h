@@ -178,7 +178,7 @@ struct ckptfs {
 	struct drainer drainers[64];
 	unsigned ndrainers;
 
-	bool splice_loop;	/* requests arrive through loop.c's pipes */
+	bool own_loop;	/* requests arrive through loop.c's workers (loop=readv|splice) */
 	atomic_bool inited;	/* the kernel's INIT has been answered */
 	unsigned max_read;	/* the max_read mount option in effect */
 	unsigned max_write;	/* what INIT asked the kernel for */
@@ -266,11 +266,12 @@ bool node_path(struct ckptfs *fs, struct fsnode *n, char *buf, size_t len);
 /* ---- the request loop (loop.c) ------------------------------------------ */
 
 /*
- * Can this process size a pipe for the splice loop (at least 1 MiB)?  Also
- * picks the pipe size: the largest request the kernel may send where this
- * process may make such pipes.
+ * Can our own loop serve with loop=kind (readv, or splice: can this process
+ * size a pipe of at least 1 MiB)?  Also picks the largest request: what the
+ * kernel may send, and with splice what fits the pipes this process may
+ * make.
  */
-bool fs_splice_loop_possible(void);
+bool fs_own_loop_possible(enum fuse_loop_kind kind);
 /*
  * Serve requests (the splice loop, or libfuse's multi-threaded loop) until
  * the session exits (unmount, SIGTERM, SIGINT); then make blocked handlers
@@ -299,8 +300,22 @@ int fs_backend_stalled(struct ckptfs *fs, uint64_t waited_ns);
 /* The cache's wait_check hook (arg: the ckptfs). */
 int fs_cache_wait_check(void *arg, uint64_t waited_ns);
 
-/* max_write for the splice loop: what fits its pipes (after fs_splice_loop_possible). */
-unsigned fs_splice_max_write(void);
+/* max_write for our own loop (after fs_own_loop_possible). */
+unsigned fs_loop_max_write(void);
+/*
+ * loop=readv: is bv the data of the write request this thread is handling,
+ * which the loop read into a free cache chunk?  Then returns where the
+ * data lie (the chunk, and past its capacity the loop's own buffer), and
+ * *ch is that chunk when it holds all of them (else NULL): a file may take
+ * it with cfile_write_chunk(); say so with fs_loop_staged_taken().  NULL
+ * when bv is what it says.
+ */
+struct fuse_bufvec *fs_loop_staged(const struct fuse_bufvec *bv, struct chunk **ch);
+void fs_loop_staged_taken(void);
+/* Write bytes the files took in the chunks the loop read them into (no copy). */
+uint64_t fs_loop_adopted_bytes(void);
+/* Free chunks the workers hold as spares now (counted used by the cache), bytes. */
+uint64_t fs_loop_spare_bytes(void);
 /* Requests read from /dev/fuse so far (the ring's are counted by uring.c). */
 uint64_t fs_loop_requests(void);
 /* This request worker is about to wait: another takes over reading if needed. */

@@ -360,8 +360,8 @@ int main(int argc, char **argv)
 	raise_fd_limit();
 	fs_waits_init(fs);
 	list_init(&fs->handles);
-	fs->splice_loop = fs->opt.splice && fs_splice_loop_possible();
-	if (fs->opt.splice && !fs->splice_loop)
+	fs->own_loop = fs->opt.loop != LOOP_LIBFUSE && fs_own_loop_possible(fs->opt.loop);
+	if (fs->opt.loop != LOOP_LIBFUSE && !fs->own_loop)
 		log_warn("cannot size a 1 MiB pipe (fs.pipe-max-size): write data is copied twice");
 	fs->zeros_len = 1u << 20;
 	fs->zeros = xcalloc(1, fs->zeros_len);

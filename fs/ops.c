@@ -957,8 +957,13 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 	struct fshandle *h = (struct fshandle *)(uintptr_t)fi->fh;
 	struct fsnode *n = h->node;
 	size_t len = fuse_buf_size(bufv);
+	struct fuse_bufvec *staged;
+	struct chunk *spare = NULL;
 	int r;
 
+	/* loop=readv: the data lie at the start of a free cache chunk (loop.c). */
+	if ((staged = fs_loop_staged(bufv, &spare)))
+		bufv = staged;
 	if (n->ctl) {
 		char small[4096];
 		struct fuse_bufvec d = FUSE_BUFVEC_INIT(CKPT_MIN(len, sizeof(small)));
@@ -975,9 +980,16 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 		return;
 	}
 	fs_req_wait_begin(fs, req);	/* waiting for space ends on interrupt (wait.c) */
-	while ((r = cfile_write(n->cf, (uint64_t)off, len, copy_from_bufvec, bufv)) == -EAGAIN)
-		if ((r = node_open_base(fs, n)) < 0)
+	for (;;) {
+		/* A write that starts a chunk takes the spare as it is; others copy. */
+		r = spare ? cfile_write_chunk(n->cf, (uint64_t)off, len, spare) : 1;
+		if (r == 0)
+			fs_loop_staged_taken();
+		else if (r == 1)
+			r = cfile_write(n->cf, (uint64_t)off, len, copy_from_bufvec, bufv);
+		if (r != -EAGAIN || (r = node_open_base(fs, n)) < 0)
 			break;
+	}
 	fs_req_wait_end(req);
 	if (r < 0) {
 		fuse_reply_err(req, -r);
@@ -1347,7 +1359,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	struct ckptfs *fs = userdata;
 
 	/* With the splice loop a write request must fit its pipe (loop.c). */
-	conn->max_write = fs->splice_loop ? fs_splice_max_write() : 1u << 20;
+	conn->max_write = fs->own_loop ? fs_loop_max_write() : 1u << 20;
 	fs->max_write = conn->max_write;
 	conn->max_readahead = 1u << 20;
 	/* libfuse requires the max_read mount option (main.c) repeated here. */

@@ -56,7 +56,12 @@ void opts_usage(FILE *f)
 "  max_threads=N        FUSE worker threads, 2-256 (default 16)\n"
 "  fsync=durable|lazy   fsync waits for the backend (default), or returns at once\n"
 "  io=uring|pwrite      backend I/O engine (default uring; pwrite if unavailable)\n"
-"  splice=on|off        move write data with splice(2) (default on)\n"
+"  loop=readv|splice|libfuse  how requests are read from /dev/fuse: readv puts\n"
+"                       a write's data straight into a free cache chunk, which\n"
+"                       the file takes without a copy where the write starts a\n"
+"                       chunk; splice moves it through a pipe; libfuse is\n"
+"                       libfuse's own loop, without io_uring or passthrough\n"
+"                       (default readv; splice=on|off: loop=splice|libfuse)\n"
 "  fuse_uring=on|off    take FUSE requests over io_uring where the kernel offers\n"
 "                       it (fuse module parameter enable_uring; default on)\n"
 "  passthrough=on|off   let the kernel read clean, durable files opened\n"
@@ -220,11 +225,30 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 					   val ? val : "");
 		return 0;
 	}
-	if (!strcmp(opt, "splice") || !strcmp(opt, "direct") || !strcmp(opt, "manifest") ||
+	if (!strcmp(opt, "loop")) {
+		if (val && !strcmp(val, "readv"))
+			o->loop = LOOP_READV;
+		else if (val && !strcmp(val, "splice"))
+			o->loop = LOOP_SPLICE;
+		else if (val && !strcmp(val, "libfuse"))
+			o->loop = LOOP_LIBFUSE;
+		else
+			return usage_error("option '%s' must be loop=readv, splice or libfuse, not '%s'",
+					   opt, val ? val : "");
+		return 0;
+	}
+	if (!strcmp(opt, "splice")) {
+		if (val && (!strcmp(val, "on") || !strcmp(val, "off")))
+			o->loop = !strcmp(val, "on") ? LOOP_SPLICE : LOOP_LIBFUSE;
+		else
+			return usage_error("option '%s' must be on or off, not '%s'", opt, val ? val : "");
+		return 0;
+	}
+	if (!strcmp(opt, "direct") || !strcmp(opt, "manifest") ||
 	    !strcmp(opt, "sessions") || !strcmp(opt, "fuse_uring") || !strcmp(opt, "passthrough")) {
 		bool *flag = !strcmp(opt, "sessions") ? &o->sessions : !strcmp(opt, "fuse_uring") ?
 			     &o->fuse_uring : !strcmp(opt, "passthrough") ? &o->passthrough :
-			     opt[0] == 's' ? &o->splice : opt[0] == 'd' ? &o->direct : &o->manifest;
+			     opt[0] == 'd' ? &o->direct : &o->manifest;
 		if (val && !strcmp(val, "on"))
 			*flag = true;
 		else if (val && !strcmp(val, "off"))
@@ -344,7 +368,7 @@ int opts_parse(int argc, char **argv, struct ckptfs_opts *o)
 	o->queue_depth = 32;
 	o->max_threads = 16;
 	o->io = BIO_URING;
-	o->splice = true;
+	o->loop = LOOP_READV;
 	o->fuse_uring = true;
 	o->passthrough = true;
 	o->flush_nice = 10;

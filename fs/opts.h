@@ -14,6 +14,13 @@
 
 #define CKPTFS_USAGE_ERROR 2
 
+/* How requests come from /dev/fuse (loop.c). */
+enum fuse_loop_kind {
+	LOOP_READV = 0,	/* our workers: readv, a write's data straight into a free cache chunk */
+	LOOP_SPLICE,	/* our workers: splice into a pipe, then copied into the cache */
+	LOOP_LIBFUSE,	/* libfuse's multi-threaded loop (no io_uring, no passthrough) */
+};
+
 struct ckptfs_opts {
 	char *backend;		/* as given */
 	char *mountpoint;	/* as given */
@@ -29,7 +36,7 @@ struct ckptfs_opts {
 	unsigned max_threads;	/* FUSE worker threads */
 	bool fsync_lazy;
 	enum bio_kind io;
-	bool splice;		/* read write requests with splice(2) */
+	enum fuse_loop_kind loop;	/* loop=readv|splice|libfuse (splice=on|off: the old spelling) */
 	bool fuse_uring;	/* FUSE requests over io_uring where the kernel offers it */
 	bool passthrough;	/* FUSE passthrough for clean files opened read-only */
 	bool direct;		/* flush with O_DIRECT where aligned */

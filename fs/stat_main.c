@@ -73,6 +73,8 @@ static const struct metric {
 	  "data counts again with each version)" },
 	{ "backend_written_bytes", "counter", "Bytes written to the backend" },
 	{ "backend_copied_bytes", "counter", "Bytes copied on the backend from published files (base_copy)" },
+	{ "fuse_adopted_bytes", "counter",
+	  "Written bytes the files took in the cache chunk the request was read into (no copy)" },
 	{ "read_bytes", "counter", "Bytes read through the mount" },
 	{ "absorb_rate_bps", "gauge", "Bytes absorbed per second, recent" },
 	{ "persist_rate_bps", "gauge", "Bytes persisted per second, recent" },
@@ -295,8 +297,14 @@ static void show_human(const struct json_obj *o)
 		printf("  fuse:         %s", ring ? "io_uring" : "/dev/fuse");
 		if (ring)
 			printf(" (%.0f queues)", NUM(o, "fuse_uring_queues"));
-		printf(", requests up to %.0f KiB, passthrough %s\n", NUM(o, "fuse_max_write") / 1024,
+		printf(", requests up to %.0f KiB, passthrough %s", NUM(o, "fuse_max_write") / 1024,
 		       json_is_true(o, "passthrough") ? "on" : "off");
+		const char *loop = json_str(o, "fuse_loop");
+		double written = NUM(o, "absorbed_bytes");
+		if (loop && !strcmp(loop, "readv") && written > 0)
+			printf(", %.0f%% of writes taken without a copy",
+			       100.0 * NUM(o, "fuse_adopted_bytes") / written);
+		printf("\n");
 	}
 	show_nodes_human(o);
 }

@@ -468,7 +468,7 @@ int fsu_prepare(struct ckptfs *fs, struct fuse_session *se, unsigned max_threads
 	U.nqueues = possible_cpus();
 	/* At least two threads per queue: one may be busy in a long request. */
 	U.nthr = CKPT_MAX(max_threads, 2 * U.nqueues);
-	U.payload = CKPT_MAX((size_t)fs_splice_max_write(), (size_t)fs_kernel_max_pages() * 4096);
+	U.payload = CKPT_MAX((size_t)fs_loop_max_write(), (size_t)fs_kernel_max_pages() * 4096);
 	U.payload = CKPT_MAX(U.payload, (size_t)(1u << 20));
 	U.thr = xcalloc(U.nthr, sizeof(*U.thr));
 	U.phase = PH_PREPARING;

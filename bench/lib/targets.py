@@ -446,6 +446,15 @@ class Ckptfs(FuseDaemon):
 		return True
 
 
+class CkptfsOpt(Ckptfs):
+	"""ckptfs with one more -o option (OPT): a lever measured beside the default."""
+	OPT = ""
+
+	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each"):
+		opts = ",".join(o for o in (opts, self.OPT) if o)
+		super().__init__(path, store, workdir, binary, cache_size, opts, remount)
+
+
 class CkptfsUring(Ckptfs):
 	"""ckptfs with FUSE over io_uring: enable_uring on for its mount."""
 	name = "ckptfs_uring"
@@ -466,51 +475,49 @@ class CkptfsTuned(Ckptfs):
 	KNOBS = {"enable_uring": "Y", "max_pages_limit": 1024, "pipe_max_size": 8 << 20}
 
 
-class CkptfsNoPassthrough(Ckptfs):
+class CkptfsNoPassthrough(CkptfsOpt):
 	"""ckptfs with -o passthrough=off: restores read through the daemon."""
 	name = "ckptfs_nopt"
-
-	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each"):
-		opts = ",".join(o for o in (opts, "passthrough=off") if o)
-		super().__init__(path, store, workdir, binary, cache_size, opts, remount)
+	OPT = "passthrough=off"
 
 
-class CkptfsBuffered(Ckptfs):
+class CkptfsBuffered(CkptfsOpt):
 	"""ckptfs with -o direct=off: the flushers write through the backend's
 	page cache (then fsync), which keeps the checkpoint there."""
 	name = "ckptfs_buffered"
-
-	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each"):
-		opts = ",".join(o for o in (opts, "direct=off") if o)
-		super().__init__(path, store, workdir, binary, cache_size, opts, remount)
+	OPT = "direct=off"
 
 
-class CkptfsLazy(Ckptfs):
+class CkptfsLazy(CkptfsOpt):
 	"""ckptfs with -o fsync=lazy: an application's fsync returns at once."""
 	name = "ckptfs_lazy"
-
-	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each"):
-		opts = ",".join(o for o in (opts, "fsync=lazy") if o)
-		super().__init__(path, store, workdir, binary, cache_size, opts, remount)
+	OPT = "fsync=lazy"
 
 
-class CkptfsNice0(Ckptfs):
+class CkptfsNice0(CkptfsOpt):
 	"""ckptfs with -o flush_nice=0: flushers at the same priority as the
 	threads answering requests (the lever's off position)."""
 	name = "ckptfs_nice0"
-
-	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each"):
-		opts = ",".join(o for o in (opts, "flush_nice=0") if o)
-		super().__init__(path, store, workdir, binary, cache_size, opts, remount)
+	OPT = "flush_nice=0"
 
 
-class CkptfsNoManifest(Ckptfs):
+class CkptfsSplice(CkptfsOpt):
+	"""ckptfs with -o loop=splice: write data spliced through a pipe, then
+	copied into the cache (the request loop before loop=readv)."""
+	name = "ckptfs_splice"
+	OPT = "loop=splice"
+
+
+class CkptfsChunk1M(CkptfsOpt):
+	"""ckptfs with -o chunk_size=1M: every 1 MiB write starts a chunk."""
+	name = "ckptfs_chunk1m"
+	OPT = "chunk_size=1M"
+
+
+class CkptfsNoManifest(CkptfsOpt):
 	"""ckptfs with -o manifest=off: no checksum records, for the manifest's cost."""
 	name = "ckptfs_nomanifest"
-
-	def __init__(self, path, store, workdir, binary, cache_size, opts="", remount="each"):
-		opts = ",".join(o for o in (opts, "manifest=off") if o)
-		super().__init__(path, store, workdir, binary, cache_size, opts, remount)
+	OPT = "manifest=off"
 
 
 class Bindfs(FuseDaemon):

@@ -136,6 +136,13 @@ BUFFERED_RATIOS = [
 	 ("ckptfs", "durable"), ""),
 ]
 
+LOOP_RATIOS = [
+	("lever loop=readv: stall with / loop=splice", ("ckptfs", "stall"), ("ckptfs_splice", "stall"), ""),
+	("lever chunk_size=1M (every 1 MiB write taken as it lies): stall with / 4M",
+	 ("ckptfs_chunk1m", "stall"), ("ckptfs", "stall"), ""),
+	("ckptfs chunk_size=1M stall / tmpfs stall", ("ckptfs_chunk1m", "stall"), ("tmpfs", "stall"), ""),
+]
+
 NICE_RATIOS = [
 	("lever flush_nice 10: stall with / with 0", ("ckptfs", "stall"), ("ckptfs_nice0", "stall"), ""),
 	("ckptfs flush_nice=0 files/s / direct files/s", ("direct", "stall"), ("ckptfs_nice0", "stall"),
@@ -164,13 +171,13 @@ class Suite:
 			"ckpt2g": lambda: self.with_ratios(
 				wl_files.Ckpt2g(total=c.size, nfiles=c.args.files),
 				["ckptfs"] + LEVERS + ["tmpfs", "direct", "direct_fsync", "ckptfs_nomanifest",
-						       "ckptfs_nice0", "ckptfs_buffered"] + (
+						       "ckptfs_nice0", "ckptfs_buffered", "ckptfs_splice", "ckptfs_chunk1m"] + (
 					["bindfs_fsync", "rclone", "gluster_fsync", "ckptfs_gluster"]
 					if m["ckpt2g_peers"] or c.target_filter else []),
 				lever_ratios() + ckptfs_ratios()[1:] + [
 					("ckptfs with io_uring time-to-durable / direct+fsync",
 					 ("ckptfs_uring", "durable"), ("direct_fsync", "durable"), "<= 1.0")] +
-				MANIFEST_RATIOS + NICE_RATIOS[:1] + BUFFERED_RATIOS + [
+				MANIFEST_RATIOS + NICE_RATIOS[:1] + BUFFERED_RATIOS + LOOP_RATIOS + [
 					("ckptfs stall / direct (no fsync)", ("ckptfs", "stall"),
 						    ("direct", "stall"), "")] + PEER_RATIOS + [
 					("ckptfs/GlusterFS stall / GlusterFS+fsync", ("ckptfs_gluster", "stall"),
@@ -202,8 +209,8 @@ class Suite:
 					 ("cpu_wait_pct", "CPU wait %", "%.0f")]),
 			"torch_ds": lambda: wl_torch.TorchSave(
 				srv, "ds", ["ckptfs"] + LEVERS + ["tmpfs", "direct", "direct_fsync", "bindfs_fsync",
-								  "rclone"],
-				lever_ratios() + ckptfs_ratios()[1:] + [
+								  "rclone", "ckptfs_splice"],
+				lever_ratios() + ckptfs_ratios()[1:] + LOOP_RATIOS[:1] + [
 					("ckptfs with io_uring time-to-durable / direct+fsync",
 					 ("ckptfs_uring", "durable"), ("direct_fsync", "durable"), "<= 1.0")] +
 				PEER_RATIOS,
@@ -263,6 +270,8 @@ class Suite:
 			"ckptfs_lazy": lambda: T.CkptfsLazy(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_nomanifest": lambda: T.CkptfsNoManifest(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_nice0": lambda: T.CkptfsNice0(c.mnt(name), store, c.workdir, *ck),
+			"ckptfs_splice": lambda: T.CkptfsSplice(c.mnt(name), store, c.workdir, *ck),
+			"ckptfs_chunk1m": lambda: T.CkptfsChunk1M(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_uring": lambda: T.CkptfsUring(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_mp1024": lambda: T.CkptfsPages(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_tuned": lambda: T.CkptfsTuned(c.mnt(name), store, c.workdir, *ck),

@@ -54,6 +54,8 @@ static const struct bad cases[] = {
 	{ { B, M, "-o", "fsync", NULL }, "fsync" },
 	{ { B, M, "-o", "io=aio", NULL }, "'io'" },
 	{ { B, M, "-o", "splice=maybe", NULL }, "splice" },
+	{ { B, M, "-o", "loop=maybe", NULL }, "loop" },
+	{ { B, M, "-o", "loop", NULL }, "loop" },
 	{ { B, M, "-o", "direct=maybe", NULL }, "direct" },
 	{ { B, M, "-o", "manifest=maybe", NULL }, "manifest" },
 	{ { B, M, "-o", "attr_timeout=-1", NULL }, "attr_timeout" },
@@ -177,7 +179,7 @@ static void help_mentions_all(const char *out)
 {
 	static const char *const options[] = {
 		"cache_size=", "chunk_size=", "flush_threads=", "queue_depth=", "max_threads=",
-		"fsync=", "io=", "splice=", "direct=", "manifest=", "attr_timeout=",
+		"fsync=", "io=", "loop=", "splice=", "direct=", "manifest=", "attr_timeout=",
 		"drain_timeout=", "rescue_dir=", "allow_other", "allow_root", "-f", "-d",
 	};
 	for (size_t i = 0; i < CU_LEN(options); i++)

@@ -102,7 +102,8 @@ static const char *const human[] = {
 	"^  io: +(io_uring|pwrite), fsync (durable|lazy), up [0-9]+ s$",
 	"^  descriptors: +dirs [0-9]+/[0-9]+ \\([0-9]+ closed for room\\), temp files [0-9]+/[0-9]+"
 	"( \\(at the cap: versions wait in the cache\\))?$",
-	"^  fuse: +(/dev/fuse|io_uring \\([0-9]+ queues\\)), requests up to [0-9]+ KiB, passthrough (on|off)$",
+	"^  fuse: +(/dev/fuse|io_uring \\([0-9]+ queues\\)), requests up to [0-9]+ KiB, passthrough (on|off)"
+	"(, [0-9]+% of writes taken without a copy)?$",
 	"^  node: +[A-Za-z0-9._-]+, (no peers|peers [0-9]+/[0-9]+ seen, .+), lease (held|lost)$",
 };
 #define BACKEND_LINE 8	/* human[] index of the backend: line */

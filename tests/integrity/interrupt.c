@@ -12,8 +12,9 @@
  *     3 s (FUSE does not restart an interrupted request).
  * Then the daemon is healthy: stats answer, and once the backend recovers
  * everything written before the interrupts is published, the killed
- * writer's bytes included, and it unmounts cleanly (exit 0).  With our
- * splice loop and with libfuse's loop (splice=off).
+ * writer's bytes included, and it unmounts cleanly (exit 0).  With each
+ * request loop: ours reading with readv (the default) or splice, and
+ * libfuse's (splice=off).
  */
 #include "tests/integrity/blockw.h"
 
@@ -65,6 +66,7 @@ static void interrupt_blocked(const char *loop)
 int main(void)
 {
 	tm_require_fuse();
+	interrupt_blocked("loop=readv");
 	interrupt_blocked("splice=on");
 	interrupt_blocked("splice=off");
 	return 0;

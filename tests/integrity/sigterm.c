@@ -8,8 +8,8 @@
  *     unmounts, gives up on the backend after drain_timeout and exits 1
  *     within drain_timeout plus a few seconds of the signal; the rescue
  *     directory holds every closed file with its contents, listed in its
- *     manifest.jsonl.  With our splice loop and with libfuse's loop
- *     (splice=off).
+ *     manifest.jsonl.  With our loop reading with readv (the default) or
+ *     splice, and with libfuse's loop (splice=off).
  *  2. Hung backend (every data write takes 5 s, one flusher): a read of
  *     MOUNT/.ckptfs/drain, which waits for the backend with no deadline of
  *     its own, returns {"ok": false, ...} at SIGTERM; the daemon exits
@@ -67,7 +67,7 @@ static void check_rescue(const char *rescue, const char *mid, const char *const 
 /* A mount with a rescue directory in its scratch dir, the loop under test, and its id. */
 struct run {
 	struct tmount m;
-	const char *loop;	/* "splice=on" or "splice=off" */
+	const char *loop;	/* "loop=readv", "splice=on" or "splice=off" */
 	unsigned drain_s;	/* drain_timeout */
 	char rescue[PATH_MAX];
 	char mid[32];
@@ -226,6 +226,7 @@ static void sigterm_hung_backend(void)
 int main(void)
 {
 	tm_require_fuse();
+	sigterm_blocked_writer("loop=readv");
 	sigterm_blocked_writer("splice=on");
 	sigterm_blocked_writer("splice=off");
 	sigterm_blocked_drain("splice=off");
