@@ -20,6 +20,9 @@
  *   5. a closed file (its version still being published) overwritten at
  *      once at a chunk start: the new chunk replaces the one the version
  *      holds without changing what that version publishes.
+ *   6. a cache that fills (128 chunks, a slow backend): writers wait for
+ *      room while workers hold spares; nothing is lost, the spares stay
+ *      few, and chunks are still taken as they lie.
  * Then every file is compared with its model on the backend after unmount,
  * and a loop=splice mount writes the same way and takes nothing.
  */
@@ -29,8 +32,9 @@
 #include <string.h>
 
 #define OPTS "cache_size=256M,chunk_size=1M,max_threads=4"
-#define NFILES 8
+#define NFILES 10
 #define MAXSIZE (10 * MiB)
+#define BIG (320 * MiB)	/* phase 6: two and a half caches */
 
 /* What each file should hold: a model kept beside the writes. */
 static struct model {
@@ -44,7 +48,7 @@ static struct model *model(const char *name)
 	for (int i = 0; i < NFILES; i++) {
 		if (!files[i].name) {
 			files[i].name = name;
-			files[i].buf = calloc(1, MAXSIZE);
+			files[i].buf = calloc(1, strcmp(name, "big") ? MAXSIZE : BIG);
 			ASSERT_TRUE(files[i].buf != NULL);
 			return &files[i];
 		}
@@ -169,6 +173,16 @@ int main(void)
 	tm_mount(&m, OPTS ",loop=splice", NULL);
 	stream(&m, "spliced", 0, buf, 0, 4 * MiB, 14);
 	ASSERT_EQ(cu_stat(&m, "fuse_adopted_bytes"), 0);
+	tm_stop(&m);
+	check_all(m.backend);
+
+	/* 6. A full cache: 128 chunks, every backend write 20 ms late. */
+	const char *slow[] = { cu_fault_env("op=pwrite,delay_ms=20"), NULL };
+	tm_mount(&m, "cache_size=128M,chunk_size=1M,max_threads=4,io=pwrite", slow);
+	stream(&m, "big", 0, buf, 0, BIG, 15);
+	ASSERT_GE(cu_stat(&m, "backpressure_waits"), 1);
+	ASSERT_GE(cu_stat(&m, "fuse_adopted_bytes"), 64 * MiB);
+	ASSERT_LE(cu_stat(&m, "cache_spare_bytes"), 4 * MiB);	/* one per worker at most */
 	tm_stop(&m);
 	check_all(m.backend);
 
