@@ -22,19 +22,26 @@
  *      holds without changing what that version publishes.
  *   6. a cache that fills (128 chunks, a slow backend): writers wait for
  *      room while workers hold spares; nothing is lost, the spares stay
- *      few, and chunks are still taken as they lie.
+ *      few, and chunks are still taken as they lie;
+ *   7. three threads at once, each over its own file: random writes (half
+ *      a chunk at a chunk start, the rest anywhere, up to 2 MiB),
+ *      truncates, and reopens (read-write and write-only).
  * Then every file is compared with its model on the backend after unmount,
  * and a loop=splice mount writes the same way and takes nothing.
  */
 #include "tests/core/core_util.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define OPTS "cache_size=256M,chunk_size=1M,max_threads=4"
-#define NFILES 10
+#define NFILES 16
 #define MAXSIZE (10 * MiB)
 #define BIG (320 * MiB)	/* phase 6: two and a half caches */
+#define MIXERS 3	/* phase 7 */
+#define MIX_SPAN (24 * MiB)
+#define MIX_OPS 150
 
 /* What each file should hold: a model kept beside the writes. */
 static struct model {
@@ -43,12 +50,13 @@ static struct model {
 	uint64_t size;
 } files[NFILES];
 
-static struct model *model(const char *name)
+/* The model of file `name`, made with room for cap bytes if new (not thread-safe). */
+static struct model *model_cap(const char *name, uint64_t cap)
 {
 	for (int i = 0; i < NFILES; i++) {
 		if (!files[i].name) {
 			files[i].name = name;
-			files[i].buf = calloc(1, strcmp(name, "big") ? MAXSIZE : BIG);
+			files[i].buf = calloc(1, cap);
 			ASSERT_TRUE(files[i].buf != NULL);
 			return &files[i];
 		}
@@ -57,6 +65,11 @@ static struct model *model(const char *name)
 	}
 	FAILF("too many files");
 	return NULL;
+}
+
+static struct model *model(const char *name)
+{
+	return model_cap(name, MAXSIZE);
 }
 
 static char *aligned(size_t len)
@@ -87,6 +100,78 @@ static void stream(struct tmount *m, const char *name, int flags, char *buf, uin
 	for (; off < end; off += MiB)
 		put(fd, md, buf, off, MiB, seed);
 	cu_close(fd);
+}
+
+/* ---- 7. writers at once, random shapes ---- */
+
+struct mixer {
+	char path[PATH_MAX];
+	struct model *md;
+	uint64_t seed;
+};
+
+static uint64_t next(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/* Random writes (half of them a chunk at a chunk start), truncates and reopens of one file. */
+static void *mixer_main(void *arg)
+{
+	struct mixer *x = arg;
+	struct model *md = x->md;
+	char *buf = aligned(2 * MiB);
+	uint64_t s = x->seed;
+	int fd = cu_open(x->path, O_CREAT | O_RDWR | O_TRUNC);
+
+	for (int i = 0; i < MIX_OPS; i++) {
+		uint64_t k = next(&s) % 100, off, len;
+
+		if (k < 45) {
+			off = next(&s) % 24 * MiB;
+			len = MiB;
+		} else if (k < 60) {
+			off = next(&s) % 24 * MiB;
+			len = 1 + next(&s) % (2 * MiB - 1);
+		} else if (k < 88) {
+			off = next(&s) % MIX_SPAN;
+			len = 1 + next(&s) % (2 * MiB - 1);
+		} else if (k < 94) {
+			uint64_t n = next(&s) % MIX_SPAN;
+			CHECK_SYS(ftruncate(fd, (off_t)n));
+			if (n < md->size)
+				memset(md->buf + n, 0, md->size - n);
+			md->size = n;
+			continue;
+		} else {
+			cu_close(fd);
+			fd = cu_open(x->path, k < 97 ? O_RDWR : O_WRONLY);
+			continue;
+		}
+		put(fd, md, buf, off, len, x->seed + (uint64_t)i);
+	}
+	cu_close(fd);
+	free(buf);
+	return NULL;
+}
+
+static void mixers(struct tmount *m)
+{
+	static const char *const names[MIXERS] = { "mix0", "mix1", "mix2" };
+	struct mixer x[MIXERS];
+	pthread_t t[MIXERS];
+
+	for (int i = 0; i < MIXERS; i++) {
+		snprintf(x[i].path, sizeof(x[i].path), "%s", tm_path(m, names[i]));
+		x[i].md = model_cap(names[i], MIX_SPAN + 2 * MiB);
+		x[i].seed = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+		ASSERT_EQ(pthread_create(&t[i], NULL, mixer_main, &x[i]), 0);
+	}
+	for (int i = 0; i < MIXERS; i++)
+		pthread_join(t[i], NULL);
 }
 
 static void check(const char *root, const struct model *md)
@@ -179,10 +264,20 @@ int main(void)
 	/* 6. A full cache: 128 chunks, every backend write 20 ms late. */
 	const char *slow[] = { cu_fault_env("op=pwrite,delay_ms=20"), NULL };
 	tm_mount(&m, "cache_size=128M,chunk_size=1M,max_threads=4,io=pwrite", slow);
+	model_cap("big", BIG);
 	stream(&m, "big", 0, buf, 0, BIG, 15);
 	ASSERT_GE(cu_stat(&m, "backpressure_waits"), 1);
 	ASSERT_GE(cu_stat(&m, "fuse_adopted_bytes"), 64 * MiB);
 	ASSERT_LE(cu_stat(&m, "cache_spare_bytes"), 4 * MiB);	/* one per worker at most */
+	tm_stop(&m);
+	check_all(m.backend);
+
+	/* 7. Three writers at once over a cache with room for spares. */
+	tm_mount(&m, "cache_size=512M,chunk_size=1M,max_threads=8", NULL);
+	a0 = cu_stat(&m, "fuse_adopted_bytes");
+	mixers(&m);
+	ASSERT_GE(cu_stat(&m, "fuse_adopted_bytes") - a0, 16 * MiB);
+	check_all(m.mnt);
 	tm_stop(&m);
 	check_all(m.backend);
 

@@ -12,9 +12,11 @@
  *     directories, the first open of `top`, the first read of its xattrs —
  *     each fail with EIO within a few drain_timeouts (they used to wait for
  *     as long as the backend hung, and four of them held every worker);
- *   - so do the two that need a backend file's data, through a descriptor
+ *   - so do the four that need a backend file's data, through a descriptor
  *     of `data` (2 MiB) opened for writing before the hang (so no
- *     passthrough): a read of a range the cache does not hold, and a write
+ *     passthrough): three reads of a range the cache does not hold (with
+ *     four workers, at most two such reads wait in their workers; the
+ *     third is handed to a helper, fs/bread.c), and a write
  *     whose chunk must first be filled from the backend (the gap between
  *     it and a byte written before the hang) — these used to wait in
  *     their worker, the write holding the file's lock, for as long as the
@@ -179,7 +181,7 @@ int main(void)
 {
 	struct tmount m;
 	char flag[PATH_MAX], env0[PATH_MAX + 64], rel[64], v[64];
-	struct req q[DIRS + 4];
+	struct req q[DIRS + 6];
 	struct stat st;
 
 	tm_require_fuse();
@@ -206,6 +208,8 @@ int main(void)
 	start(&q[DIRS + 1], XATTR, tm_path(&m, "top"), -1);
 	start(&q[DIRS + 2], READ, "data", dfd);
 	start(&q[DIRS + 3], FILL, "data", dfd);
+	start(&q[DIRS + 4], READ, "data", dfd);
+	start(&q[DIRS + 5], READ, "data", dfd);
 	usleep(300 * 1000);
 
 	/* Needs no backend: answered, at the latest when the workers are free again. */
@@ -222,7 +226,7 @@ int main(void)
 	static const char *const what[] = { "a first listing", "a first open", "a first getxattr",
 					    "a read of file data", "a write that fills its chunk" };
 	uint64_t worst = 0;
-	for (int i = 0; i < DIRS + 4; i++) {
+	for (int i = 0; i < DIRS + 6; i++) {
 		finish(&q[i], flag, what[q[i].kind]);
 		if (q[i].err != EIO)
 			FAILF("%s of %s over a hung backend: %s, expected EIO", what[q[i].kind],
@@ -232,7 +236,7 @@ int main(void)
 	uint64_t timed_out = stat_num(&m, "backend_calls_timed_out");
 	if (!stuck)
 		stuck = stat_num(&m, "backend_calls_stuck");
-	printf("over a hung backend (drain_timeout=2, 4 workers): 10 requests got EIO, the last "
+	printf("over a hung backend (drain_timeout=2, 4 workers): 12 requests got EIO, the last "
 	       "after %llu ms (the read of file data after %llu ms, the filling write after %llu "
 	       "ms); create/write/close/stat meanwhile: %llu ms; calls given up on: %llu, "
 	       "hanging: %llu\n", (unsigned long long)worst,
