@@ -380,6 +380,19 @@ void bcall_tick(struct ckptfs *fs)
 	pthread_mutex_unlock(&p->lock);
 }
 
+unsigned bcall_watch_stuck(struct ckptfs *fs)
+{
+	struct bcall_pool *p = fs->calls;
+	unsigned n;
+
+	if (!p)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	n = p->watch_stuck;
+	pthread_mutex_unlock(&p->lock);
+	return n;
+}
+
 void bcall_watch_stop(struct ckptfs *fs)
 {
 	struct bcall_pool *p = fs->calls;

@@ -85,6 +85,8 @@ bool bcall_watch_end(struct ckptfs *fs, struct bcall_watch *w);
 void bcall_tick(struct ckptfs *fs);
 /* The session ends: answer every watched call ESHUTDOWN; later ones start none. */
 void bcall_watch_stop(struct ckptfs *fs);
+/* Watched calls already answered whose handler is still inside the backend call. */
+unsigned bcall_watch_stuck(struct ckptfs *fs);
 
 /* Start taking calls (helpers start on demand, up to max_threads). */
 void bcall_start(struct ckptfs *fs);

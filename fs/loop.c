@@ -71,7 +71,9 @@
  *      file data still in the backend (ESHUTDOWN, bcall_watch_stop);
  *   2. wakes threads blocked in readv() or splice() (our workers) or sem_wait()
  *      (libfuse's loop thread) with WAKE_SIGNAL, until all have left their
- *      loop or STOP_BOUND_NS has passed;
+ *      loop, or STOP_BOUND_NS has passed, or every one still in it is
+ *      inside a read of file data step 1 answered (known hung: no reason
+ *      to wait for it);
  *   3. joins those that left, answers the fsyncs and drain reads still
  *      waiting for the backend (ESHUTDOWN), and unmounts.  A worker still inside a
  *      handler after the bound (a backend system call that does not
@@ -540,12 +542,19 @@ static unsigned serve_start(struct ckptfs *fs, struct worker *w, unsigned n)
 	return started;
 }
 
+/* Workers still in their loop (or in a handler). */
+static unsigned not_done(struct worker *w, unsigned n)
+{
+	unsigned left = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		left += !atomic_load(&w[i].done);
+	return left;
+}
+
 static bool all_done(struct worker *w, unsigned n)
 {
-	for (unsigned i = 0; i < n; i++)
-		if (!atomic_load(&w[i].done))
-			return false;
-	return true;
+	return not_done(w, n) == 0;
 }
 
 int fs_serve(struct ckptfs *fs)
@@ -591,12 +600,21 @@ int fs_serve(struct ckptfs *fs)
 	fs_waits_stop(fs);
 	bcall_watch_stop(fs);	/* and reads of file data still in the backend: ESHUTDOWN */
 	readers_stop();
-	/* Wake threads blocked reading /dev/fuse or in sem_wait() until all have left their loop. */
-	for (deadline = now_ns() + STOP_BOUND_NS; !all_done(w, n) && now_ns() < deadline;
-	     usleep(20000))
+	/*
+	 * Wake threads blocked reading /dev/fuse or in sem_wait() until all have
+	 * left their loop, or all that have not are inside reads of file data
+	 * already answered as hung (bcall_watch_stuck): no reason to wait the
+	 * bound for those.
+	 */
+	uint64_t t_stop = now_ns();
+	for (deadline = t_stop + STOP_BOUND_NS; !all_done(w, n) && now_ns() < deadline;
+	     usleep(20000)) {
 		for (unsigned i = 0; i < n; i++)
 			if (!atomic_load(&w[i].done))
 				pthread_kill(w[i].th, WAKE_SIGNAL);
+		if (now_ns() - t_stop > 100000000ull && not_done(w, n) <= bcall_watch_stuck(fs))
+			break;
+	}
 	for (unsigned i = 0; i < n; i++) {
 		if (!atomic_load(&w[i].done)) {
 			stuck++;	/* left behind, with what it uses */
@@ -606,10 +624,10 @@ int fs_serve(struct ckptfs *fs)
 		worker_free(&w[i]);
 	}
 	if (stuck)
-		log_err("%s still blocked in a handler %.0f s after the session ended (a backend "
+		log_err("%s still blocked in a handler %.1f s after the session ended (a backend "
 			"call that does not return?); unmounting without waiting for it",
 			fs->own_loop ? "request workers are" : "the request loop is",
-			(double)STOP_BOUND_NS / 1e9);
+			(double)(now_ns() - t_stop) / 1e9);
 	else
 		free(w);
 	/* fsyncs and drains still waiting for the backend: replies must precede the unmount. */
