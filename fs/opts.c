@@ -31,6 +31,29 @@ static int usage_error(const char *fmt, const char *a, const char *b)
 	return CKPTFS_USAGE_ERROR;
 }
 
+/*
+ * A NAME=WORD option: *out gets the index of val in words (NULL-ended);
+ * any other value is a usage error that lists the words.
+ */
+static int parse_word(const char *opt, const char *val, const char *const *words, int *out)
+{
+	char msg[512];
+	size_t len;
+	int n = 0;
+
+	for (; words[n]; n++) {
+		if (val && !strcmp(val, words[n])) {
+			*out = n;
+			return 0;
+		}
+	}
+	len = (size_t)snprintf(msg, sizeof(msg), "option '%s' must be ", opt);
+	for (int i = 0; i < n && len < sizeof(msg); i++)
+		len += (size_t)snprintf(msg + len, sizeof(msg) - len, "%s%s",
+					i == 0 ? "" : i == n - 1 ? " or " : ", ", words[i]);
+	return usage_error("%s, not '%s'", msg, val ? val : "");
+}
+
 void opts_usage(FILE *f)
 {
 	fprintf(f,
@@ -195,67 +218,46 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 		return parse_uint(opt, val ? val : "", 1, 1024, &o->queue_depth);
 	if (!strcmp(opt, "max_threads"))
 		return parse_uint(opt, val ? val : "", 2, 256, &o->max_threads);
+	static const char *const off_on[] = { "off", "on", NULL };
+	int k;
 	if (!strcmp(opt, "fsync")) {
-		if (val && !strcmp(val, "durable"))
-			o->fsync_lazy = false;
-		else if (val && !strcmp(val, "lazy"))
-			o->fsync_lazy = true;
-		else
-			return usage_error("option '%s' must be fsync=durable or fsync=lazy, not '%s'",
-					   opt, val ? val : "");
-		return 0;
+		static const char *const words[] = { "durable", "lazy", NULL };
+		if ((r = parse_word(opt, val, words, &k)) == 0)
+			o->fsync_lazy = k == 1;
+		return r;
 	}
 	if (!strcmp(opt, "base_copy")) {
-		if (val && !strcmp(val, "auto"))
-			o->base_copy = -1;
-		else if (val && (!strcmp(val, "on") || !strcmp(val, "off")))
-			o->base_copy = !strcmp(val, "on");
-		else
-			return usage_error("option '%s' must be base_copy=auto, on or off, not '%s'",
-					   opt, val ? val : "");
-		return 0;
+		static const char *const words[] = { "auto", "on", "off", NULL };
+		if ((r = parse_word(opt, val, words, &k)) == 0)
+			o->base_copy = k == 0 ? -1 : k == 1;
+		return r;
 	}
 	if (!strcmp(opt, "io")) {
-		if (val && !strcmp(val, "uring"))
-			o->io = BIO_URING;
-		else if (val && !strcmp(val, "pwrite"))
-			o->io = BIO_PWRITE;
-		else
-			return usage_error("option '%s' must be io=uring or io=pwrite, not '%s'", opt,
-					   val ? val : "");
-		return 0;
+		static const char *const words[] = { "uring", "pwrite", NULL };
+		if ((r = parse_word(opt, val, words, &k)) == 0)
+			o->io = k == 0 ? BIO_URING : BIO_PWRITE;
+		return r;
 	}
 	if (!strcmp(opt, "loop")) {
-		if (val && !strcmp(val, "readv"))
-			o->loop = LOOP_READV;
-		else if (val && !strcmp(val, "splice"))
-			o->loop = LOOP_SPLICE;
-		else if (val && !strcmp(val, "libfuse"))
-			o->loop = LOOP_LIBFUSE;
-		else
-			return usage_error("option '%s' must be loop=readv, splice or libfuse, not '%s'",
-					   opt, val ? val : "");
-		return 0;
+		static const char *const words[] = { "readv", "splice", "libfuse", NULL };
+		static const enum fuse_loop_kind kinds[] = { LOOP_READV, LOOP_SPLICE, LOOP_LIBFUSE };
+		if ((r = parse_word(opt, val, words, &k)) == 0)
+			o->loop = kinds[k];
+		return r;
 	}
-	if (!strcmp(opt, "splice")) {
-		if (val && (!strcmp(val, "on") || !strcmp(val, "off")))
-			o->loop = !strcmp(val, "on") ? LOOP_SPLICE : LOOP_LIBFUSE;
-		else
-			return usage_error("option '%s' must be on or off, not '%s'", opt, val ? val : "");
-		return 0;
+	if (!strcmp(opt, "splice")) {	/* the older spelling of loop=splice|libfuse */
+		if ((r = parse_word(opt, val, off_on, &k)) == 0)
+			o->loop = k ? LOOP_SPLICE : LOOP_LIBFUSE;
+		return r;
 	}
 	if (!strcmp(opt, "direct") || !strcmp(opt, "manifest") ||
 	    !strcmp(opt, "sessions") || !strcmp(opt, "fuse_uring") || !strcmp(opt, "passthrough")) {
 		bool *flag = !strcmp(opt, "sessions") ? &o->sessions : !strcmp(opt, "fuse_uring") ?
 			     &o->fuse_uring : !strcmp(opt, "passthrough") ? &o->passthrough :
 			     opt[0] == 'd' ? &o->direct : &o->manifest;
-		if (val && !strcmp(val, "on"))
-			*flag = true;
-		else if (val && !strcmp(val, "off"))
-			*flag = false;
-		else
-			return usage_error("option '%s' must be on or off, not '%s'", opt, val ? val : "");
-		return 0;
+		if ((r = parse_word(opt, val, off_on, &k)) == 0)
+			*flag = k == 1;
+		return r;
 	}
 	if (!strcmp(opt, "attr_timeout") || !strcmp(opt, "drain_timeout")) {
 		char *end;
