@@ -321,12 +321,16 @@ static ssize_t recv_readv(struct worker *w, int fd)
 static void request_handle_readv(struct worker *w, size_t n)
 {
 	const struct fuse_in_header *ih = (const void *)w->flat;
+	const struct fuse_write_in *wi = (const void *)(ih + 1);
+	const uint32_t opcode = ih->opcode;
 	size_t data = n > WRITE_HDR ? n - WRITE_HDR : 0;
+	/* A write whose data are all there, and all its data: they can stay where they are. */
+	bool write = opcode == FUSE_WRITE && n >= WRITE_HDR && wi->size == data;
 
 	atomic_fetch_add_explicit(&requests, 1, memory_order_relaxed);
-	if (ih->opcode == FUSE_WRITE && data > SLOT_SIZE)
+	if (write && data > SLOT_SIZE)
 		w->want_spare = true;	/* a writer of large files: spares for the next ones */
-	if (w->spare && data && ih->opcode == FUSE_WRITE && atomic_load(&init_seen)) {
+	if (w->spare && data && write && atomic_load(&init_seen)) {
 		struct staged st = { .fake = w->flat + WRITE_HDR, .len = data, .ch = w->spare };
 		struct fuse_buf buf = { .size = n, .mem = w->flat };
 		size_t in = CKPT_MIN(data, (size_t)w->spare->cap);
@@ -352,7 +356,7 @@ static void request_handle_readv(struct worker *w, size_t n)
 		devio_note_init(w->flat, n);
 	struct fuse_buf buf = { .size = n, .mem = w->flat };
 	fuse_session_process_buf(w->se, &buf);
-	if (ih->opcode == FUSE_INIT)
+	if (opcode == FUSE_INIT)
 		atomic_store(&init_seen, true);
 }
 
