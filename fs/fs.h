@@ -273,7 +273,7 @@ bool node_path(struct ckptfs *fs, struct fsnode *n, char *buf, size_t len);
  */
 bool fs_own_loop_possible(enum fuse_loop_kind kind);
 /*
- * Serve requests (the splice loop, or libfuse's multi-threaded loop) until
+ * Serve requests (our loop, or libfuse's multi-threaded loop) until
  * the session exits (unmount, SIGTERM, SIGINT); then make blocked handlers
  * give up, join the workers within a bound, and unmount.  Returns the
  * number of workers still blocked after the bound (left behind; the caller

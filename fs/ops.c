@@ -1358,7 +1358,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct ckptfs *fs = userdata;
 
-	/* With the splice loop a write request must fit its pipe (loop.c). */
+	/* Our loop's largest request: what the kernel allows, and with loop=splice what fits its pipe. */
 	conn->max_write = fs->own_loop ? fs_loop_max_write() : 1u << 20;
 	fs->max_write = conn->max_write;
 	conn->max_readahead = 1u << 20;

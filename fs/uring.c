@@ -1,20 +1,22 @@
 /*
  * uring.c — FUSE requests over io_uring (Linux 6.14+, CONFIG_FUSE_IO_URING,
- * the fuse module's enable_uring parameter), beside the splice loop.
+ * the fuse module's enable_uring parameter), beside our /dev/fuse loop.
  *
- * Instead of a read(2)/splice(2) of /dev/fuse per request and a write(2)
- * per reply, each worker thread owns an io_uring and registers ring
+ * Instead of a readv(2) (or splice(2) and read(2)) of /dev/fuse per request
+ * and a write(2) per reply, each worker thread owns an io_uring and registers ring
  * entries with the kernel: a 288-byte header buffer and a payload buffer.
  * The kernel has one queue per possible CPU and hands a request to an
  * entry of the queue of the CPU the caller runs on; the thread finds it in
  * its completion queue, runs it through libfuse, writes the reply into the
  * same buffers and commits it with COMMIT_AND_FETCH, which also re-arms
- * the entry: one system call per request instead of four, and the threads
+ * the entry: one system call per request instead of two, and the threads
  * of a queue are pinned to its CPU so caller and daemon share its caches.
  * The cost: a write's data is copied twice (caller's pages to the entry's
- * payload, then into the cache), like a plain read(2) of /dev/fuse — and
- * like splice, which on this kernel also copies a direct-I/O writer's
- * pages into fresh pipe pages.
+ * payload, then into the cache), like splice, which on this kernel also
+ * copies a direct-I/O writer's pages into fresh pipe pages; the readv loop
+ * (loop.c) reads a write's data into a free cache chunk that the file may
+ * take as it lies, but an entry's payload buffer is fixed when it is
+ * registered.
  *
  * Life cycle (driven by loop.c and devio.c):
  *   fsu_prepare  before the mount's INIT is answered: start the threads and
@@ -26,7 +28,7 @@
  *                back to /dev/fuse by itself and the threads leave;
  *   fsu_cancel   INIT did not ask for it: the threads leave;
  *   fsu_stop     the session ends: wake, leave, join.
- * INIT, FORGET and INTERRUPT always come through /dev/fuse, so the splice
+ * INIT, FORGET and INTERRUPT always come through /dev/fuse, so the loop's
  * workers keep running beside these threads.
  *
  * A limit of the kernel's design, and what is done about it: a request
@@ -36,8 +38,8 @@
  * only then.  So each thread keeps ENTS_FREE entries free, registering one
  * more for every deferred reply, up to ENTS_MAX; a burst of deferred
  * requests larger than a queue's free entries still makes the later
- * requests of that CPU wait for the next reply there.  The splice loop has
- * no such limit.
+ * requests of that CPU wait for the next reply there.  The /dev/fuse loop
+ * has no such limit.
  *
  * An entry's states (E1..E3 below), with ent->state an atomic:
  *   FREE     registered, waiting in the kernel for a request;

@@ -1,7 +1,7 @@
 /*
  * transport — the same work through each way requests reach the daemon
  * (fs/loop.c, fs/uring.c, fs/devio.c), checked the same way:
- *   dev_fuse   the splice loop over /dev/fuse: the fuse module's
+ *   dev_fuse   our loop over /dev/fuse (loop=readv): the fuse module's
  *              enable_uring off, or -o fuse_uring=off;
  *   big        both, with 4 MiB requests (fs.fuse.max_pages_limit 1024 and
  *              fs.pipe-max-size 8 MiB for the mount, put back at exit);
