@@ -218,12 +218,14 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 	fsu_describe(b);
 	sb_printf(b, ", \"passthrough\": %s, \"passthrough_opens\": %llu"
 		  ", \"passthrough_direct_opens\": %llu, \"passthrough_failures\": %llu"
-		  ", \"passthrough_from_cache\": %llu",
+		  ", \"passthrough_from_cache\": %llu, \"read_direct\": %s, \"read_direct_opens\": %llu",
 		  devio_passthrough() ? "true" : "false",
 		  (unsigned long long)atomic_load(&fs->pt_opens),
 		  (unsigned long long)atomic_load(&fs->pt_direct_opens),
 		  (unsigned long long)atomic_load(&fs->pt_failures),
-		  (unsigned long long)atomic_load(&fs->pt_from_cache));
+		  (unsigned long long)atomic_load(&fs->pt_from_cache),
+		  fs_read_direct(fs) ? "true" : "false",
+		  (unsigned long long)atomic_load(&fs->rd_opens));
 	sb_printf(b, ", \"seq_current\": %llu, \"seq_durable\": %llu", (unsigned long long)seq,
 		  (unsigned long long)atomic_load(&be->durable_seq));
 	sb_printf(b, ", \"versions_published\": %llu, \"ops_applied\": %llu, \"dir_fsyncs\": %llu",

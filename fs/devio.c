@@ -10,7 +10,8 @@
  *     INIT reply is amended here: FUSE_OVER_IO_URING when the kernel offers
  *     it and uring.c has its rings ready, FUSE_PASSTHROUGH (with
  *     max_stack_depth 1) when the kernel offers it and the daemon holds
- *     CAP_SYS_ADMIN (the backing-file ioctl needs it), and the request size
+ *     CAP_SYS_ADMIN (the backing-file ioctl needs it),
+ *     FUSE_DIRECT_IO_ALLOW_MMAP for read_direct (ops.c), and the request size
  *     our own loop can take (max_write, max_pages: libfuse caps them at its
  *     own 1 MiB buffers, which this loop does not use).  Only once the
  *     kernel has accepted the reply (the write returned) are the io_uring
@@ -55,6 +56,7 @@ static struct {
 	uint64_t kflags;	/* what the kernel's INIT offered */
 	atomic_bool passthrough;	/* negotiated */
 	atomic_bool uring;		/* negotiated (the queues may still fail) */
+	atomic_bool dio_mmap;	/* negotiated: direct-I/O files may be mmapped shared */
 	unsigned max_pages;	/* negotiated request size, pages */
 } D = { .fd = -1 };
 
@@ -105,6 +107,8 @@ static uint64_t init_amend(struct iovec *iov, int count)
 	}
 	if ((D.kflags & KAPI_OVER_IO_URING) && fsu_offerable())
 		add |= KAPI_OVER_IO_URING;
+	if (D.fs->opt.read_direct && (D.kflags & KAPI_DIRECT_IO_ALLOW_MMAP))
+		add |= KAPI_DIRECT_IO_ALLOW_MMAP;	/* read_direct (ops.c) */
 	if (add) {
 		out.flags |= KAPI_INIT_EXT;
 		out.flags2 |= (uint32_t)(add >> 32);
@@ -167,13 +171,17 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 		if (n >= 0) {
 			atomic_store(&D.passthrough, (add & KAPI_PASSTHROUGH) != 0);
 			atomic_store(&D.uring, (add & KAPI_OVER_IO_URING) != 0);
-			log_info("FUSE: %s; passthrough %s; max request %u KiB",
+			atomic_store(&D.dio_mmap, (add & KAPI_DIRECT_IO_ALLOW_MMAP) != 0);
+			log_info("FUSE: %s; passthrough %s; max request %u KiB; reads through the daemon %s",
 				 add & KAPI_OVER_IO_URING ? "requests over io_uring" :
 				 D.kflags & KAPI_OVER_IO_URING ? "io_uring offered, not used" :
 				 "requests over /dev/fuse (io_uring not offered: see enable_uring)",
 				 add & KAPI_PASSTHROUGH ? "on" :
 				 D.kflags & KAPI_PASSTHROUGH ? "off (not asked for, or no CAP_SYS_ADMIN)" :
-				 "not offered by the kernel", D.max_pages * 4);
+				 "not offered by the kernel", D.max_pages * 4,
+				 add & KAPI_DIRECT_IO_ALLOW_MMAP ? "bypass the page cache" :
+				 D.fs->opt.read_direct ? "use the page cache (the kernel cannot map direct-I/O files)" :
+				 "use the page cache (read_direct=off)");
 		}
 		/* The kernel took INIT: register the queues now, or let them go. */
 		if (n >= 0 && (add & KAPI_OVER_IO_URING))
@@ -183,6 +191,11 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 		errno = e;
 	}
 	return n;
+}
+
+bool devio_dio_mmap(void)
+{
+	return atomic_load(&D.dio_mmap);
 }
 
 static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)

@@ -186,6 +186,7 @@ struct ckptfs {
 	pthread_cond_t pt_cond;	/* a node's backing file was made (passthrough.c; ns) */
 	atomic_uint_least64_t pt_opens, pt_direct_opens, pt_failures;
 	atomic_uint_least64_t pt_from_cache;	/* read from cache memory instead (passthrough.c) */
+	atomic_uint_least64_t rd_opens;	/* read-only opens that bypass the page cache (read_direct) */
 
 	struct {		/* bounded waits (wait.c) */
 		atomic_bool stopping;	/* the session is ending: blocked handlers give up */
@@ -337,6 +338,8 @@ void devio_open_patch(uint32_t add, uint32_t clear, int32_t backing_id);
 void devio_open_patch_clear(void);
 bool devio_passthrough(void);	/* negotiated at INIT */
 bool devio_uring(void);		/* negotiated at INIT */
+bool devio_dio_mmap(void);	/* negotiated at INIT: FUSE_DIRECT_IO_ALLOW_MMAP */
+bool fs_read_direct(const struct ckptfs *fs);	/* read_direct=on and the kernel allows it */
 int devio_fd(void);
 unsigned devio_max_pages(void);
 

@@ -14,6 +14,7 @@
 
 /* INIT flags (64 bits: flags | flags2 << 32 when FUSE_INIT_EXT is set). */
 #define KAPI_INIT_EXT		(1u << 30)
+#define KAPI_DIRECT_IO_ALLOW_MMAP (1ull << 36)
 #define KAPI_PASSTHROUGH	(1ull << 37)
 #define KAPI_OVER_IO_URING	(1ull << 41)
 

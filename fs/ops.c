@@ -716,6 +716,29 @@ static struct fshandle *handle_new(fuse_req_t req, struct fsnode *n, int flags)
 }
 
 /*
+ * A read-only open that the daemon serves (not passthrough) bypasses the
+ * kernel's page cache (read_direct=on): each read is copied once, from the
+ * cache or the backend straight into the reader's pages, which the kernel
+ * pins a batch at a time.  Through the page cache the kernel would allocate
+ * and zero its pages, copy twice, and take a page fault for every 4 KiB of
+ * a destination the reader has not touched yet — torch.load reads each
+ * tensor into new memory.  Only where the kernel lets such files be mapped
+ * shared (FUSE_DIRECT_IO_ALLOW_MMAP), so mmap keeps working, and only while
+ * nobody has the file open for writing: a writer's shared mapping stores
+ * into the page cache, which such reads would not see.
+ */
+bool fs_read_direct(const struct ckptfs *fs)
+{
+	return fs->opt.read_direct && devio_dio_mmap();
+}
+
+static bool read_direct(const struct ckptfs *fs, const struct fshandle *h)
+{
+	return !h->writable && h->pt == PT_NONE && !h->node->ctl && h->node->writers == 0 &&
+	       fs_read_direct(fs);
+}
+
+/*
  * A read-only open through the page cache that does not keep it makes the
  * kernel drop the node's page cache before its first read; once that handle
  * is released, with no write past the page cache since its open, what the
@@ -723,8 +746,13 @@ static struct fshandle *handle_new(fuse_req_t req, struct fsnode *n, int flags)
  * read twice right after its save is read through the daemon once.
  * (ns held; h's passthrough mode decided.)
  */
-static void handle_opened(struct fshandle *h)
+static void handle_opened(struct ckptfs *fs, struct fshandle *h)
 {
+	if (read_direct(fs, h)) {
+		h->direct_io = true;
+		h->keep_cache = false;
+		atomic_fetch_add(&fs->rd_opens, 1);
+	}
 	h->refreshes = !h->writable && !h->direct_io && !h->keep_cache && h->pt == PT_NONE;
 }
 
@@ -844,7 +872,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			handle_free(h);
 			r = -ETXTBSY;
 		} else {
-			handle_opened(h);
+			handle_opened(fs, h);
 		}
 	}
 	pthread_mutex_unlock(&fs->ns);
@@ -919,7 +947,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			handle_free(h);
 			r = -ETXTBSY;
 		} else {
-			handle_opened(h);
+			handle_opened(fs, h);
 			fill_entry(fs, n, &e);
 		}
 	}

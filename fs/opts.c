@@ -89,6 +89,9 @@ void opts_usage(FILE *f)
 "                       it (fuse module parameter enable_uring; default on)\n"
 "  passthrough=on|off   let the kernel read clean, durable files opened\n"
 "                       read-only straight from the backend (default on)\n"
+"  read_direct=on|off   read-only opens that the daemon serves bypass the\n"
+"                       kernel's page cache, where the kernel allows shared\n"
+"                       mmap of such files (Linux 6.6+; default on)\n"
 "  direct=on|off        write to the backend with O_DIRECT where aligned and\n"
 "                       supported (default on)\n"
 "  manifest=on|off      keep the manifest of checksums that recovery and\n"
@@ -251,9 +254,11 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 		return r;
 	}
 	if (!strcmp(opt, "direct") || !strcmp(opt, "manifest") ||
-	    !strcmp(opt, "sessions") || !strcmp(opt, "fuse_uring") || !strcmp(opt, "passthrough")) {
+	    !strcmp(opt, "sessions") || !strcmp(opt, "fuse_uring") || !strcmp(opt, "passthrough") ||
+	    !strcmp(opt, "read_direct")) {
 		bool *flag = !strcmp(opt, "sessions") ? &o->sessions : !strcmp(opt, "fuse_uring") ?
 			     &o->fuse_uring : !strcmp(opt, "passthrough") ? &o->passthrough :
+			     !strcmp(opt, "read_direct") ? &o->read_direct :
 			     opt[0] == 'd' ? &o->direct : &o->manifest;
 		if ((r = parse_word(opt, val, off_on, &k)) == 0)
 			*flag = k == 1;
@@ -373,6 +378,7 @@ int opts_parse(int argc, char **argv, struct ckptfs_opts *o)
 	o->loop = LOOP_READV;
 	o->fuse_uring = true;
 	o->passthrough = true;
+	o->read_direct = true;
 	o->flush_nice = 10;
 	o->base_copy = -1;
 	o->direct = true;

@@ -39,6 +39,7 @@ struct ckptfs_opts {
 	enum fuse_loop_kind loop;	/* loop=readv|splice|libfuse (splice=on|off: the old spelling) */
 	bool fuse_uring;	/* FUSE requests over io_uring where the kernel offers it */
 	bool passthrough;	/* FUSE passthrough for clean files opened read-only */
+	bool read_direct;	/* read-only opens served by the daemon bypass the page cache */
 	bool direct;		/* flush with O_DIRECT where aligned */
 	bool manifest;		/* keep the manifest log (checksums, recovery, verify) */
 	bool sessions;		/* offer GPU capture sessions (fs/session.c) */

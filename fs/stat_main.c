@@ -297,14 +297,16 @@ static void show_human(const struct json_obj *o)
 		printf("  fuse:         %s", ring ? "io_uring" : "/dev/fuse");
 		if (ring)
 			printf(" (%.0f queues)", NUM(o, "fuse_uring_queues"));
-		printf(", requests up to %.0f KiB, passthrough %s", NUM(o, "fuse_max_write") / 1024,
-		       json_is_true(o, "passthrough") ? "on" : "off");
+		printf(", requests up to %.0f KiB", NUM(o, "fuse_max_write") / 1024);
 		const char *loop = json_str(o, "fuse_loop");
 		double written = NUM(o, "absorbed_bytes");
 		if (loop && !strcmp(loop, "readv") && written > 0)
 			printf(", %.0f%% of writes taken without a copy",
 			       100.0 * NUM(o, "fuse_adopted_bytes") / written);
 		printf("\n");
+		printf("  reads:        passthrough %s (%.0f opens), direct %s (%.0f opens)\n",
+		       json_is_true(o, "passthrough") ? "on" : "off", NUM(o, "passthrough_opens"),
+		       json_is_true(o, "read_direct") ? "on" : "off", NUM(o, "read_direct_opens"));
 	}
 	show_nodes_human(o);
 }

@@ -475,10 +475,24 @@ class CkptfsTuned(Ckptfs):
 	KNOBS = {"enable_uring": "Y", "max_pages_limit": 1024, "pipe_max_size": 8 << 20}
 
 
+class CkptfsReadCached(CkptfsOpt):
+	"""ckptfs with -o read_direct=off: reads through the daemon fill the
+	kernel's page cache (a second read of a file is served from it)."""
+	name = "ckptfs_rdcache"
+	OPT = "read_direct=off"
+
+
 class CkptfsNoPassthrough(CkptfsOpt):
 	"""ckptfs with -o passthrough=off: restores read through the daemon."""
 	name = "ckptfs_nopt"
 	OPT = "passthrough=off"
+
+
+class CkptfsNoPassthroughCached(CkptfsOpt):
+	"""ckptfs with passthrough=off and read_direct=off: every read through
+	the daemon and the kernel's page cache (as before read_direct)."""
+	name = "ckptfs_nopt_rdcache"
+	OPT = "passthrough=off,read_direct=off"
 
 
 class CkptfsBuffered(CkptfsOpt):

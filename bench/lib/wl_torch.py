@@ -238,7 +238,7 @@ class Restore:
 	"""Workload 6: read a torch_ds checkpoint back in several cache states."""
 	name = "restore"
 	daemon_stats = False	# the daemon is restarted inside a round
-	targets = ["ckptfs", "ckptfs_nopt", "ckptfs_buffered", "direct_fsync", "tmpfs"]
+	targets = ["ckptfs", "ckptfs_nopt", "ckptfs_rdcache", "ckptfs_nopt_rdcache", "ckptfs_buffered", "direct_fsync", "tmpfs"]
 	STATES = [("warm", "as left by the save"), ("dcache", "ckptfs cache only (mount's page cache dropped)"),
 		  ("cold", "cold (remounted, backend page cache dropped)")]
 	metrics = [("%s_%s_gibs" % (how, st), "%s %s GiB/s" % (how, st), "%.2f")
@@ -260,6 +260,18 @@ class Restore:
 		 ("direct_fsync", "read_cold_gibs"), ""),
 		("ckptfs without passthrough warm / direct warm (torch.load)", ("ckptfs_nopt", "load_warm_gibs"),
 		 ("direct_fsync", "load_warm_gibs"), ""),
+		("read_direct on / off, warm (torch.load)", ("ckptfs", "load_warm_gibs"),
+		 ("ckptfs_rdcache", "load_warm_gibs"), ""),
+		("read_direct on / off, warm (read)", ("ckptfs", "read_warm_gibs"),
+		 ("ckptfs_rdcache", "read_warm_gibs"), ""),
+		("read_direct on / off, own cache (torch.load)", ("ckptfs", "load_dcache_gibs"),
+		 ("ckptfs_rdcache", "load_dcache_gibs"), ""),
+		("read_direct on / off, own cache (read)", ("ckptfs", "read_dcache_gibs"),
+		 ("ckptfs_rdcache", "read_dcache_gibs"), ""),
+		("read_direct on / off, cold without passthrough (torch.load)", ("ckptfs_nopt", "load_cold_gibs"),
+		 ("ckptfs_nopt_rdcache", "load_cold_gibs"), ""),
+		("read_direct on / off, cold without passthrough (read)", ("ckptfs_nopt", "read_cold_gibs"),
+		 ("ckptfs_nopt_rdcache", "read_cold_gibs"), ""),
 		("ckptfs direct=off warm / direct warm (torch.load)", ("ckptfs_buffered", "load_warm_gibs"),
 		 ("direct_fsync", "load_warm_gibs"), ""),
 		("ckptfs direct=off warm / direct warm (read)", ("ckptfs_buffered", "read_warm_gibs"),

@@ -276,6 +276,8 @@ class Suite:
 			"ckptfs_mp1024": lambda: T.CkptfsPages(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_tuned": lambda: T.CkptfsTuned(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_nopt": lambda: T.CkptfsNoPassthrough(c.mnt(name), store, c.workdir, *ck),
+			"ckptfs_nopt_rdcache": lambda: T.CkptfsNoPassthroughCached(c.mnt(name), store, c.workdir, *ck),
+			"ckptfs_rdcache": lambda: T.CkptfsReadCached(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_buffered": lambda: T.CkptfsBuffered(c.mnt(name), store, c.workdir, *ck),
 			"bindfs_fsync": lambda: T.Bindfs(c.mnt(name), store, c.workdir),
 			"rclone": lambda: T.Rclone(c.mnt(name), store, c.workdir),

@@ -57,6 +57,8 @@ static const struct bad cases[] = {
 	{ { B, M, "-o", "loop=maybe", NULL }, "loop" },
 	{ { B, M, "-o", "loop", NULL }, "loop" },
 	{ { B, M, "-o", "direct=maybe", NULL }, "direct" },
+	{ { B, M, "-o", "read_direct=maybe", NULL }, "read_direct" },
+	{ { B, M, "-o", "read_direct", NULL }, "read_direct" },
 	{ { B, M, "-o", "manifest=maybe", NULL }, "manifest" },
 	{ { B, M, "-o", "attr_timeout=-1", NULL }, "attr_timeout" },
 	{ { B, M, "-o", "drain_timeout=soon", NULL }, "drain_timeout" },

@@ -6,7 +6,7 @@
  * exists, so it has a pending file and a degraded backend; M2 is healthy.
  *  - default: per mount, a header line "MOUNT  (backend DIR)" then the
  *    lines cache:, held:, durable:, pending:, rates:, sequence:,
- *    backpressure:, backend:, io:, descriptors:, fuse:, node: in that order, each matched by a
+ *    backpressure:, backend:, io:, descriptors:, fuse:, reads:, node: in that order, each matched by a
  *    pattern (bars, percentages, units); reports of two mounts separated
  *    by one blank line; "backend: ok" on M2, "BLOCKED at seq" on M1;
  *  - --json: exactly one strict JSON object per mount per line, in order;
@@ -102,8 +102,9 @@ static const char *const human[] = {
 	"^  io: +(io_uring|pwrite), fsync (durable|lazy), up [0-9]+ s$",
 	"^  descriptors: +dirs [0-9]+/[0-9]+ \\([0-9]+ closed for room\\), temp files [0-9]+/[0-9]+"
 	"( \\(at the cap: versions wait in the cache\\))?$",
-	"^  fuse: +(/dev/fuse|io_uring \\([0-9]+ queues\\)), requests up to [0-9]+ KiB, passthrough (on|off)"
+	"^  fuse: +(/dev/fuse|io_uring \\([0-9]+ queues\\)), requests up to [0-9]+ KiB"
 	"(, [0-9]+% of writes taken without a copy)?$",
+	"^  reads: +passthrough (on|off) \\([0-9]+ opens\\), direct (on|off) \\([0-9]+ opens\\)$",
 	"^  node: +[A-Za-z0-9._-]+, (no peers|peers [0-9]+/[0-9]+ seen, .+), lease (held|lost)$",
 };
 #define BACKEND_LINE 8	/* human[] index of the backend: line */
