@@ -508,6 +508,12 @@ class CkptfsLazy(CkptfsOpt):
 	OPT = "fsync=lazy"
 
 
+class CkptfsNice19(CkptfsOpt):
+	"""ckptfs with -o flush_nice=19: flushers at the lowest priority."""
+	name = "ckptfs_nice19"
+	OPT = "flush_nice=19"
+
+
 class CkptfsNice0(CkptfsOpt):
 	"""ckptfs with -o flush_nice=0: flushers at the same priority as the
 	threads answering requests (the lever's off position)."""

@@ -145,6 +145,9 @@ LOOP_RATIOS = [
 
 NICE_RATIOS = [
 	("lever flush_nice 10: stall with / with 0", ("ckptfs", "stall"), ("ckptfs_nice0", "stall"), ""),
+	("lever flush_nice 19: stall with / with 10", ("ckptfs_nice19", "stall"), ("ckptfs", "stall"), ""),
+	("lever flush_nice 19: time-to-durable with / with 10", ("ckptfs_nice19", "durable"),
+	 ("ckptfs", "durable"), ""),
 	("ckptfs flush_nice=0 files/s / direct files/s", ("direct", "stall"), ("ckptfs_nice0", "stall"),
 	 ""),
 ]
@@ -171,13 +174,14 @@ class Suite:
 			"ckpt2g": lambda: self.with_ratios(
 				wl_files.Ckpt2g(total=c.size, nfiles=c.args.files),
 				["ckptfs"] + LEVERS + ["tmpfs", "direct", "direct_fsync", "ckptfs_nomanifest",
-						       "ckptfs_nice0", "ckptfs_buffered", "ckptfs_splice", "ckptfs_chunk1m"] + (
+						       "ckptfs_nice0", "ckptfs_nice19", "ckptfs_buffered", "ckptfs_splice",
+						       "ckptfs_chunk1m"] + (
 					["bindfs_fsync", "rclone", "gluster_fsync", "ckptfs_gluster"]
 					if m["ckpt2g_peers"] or c.target_filter else []),
 				lever_ratios() + ckptfs_ratios()[1:] + [
 					("ckptfs with io_uring time-to-durable / direct+fsync",
 					 ("ckptfs_uring", "durable"), ("direct_fsync", "durable"), "<= 1.0")] +
-				MANIFEST_RATIOS + NICE_RATIOS[:1] + BUFFERED_RATIOS + LOOP_RATIOS + [
+				MANIFEST_RATIOS + NICE_RATIOS[:3] + BUFFERED_RATIOS + LOOP_RATIOS + [
 					("ckptfs stall / direct (no fsync)", ("ckptfs", "stall"),
 						    ("direct", "stall"), "")] + PEER_RATIOS + [
 					("ckptfs/GlusterFS stall / GlusterFS+fsync", ("ckptfs_gluster", "stall"),
@@ -270,6 +274,7 @@ class Suite:
 			"ckptfs_lazy": lambda: T.CkptfsLazy(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_nomanifest": lambda: T.CkptfsNoManifest(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_nice0": lambda: T.CkptfsNice0(c.mnt(name), store, c.workdir, *ck),
+			"ckptfs_nice19": lambda: T.CkptfsNice19(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_splice": lambda: T.CkptfsSplice(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_chunk1m": lambda: T.CkptfsChunk1M(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_uring": lambda: T.CkptfsUring(c.mnt(name), store, c.workdir, *ck),
