@@ -1099,6 +1099,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		total += s->len;
 	}
 	bv->count = nbuf;
+	atomic_fetch_add(&fs->read_bytes, total);	/* before the reader can see its data */
 	if (piped) {
 		fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
 	} else {
@@ -1108,7 +1109,6 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_iov(req, iov, (int)nbuf);
 		free(iov);
 	}
-	atomic_fetch_add(&fs->read_bytes, total);
 	cfile_unmap(n->cf, segs, nseg);
 	bread_free(from_fd);
 	free(bv);
