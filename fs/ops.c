@@ -717,9 +717,10 @@ static struct fshandle *handle_new(fuse_req_t req, struct fsnode *n, int flags)
 
 /*
  * A read-only open that the daemon serves (not passthrough) bypasses the
- * kernel's page cache (read_direct=on): each read is copied once, from the
- * cache or the backend straight into the reader's pages, which the kernel
- * pins a batch at a time.  Through the page cache the kernel would allocate
+ * kernel's page cache (read_direct=on): a read from the cache is copied
+ * once, straight into the reader's pages, which the kernel pins a batch at
+ * a time (and a read of the backend's bytes is copied into them, not into
+ * page-cache pages first).  Through the page cache the kernel would allocate
  * and zero its pages, copy twice, and take a page fault for every 4 KiB of
  * a destination the reader has not touched yet — torch.load reads each
  * tensor into new memory.  Only where the kernel lets such files be mapped
@@ -743,7 +744,8 @@ static bool read_direct(const struct ckptfs *fs, const struct fshandle *h)
  * kernel drop the node's page cache before its first read; once that handle
  * is released, with no write past the page cache since its open, what the
  * page cache holds is current, and later opens may keep it: a checkpoint
- * read twice right after its save is read through the daemon once.
+ * read twice right after its save is read through the daemon once (with
+ * read_direct off; a read_direct handle, decided first, never refreshes).
  * (ns held; h's passthrough mode decided.)
  */
 static void handle_opened(struct ckptfs *fs, struct fshandle *h)
