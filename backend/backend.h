@@ -257,6 +257,7 @@ struct backend {
 	char mount_id[24];
 	enum bio_kind io_in_use;
 	atomic_bool direct_unsupported;
+	atomic_bool prealloc_unsupported;	/* fallocate refused: flush.c stops trying */
 	bool base_copy;			/* unchanged ranges copied from the published file */
 	const char *base_copy_why;	/* ... and why (log, stats) */
 	const char *io_fallback_reason;

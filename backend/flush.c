@@ -602,6 +602,58 @@ static int open_direct(struct backend *be, struct cfd *out)
 }
 
 /*
+ * Allocate, before the first O_DIRECT write to a fresh temporary file, the
+ * blocks its data will take — exactly the runs of pages with data that
+ * submit_mem_seg will write (holes stay holes) — with fallocate(2) mode 0,
+ * which also sets the size.  A write that extends a file, or fills blocks
+ * not yet allocated, takes the inode's lock exclusively (ext4, XFS), so
+ * io_uring cannot issue it without blocking and hands it to a worker thread:
+ * queue_depth workers, each allocating in turn under that lock, and a
+ * context switch per hand-off on CPUs the trainer's writes need.  Into
+ * allocated blocks below the size, an aligned O_DIRECT write goes straight
+ * from the flusher's own submission.  Only runs of at least PREALLOC_MIN;
+ * at most PREALLOC_RUNS calls per version (a sparse version's later runs
+ * are written as before).  Best effort: where the backend cannot, the
+ * writes allocate as they go, and report any real error themselves.
+ */
+#define PREALLOC_MIN (1u << 20)
+#define PREALLOC_RUNS 64
+
+static void prealloc_run(struct backend *be, struct fjob *j, uint64_t a, uint64_t b, unsigned *calls)
+{
+	if (b - a < PREALLOC_MIN || *calls >= PREALLOC_RUNS || atomic_load(&be->prealloc_unsupported))
+		return;
+	(*calls)++;
+	int r = bsys.fallocate(j->out->fd, 0, (off_t)a, (off_t)(b - a));
+	if (r == -EOPNOTSUPP || r == -ENOSYS || r == -EINVAL)
+		atomic_store(&be->prealloc_unsupported, true);
+}
+
+static void prealloc_fresh(struct backend *be, struct fjob *j)
+{
+	uint64_t ra = 0, rb = 0;	/* the run being merged, file offsets */
+	unsigned calls = 0;
+	size_t a, b;
+
+	if (!j->fresh || j->dfd < 0)
+		return;
+	for (uint32_t k = 0; k < j->v->nseg && calls < PREALLOC_RUNS; k++) {
+		const struct cseg *s = &j->v->segs[k];
+		if (s->kind != CSEG_MEM)
+			continue;
+		for (size_t pos = 0; pos < s->len && next_data_run(s->mem, s->off, s->len, pos, &a, &b);
+		     pos = b) {
+			if (rb != s->off + a) {
+				prealloc_run(be, j, ra, rb, &calls);
+				ra = s->off + a;
+			}
+			rb = s->off + b;
+		}
+	}
+	prealloc_run(be, j, ra, rb, &calls);
+}
+
+/*
  * Submit what is left of a memory segment: hashed whole at once, written in
  * runs (a fresh output leaves out pages of zeros).  False if the queue
  * filled up first; called again, it goes on where it stopped.
@@ -741,6 +793,8 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 			atomic_fetch_sub(&be->temp_taken, 1);	/* counted in temp_open now */
 		if (!j->err)
 			j->dfd = open_direct(be, j->out);
+		if (!j->err)
+			prealloc_fresh(be, j);
 		if (j->err)
 			j->phase = FJ_DONE;
 		atomic_fetch_add(&be->st.flushing_bytes, j->v->size);

@@ -502,6 +502,17 @@ class CkptfsBuffered(CkptfsOpt):
 	OPT = "direct=off"
 
 
+class CkptfsBuildB(Ckptfs):
+	"""Another build of the daemon (bench/run --ckptfs-bin-b), with this
+	build's options: a change with no option to turn it off, measured in
+	the same rounds as this build."""
+	name = "ckptfs_b"
+
+	def __init__(self, *a, **kw):
+		super().__init__(*a, **kw)
+		self.label = "ckptfs build B (%s)" % self.binary
+
+
 class CkptfsLazy(CkptfsOpt):
 	"""ckptfs with -o fsync=lazy: an application's fsync returns at once."""
 	name = "ckptfs_lazy"

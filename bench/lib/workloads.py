@@ -143,6 +143,13 @@ LOOP_RATIOS = [
 	("ckptfs chunk_size=1M stall / tmpfs stall", ("ckptfs_chunk1m", "stall"), ("tmpfs", "stall"), ""),
 ]
 
+# --ckptfs-bin-b: another build of the daemon beside this one (ckpt2g only).
+BUILD_B_RATIOS = [
+	("build B / this build: stall", ("ckptfs_b", "stall"), ("ckptfs", "stall"), ""),
+	("build B / this build: time-to-durable", ("ckptfs_b", "durable"), ("ckptfs", "durable"), ""),
+	("build B stall / tmpfs stall", ("ckptfs_b", "stall"), ("tmpfs", "stall"), ""),
+]
+
 NICE_RATIOS = [
 	("lever flush_nice 10: stall with / with 0", ("ckptfs", "stall"), ("ckptfs_nice0", "stall"), ""),
 	("lever flush_nice 19: stall with / with 10", ("ckptfs_nice19", "stall"), ("ckptfs", "stall"), ""),
@@ -177,11 +184,12 @@ class Suite:
 						       "ckptfs_nice0", "ckptfs_nice19", "ckptfs_buffered", "ckptfs_splice",
 						       "ckptfs_chunk1m"] + (
 					["bindfs_fsync", "rclone", "gluster_fsync", "ckptfs_gluster"]
-					if m["ckpt2g_peers"] or c.target_filter else []),
+					if m["ckpt2g_peers"] or c.target_filter else []) + (
+					["ckptfs_b"] if c.args.ckptfs_bin_b else []),
 				lever_ratios() + ckptfs_ratios()[1:] + [
 					("ckptfs with io_uring time-to-durable / direct+fsync",
 					 ("ckptfs_uring", "durable"), ("direct_fsync", "durable"), "<= 1.0")] +
-				MANIFEST_RATIOS + NICE_RATIOS[:3] + BUFFERED_RATIOS + LOOP_RATIOS + [
+				MANIFEST_RATIOS + NICE_RATIOS[:3] + BUFFERED_RATIOS + LOOP_RATIOS + BUILD_B_RATIOS + [
 					("ckptfs stall / direct (no fsync)", ("ckptfs", "stall"),
 						    ("direct", "stall"), "")] + PEER_RATIOS + [
 					("ckptfs/GlusterFS stall / GlusterFS+fsync", ("ckptfs_gluster", "stall"),
@@ -284,6 +292,8 @@ class Suite:
 			"ckptfs_nopt_rdcache": lambda: T.CkptfsNoPassthroughCached(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_rdcache": lambda: T.CkptfsReadCached(c.mnt(name), store, c.workdir, *ck),
 			"ckptfs_buffered": lambda: T.CkptfsBuffered(c.mnt(name), store, c.workdir, *ck),
+			"ckptfs_b": lambda: T.CkptfsBuildB(c.mnt(name), store, c.workdir,
+							    os.path.abspath(c.args.ckptfs_bin_b or ""), *ck[1:]),
 			"bindfs_fsync": lambda: T.Bindfs(c.mnt(name), store, c.workdir),
 			"rclone": lambda: T.Rclone(c.mnt(name), store, c.workdir),
 			"gluster_fsync": lambda: T.GlusterFsync(self.volume),
