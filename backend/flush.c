@@ -603,21 +603,35 @@ static int open_direct(struct backend *be, struct cfd *out)
 
 /*
  * Allocate, before the first O_DIRECT write to a fresh temporary file, the
- * blocks its data will take — exactly the runs of pages with data that
- * submit_mem_seg will write (holes stay holes) — with fallocate(2) mode 0,
- * which also sets the size.  A write that extends a file, or fills blocks
- * not yet allocated, takes the inode's lock exclusively (ext4, XFS), so
- * io_uring cannot issue it without blocking and hands it to a worker thread:
+ * blocks of its runs of pages with data, with fallocate(2) mode 0, which
+ * also sets the size.  A write that extends a file, or fills blocks not yet
+ * allocated, takes the inode's lock exclusively (ext4, XFS), so io_uring
+ * cannot issue it without blocking and hands it to a worker thread:
  * queue_depth workers, each allocating in turn under that lock, and a
  * context switch per hand-off on CPUs the trainer's writes need.  Into
  * allocated blocks below the size, an aligned O_DIRECT write goes straight
- * from the flusher's own submission.  Only runs of at least PREALLOC_MIN;
- * at most PREALLOC_RUNS calls per version (a sparse version's later runs
- * are written as before).  Best effort: where the backend cannot, the
- * writes allocate as they go, and report any real error themselves.
+ * from the flusher's own submission.
+ *
+ * A page counts as data here when its first 8 bytes are not all zero: one
+ * cache line per page, so a version full of zeros (a fresh optimizer's
+ * moments) is not read an extra time.  Such a page is never a hole
+ * (submit_mem_seg writes every page that is not all zeros), so nothing is
+ * allocated that would have stayed a hole; a page with data that starts
+ * with zeros is allocated by its write, as before.  Only runs of at least
+ * PREALLOC_MIN, at most PREALLOC_RUNS calls per version.  Best effort:
+ * where the backend cannot, the writes allocate as they go and report any
+ * real error themselves.
  */
 #define PREALLOC_MIN (1u << 20)
 #define PREALLOC_RUNS 64
+
+static bool page_starts_with_data(const char *p, size_t n)
+{
+	uint64_t w = 0;
+
+	memcpy(&w, p, n < sizeof(w) ? n : sizeof(w));
+	return w != 0;
+}
 
 static void prealloc_run(struct backend *be, struct fjob *j, uint64_t a, uint64_t b, unsigned *calls)
 {
@@ -631,9 +645,8 @@ static void prealloc_run(struct backend *be, struct fjob *j, uint64_t a, uint64_
 
 static void prealloc_fresh(struct backend *be, struct fjob *j)
 {
-	uint64_t ra = 0, rb = 0;	/* the run being merged, file offsets */
+	uint64_t ra = 0, rb = 0;	/* the run being gathered, file offsets */
 	unsigned calls = 0;
-	size_t a, b;
 
 	if (!j->fresh || j->dfd < 0)
 		return;
@@ -641,13 +654,15 @@ static void prealloc_fresh(struct backend *be, struct fjob *j)
 		const struct cseg *s = &j->v->segs[k];
 		if (s->kind != CSEG_MEM)
 			continue;
-		for (size_t pos = 0; pos < s->len && next_data_run(s->mem, s->off, s->len, pos, &a, &b);
-		     pos = b) {
-			if (rb != s->off + a) {
+		for (size_t i = 0, e; i < s->len; i = e) {
+			e = zpage_end(s->off, i, s->len);
+			if (!page_starts_with_data(s->mem + i, e - i))
+				continue;
+			if (rb != s->off + i) {
 				prealloc_run(be, j, ra, rb, &calls);
-				ra = s->off + a;
+				ra = s->off + i;
 			}
-			rb = s->off + b;
+			rb = s->off + e;
 		}
 	}
 	prealloc_run(be, j, ra, rb, &calls);

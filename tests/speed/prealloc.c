@@ -10,8 +10,9 @@
  *      file system keeps holes), a dense file is allocated whole; the
  *      backend holds the bytes written.
  *   2. The call is made, at that step: with a fault that kills the daemon
- *      at fallocate the daemon dies after a dense file's close (nothing
- *      else calls fallocate on a fresh file); nothing is left under the
+ *      at fallocate, a file of zeros is published (no run of data, no
+ *      call) and the daemon dies after a dense file's close (nothing else
+ *      calls fallocate on a fresh file); nothing is left under the
  *      file's name, and the next mount leaves no temporary file behind.
  *      With direct=off (buffered writes, no preallocation) the same fault
  *      never fires.
@@ -97,6 +98,14 @@ static void killed_at_prealloc(const char *opts, bool dies)
 
 	tm_init(&m, dies ? "prealloc-kill" : "prealloc-nokill");
 	tm_mount(&m, opts, env);
+	/* A file of zeros has no run of data: no call, the daemon lives on. */
+	char *zeros = calloc(1, GAP);
+	ASSERT_TRUE(zeros != NULL);
+	write_file(tm_path(&m, "zeros"), zeros, GAP);
+	free(zeros);
+	tm_sync(&m);
+	ASSERT_EQ(wait_death(&m, 0), -1);
+	ASSERT_EQ(cu_file_size(tm_bpath(&m, "zeros")), GAP);
 	cu_write_pattern(tm_path(&m, "dense"), DENSE, 7);
 	int st = wait_death(&m, dies ? 20000 : 0);
 	if (!dies) {
