@@ -9,8 +9,9 @@
  * stage file the spiller already began — through its io_uring (or pwrite)
  * engine with at most queue_depth requests in flight, feeding the contents
  * to the version's digest (digest.h) in file order as it goes, then sets
- * size and attributes and fdatasyncs (P2).  It marks each version ready (or
- * failed) and wakes the publisher.  Short writes and -EAGAIN are resubmitted.
+ * size and attributes and fdatasyncs (P2); a new temporary file written with
+ * O_DIRECT gets its runs of data allocated first (prealloc_fresh).  It marks
+ * each version ready (or failed) and wakes the publisher.  Short writes and -EAGAIN are resubmitted.
  *
  * Work is proportional to data, not to size.  A hole (CSEG_ZERO) is never
  * written and never hashed byte by byte: the digest takes it as a run of

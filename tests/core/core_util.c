@@ -102,6 +102,31 @@ uint64_t cu_file_size(const char *path)
 	return (uint64_t)st.st_size;
 }
 
+uint64_t cu_allocated(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st) < 0)
+		FAILF("stat %s: %s", path, strerror(errno));
+	return (uint64_t)st.st_blocks * 512;
+}
+
+bool cu_keeps_holes(const char *dir)
+{
+	char path[PATH_MAX + 16];
+
+	snprintf(path, sizeof(path), "%s/hole-probe", dir);
+	int fd = cu_open(path, O_CREAT | O_WRONLY | O_TRUNC);
+	if (ftruncate(fd, 64 * MiB) < 0)
+		FAILF("ftruncate %s: %s", path, strerror(errno));
+	cu_pwrite_all(fd, "x", 1, 32 * MiB);
+	cu_close(fd);
+	bool yes = cu_allocated(path) < MiB;
+	unlink(path);
+	if (!yes)
+		fprintf(stderr, "note: %s fills holes; allocation is not checked\n", dir);
+	return yes;
+}
+
 void cu_check_pattern(const char *path, uint64_t size, uint64_t seed)
 {
 	int fd = cu_open(path, O_RDONLY);

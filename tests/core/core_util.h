@@ -59,6 +59,10 @@ void cu_check_content(const char *path, const void *buf, size_t len);
 /* Contents of a small file as a string (static buffer), "" if missing. */
 const char *cu_slurp(const char *path);
 uint64_t cu_file_size(const char *path);
+/* Bytes the file system allocated for path (st_blocks). */
+uint64_t cu_allocated(const char *path);
+/* Does the file system under dir keep holes? (Allocation is judged only where it does.) */
+bool cu_keeps_holes(const char *dir);
 /* The file's user.ckptfs.state xattr through the mount (static), "" if none. */
 const char *cu_file_state(const char *path);
 /* Create path with the text as its contents. */

@@ -136,33 +136,6 @@ static void check_contents(const char *path, const struct model *m)
 
 /* ---- the backend ---------------------------------------------------------- */
 
-/* Bytes the file system allocated for path. */
-static uint64_t allocated(const char *path)
-{
-	struct stat st;
-	CHECK_SYS(stat(path, &st));
-	return (uint64_t)st.st_blocks * 512;
-}
-
-/* Does the file system under dir keep holes? (Allocation is judged only where it does.) */
-static bool keeps_holes(const char *dir)
-{
-	char path[PATH_MAX + 16];
-	int fd;
-	bool yes;
-
-	snprintf(path, sizeof(path), "%s/hole-probe", dir);
-	fd = cu_open(path, O_CREAT | O_WRONLY | O_TRUNC);
-	CHECK_SYS(ftruncate(fd, 64 * MiB));
-	cu_pwrite_all(fd, "x", 1, 32 * MiB);
-	cu_close(fd);
-	yes = allocated(path) < MiB;
-	unlink(path);
-	if (!yes)
-		fprintf(stderr, "note: %s fills holes; allocation is not checked\n", dir);
-	return yes;
-}
-
 /* The newest manifest record of a file version at rel: its digest. */
 static void record_digest(struct tmount *m, const char *rel, char hex[33])
 {
@@ -234,9 +207,9 @@ static void check_published(struct tmount *m, const struct model *md, bool holes
 	const char *b = tm_bpath(m, SPARSE);
 
 	ASSERT_EQ(cu_file_size(b), md->size);
-	if (holes && allocated(b) > model_data(md) + NPIECE * 16 * KiB + MiB)
+	if (holes && cu_allocated(b) > model_data(md) + NPIECE * 16 * KiB + MiB)
 		FAILF("%s holds %" PRIu64 " bytes of blocks for %" PRIu64 " bytes of data", b,
-		      allocated(b), model_data(md));
+		      cu_allocated(b), model_data(md));
 	check_contents(b, md);
 	check_contents(tm_path(m, SPARSE), md);
 	check_digest(m, SPARSE, md);
@@ -265,7 +238,7 @@ static void case_terabyte(void)
 	int fd;
 
 	tm_start(&m, "sparse", NULL, NULL);
-	holes = keeps_holes(m.backend);
+	holes = cu_keeps_holes(m.backend);
 	CHECK_SYS(mkdir(tm_path(&m, "step1"), 0755));
 	it_write_files(&m, before, CU_LEN(before), 0);
 	model_add(&md, 0, PIECE, 40);
@@ -329,7 +302,7 @@ static void case_stage(const char *fault)
 	int fd;
 
 	tm_start(&m, "sparse-stage", "cache_size=4M,chunk_size=256K", env);
-	holes = keeps_holes(m.backend) && !fault;
+	holes = cu_keeps_holes(m.backend) && !fault;
 	fd = cu_open(tm_path(&m, "st"), O_CREAT | O_RDWR | O_TRUNC);
 	cu_write_pattern_fd(fd, 0, 12 * MiB, 5, MiB);	/* three times the cache: spills */
 	if (count_temp_files(m.backend) < 1)
@@ -346,9 +319,9 @@ static void case_stage(const char *fault)
 	ASSERT_EQ(cu_file_size(b), md.size);
 	check_window(b, &md, 0, md.size);
 	check_window(tm_path(&m, "st"), &md, 0, md.size);
-	if (holes && allocated(b) > 2 * MiB)
+	if (holes && cu_allocated(b) > 2 * MiB)
 		FAILF("%s: %" PRIu64 " bytes allocated for %" PRIu64 " of data: the cut range was "
-		      "not punched", b, allocated(b), model_data(&md));
+		      "not punched", b, cu_allocated(b), model_data(&md));
 	check_digest(&m, "st", &md);
 	expect_verify(m.backend, "st", "OK", 0);
 	ASSERT_EQ(count_temp_files(m.backend), 0);
@@ -367,7 +340,7 @@ static void case_gaps(void)
 	int fd;
 
 	tm_init(&m, "sparse-gaps");
-	holes = keeps_holes(m.backend);
+	holes = cu_keeps_holes(m.backend);
 	/* A dense file of zeros, as an older ckptfs or another tool left it. */
 	char *zeros = calloc(1, dz.size);
 	write_file(tm_bpath(&m, "dense"), zeros, dz.size);
@@ -389,8 +362,8 @@ static void case_gaps(void)
 	check_digest(&m, "gap", &md);
 	check_digest(&m, "dense", &dz);
 	if (holes) {
-		ASSERT_LE(allocated(tm_bpath(&m, "gap")), 64 * KiB);
-		ASSERT_LE(allocated(tm_bpath(&m, "dense")), 64 * KiB);
+		ASSERT_LE(cu_allocated(tm_bpath(&m, "gap")), 64 * KiB);
+		ASSERT_LE(cu_allocated(tm_bpath(&m, "dense")), 64 * KiB);
 	}
 	expect_verify(m.backend, "gap", "OK", 0);
 	tm_stop(&m);
@@ -409,7 +382,7 @@ static void case_rescue(void)
 	int fd;
 
 	tm_start(&m, "sparse-rescue", NULL, NULL);
-	holes = keeps_holes(m.backend);
+	holes = cu_keeps_holes(m.backend);
 	model_add(&base, 3 * MiB + 5, 70 * KiB, 20);
 	model_add(&base, 200 * MiB, 30 * KiB, 21);
 	fd = cu_open(tm_path(&m, "base"), O_CREAT | O_WRONLY | O_TRUNC);
@@ -462,9 +435,9 @@ static void case_rescue(void)
 		ASSERT_STR_EQ(v, "true");
 		snprintf(line, sizeof(line), "%s/%s-%s/files/%s", rescue, host, mid, saved[i].rel);
 		check_contents(line, saved[i].md);
-		if (holes && allocated(line) > model_data(saved[i].md) + 256 * KiB)
+		if (holes && cu_allocated(line) > model_data(saved[i].md) + 256 * KiB)
 			FAILF("rescued %s holds %" PRIu64 " bytes of blocks for %" PRIu64 " of data",
-			      line, allocated(line), model_data(saved[i].md));
+			      line, cu_allocated(line), model_data(saved[i].md));
 	}
 	free(text);
 	tm_cleanup(&m);
@@ -538,8 +511,8 @@ static void case_petabyte(void)
 	ASSERT_STR_EQ(cu_slurp(tm_bpath(&m, "run/latest")), "huge");
 	ASSERT_TRUE(it_has_pattern(tm_bpath(&m, "run/b"), 2, 3 * KiB));
 	ASSERT_EQ(cu_file_size(tm_bpath(&m, "run/huge")), PiB);
-	ASSERT_EQ(allocated(tm_bpath(&m, "run/huge")), 0);
-	ASSERT_LE(allocated(tm_bpath(&m, "run/tail")), 64 * KiB);
+	ASSERT_EQ(cu_allocated(tm_bpath(&m, "run/huge")), 0);
+	ASSERT_LE(cu_allocated(tm_bpath(&m, "run/tail")), 64 * KiB);
 	zero_digest(PiB, want);
 	record_digest(&m, "run/huge", rec);
 	ASSERT_STR_EQ(rec, want);

@@ -29,14 +29,6 @@
 #define GAP (8 * MiB)
 #define DENSE (12 * MiB + 4096)
 
-static uint64_t allocated(const char *path)
-{
-	struct stat st;
-
-	CHECK_SYS(stat(path, &st));
-	return (uint64_t)st.st_blocks * 512;
-}
-
 /* Data, GAP bytes of zeros written with write(2), data, and a short tail. */
 static void write_gappy(struct tmount *m, const char *rel)
 {
@@ -60,21 +52,6 @@ static void check_gappy(struct tmount *m, const char *rel)
 	cu_check_range(fd, "second run", RUN + GAP, RUN + 100, 6);
 	cu_close(fd);
 	ASSERT_EQ(cu_file_size(tm_bpath(m, rel)), 2 * RUN + GAP + 100);
-}
-
-/* Does the file system under dir keep holes? */
-static bool keeps_holes(const char *dir)
-{
-	char path[PATH_MAX + 16];
-
-	snprintf(path, sizeof(path), "%s/hole-probe", dir);
-	int fd = cu_open(path, O_CREAT | O_WRONLY | O_TRUNC);
-	CHECK_SYS(ftruncate(fd, 64 * MiB));
-	cu_pwrite_all(fd, "x", 1, 32 * MiB);
-	cu_close(fd);
-	bool yes = allocated(path) < MiB;
-	unlink(path);
-	return yes;
 }
 
 /* Wait up to ms for the daemon to exit; its wait status, or -1 if it is still up. */
@@ -140,13 +117,13 @@ int main(void)
 	/* 1. */
 	tm_start(&m, "prealloc", NULL, NULL);
 	CHECK_SYS(statfs(m.backend, &sf));
-	bool direct = sf.f_type != TMPFS_MAGIC, holes = keeps_holes(m.backend);
+	bool direct = sf.f_type != TMPFS_MAGIC, holes = cu_keeps_holes(m.backend);
 	write_gappy(&m, "gappy");
 	cu_write_pattern(tm_path(&m, "dense"), DENSE, 3);
 	tm_sync(&m);
 	check_gappy(&m, "gappy");
 	cu_check_pattern(tm_bpath(&m, "dense"), DENSE, 3);
-	uint64_t ag = allocated(tm_bpath(&m, "gappy")), ad = allocated(tm_bpath(&m, "dense"));
+	uint64_t ag = cu_allocated(tm_bpath(&m, "gappy")), ad = cu_allocated(tm_bpath(&m, "dense"));
 	printf("allocated: gappy %llu KiB for %llu KiB of data, dense %llu KiB of %llu\n",
 	       (unsigned long long)(ag / KiB), (unsigned long long)((2 * RUN + 100) / KiB),
 	       (unsigned long long)(ad / KiB), (unsigned long long)(DENSE / KiB));
