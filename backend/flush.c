@@ -11,7 +11,8 @@
  * to the version's digest (digest.h) in file order as it goes, then sets
  * size and attributes and fdatasyncs (P2); a new temporary file written with
  * O_DIRECT gets its runs of data allocated first (prealloc_fresh).  It marks
- * each version ready (or failed) and wakes the publisher.  Short writes and -EAGAIN are resubmitted.
+ * each version ready (or failed) and wakes the publisher.  Short writes and
+ * -EAGAIN are resubmitted.
  *
  * Work is proportional to data, not to size.  A hole (CSEG_ZERO) is never
  * written and never hashed byte by byte: the digest takes it as a run of
