@@ -717,6 +717,7 @@ int manifest_compact(struct manifest *m, uint64_t durable_seq)
 	m->size = m->base_bytes = size;
 	m->records = m->base_records = records;
 	m->tail_dirty = false;
+	m->changes++;	/* synced above, but another file: the next sync covers it anew */
 	m->compactions++;
 	if (bsys.fsync(m->dirfd) < 0) {
 		m->dir_unsynced = true;	/* manifest_sync retries it, and fails until it works */

@@ -186,6 +186,7 @@ int manifest_scan_fd(int fd, manifest_cb cb, void *arg, struct manifest_scan *re
 static int tail_cut_locked(struct manifest *m)
 {
 	int r = bsys.ftruncate(m->fd, (off_t)m->size);
+	m->changes++;
 	m->tail_dirty = r < 0;
 	return r;
 }
@@ -205,6 +206,7 @@ int manifest_append(struct manifest *m, const char *payload, size_t len)
 	if (m->tail_dirty && (r = tail_cut_locked(m)) < 0)
 		goto out;
 	manifest_frame(&m->rec, payload, len);
+	m->changes++;	/* even a failed write may have left bytes to sync */
 	/* One record, written whole at the end of the log (O_APPEND). */
 	while (done < m->rec.len) {
 		ssize_t n = bsys.append(m->fd, m->rec.s + done, m->rec.len - done,
@@ -239,13 +241,27 @@ int manifest_sync(struct manifest *m)
 
 	if (m->fd < 0)
 		return 0;
-	/* Only the publisher syncs and compacts, so fd stays valid meanwhile. */
+	/*
+	 * Only the publisher syncs and compacts, so fd stays valid meanwhile.
+	 * A log unchanged since its last fdatasync needs none: a batch that
+	 * syncs between operations in different directories would otherwise
+	 * flush the device once more per operation for nothing.
+	 */
 	pthread_mutex_lock(&m->lock);
 	fd = m->fd;
 	dir = m->dir_unsynced;
+	uint64_t changes = m->changes;
+	bool clean = changes == m->changes_synced;
 	pthread_mutex_unlock(&m->lock);
-	if ((r = bsys.fdatasync(fd)) < 0)
-		return r;
+	if (!clean) {
+		if ((r = bsys.fdatasync(fd)) < 0)
+			return r;
+		pthread_mutex_lock(&m->lock);
+		m->syncs++;
+		if (changes > m->changes_synced)
+			m->changes_synced = changes;
+		pthread_mutex_unlock(&m->lock);
+	}
 	if (dir) {
 		if ((r = bsys.fsync(m->dirfd)) < 0)
 			return r;
@@ -260,6 +276,16 @@ void manifest_disabled(struct manifest *m)
 {
 	memset(m, 0, sizeof(*m));
 	m->fd = m->dirfd = -1;
+}
+
+uint64_t manifest_syncs(struct manifest *m)
+{
+	if (m->fd < 0)
+		return 0;	/* manifest=off */
+	pthread_mutex_lock(&m->lock);
+	uint64_t n = m->syncs;
+	pthread_mutex_unlock(&m->lock);
+	return n;
 }
 
 bool manifest_wants_compaction(const struct manifest *m)

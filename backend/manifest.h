@@ -74,6 +74,9 @@ struct manifest {
 	uint64_t size;		/* bytes of whole records: where the next one goes */
 	bool tail_dirty;	/* a failed append left bytes past size, not yet cut */
 	bool dir_unsynced;	/* a compaction's rename is not yet known durable */
+	uint64_t changes;	/* writes and cuts of the log so far ... */
+	uint64_t changes_synced;	/* ... and how many of them an fdatasync covered */
+	uint64_t syncs;		/* fdatasyncs of the log (a sync with nothing new skips it) */
 	uint64_t base_records;	/* records and bytes right after the last compaction */
 	uint64_t base_bytes;
 	uint64_t compact_records;	/* thresholds (manifest_wants_compaction) */
@@ -132,6 +135,8 @@ void manifest_disabled(struct manifest *m);
 int manifest_append(struct manifest *m, const char *payload, size_t len);
 /* Make every appended record durable: 0 or -errno. */
 int manifest_sync(struct manifest *m);
+/* fdatasyncs of the log this mount (for stats). */
+uint64_t manifest_syncs(struct manifest *m);
 /* Write the unmount record and the state file (clean or not). */
 void manifest_close(struct manifest *m, uint64_t seq_durable, bool clean);
 

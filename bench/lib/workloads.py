@@ -207,8 +207,8 @@ class Suite:
 			"smallfiles": lambda: self.with_ratios(
 				wl_files.SmallFiles(count=m["smallfiles"]),
 				["ckptfs", "ckptfs_uring", "tmpfs", "direct", "direct_fsync", "ckptfs_nomanifest",
-				 "ckptfs_nice0"],
-				MANIFEST_RATIOS + NICE_RATIOS + [
+				 "ckptfs_nice0"] + (["ckptfs_b"] if c.args.ckptfs_bin_b else []),
+				MANIFEST_RATIOS + NICE_RATIOS + BUILD_B_RATIOS + [
 				 ("ckptfs files/s / direct files/s", ("direct", "stall"), ("ckptfs", "stall"), ">= 1.0"),
 				 ("ckptfs with io_uring files/s / direct files/s", ("direct", "stall"),
 				  ("ckptfs_uring", "stall"), ">= 1.0"),
