@@ -45,6 +45,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <xxhash.h>
@@ -76,7 +77,7 @@ struct manifest {
 	bool dir_unsynced;	/* a compaction's rename is not yet known durable */
 	uint64_t changes;	/* writes and cuts of the log so far ... */
 	uint64_t changes_synced;	/* ... and how many of them an fdatasync covered */
-	uint64_t syncs;		/* fdatasyncs of the log (a sync with nothing new skips it) */
+	atomic_uint_least64_t syncs;	/* fdatasyncs of the log (read without the lock) */
 	uint64_t base_records;	/* records and bytes right after the last compaction */
 	uint64_t base_bytes;
 	uint64_t compact_records;	/* thresholds (manifest_wants_compaction) */
@@ -135,7 +136,7 @@ void manifest_disabled(struct manifest *m);
 int manifest_append(struct manifest *m, const char *payload, size_t len);
 /* Make every appended record durable: 0 or -errno. */
 int manifest_sync(struct manifest *m);
-/* fdatasyncs of the log this mount (for stats). */
+/* fdatasyncs of the log this mount (for stats; never waits on an append). */
 uint64_t manifest_syncs(struct manifest *m);
 /* Write the unmount record and the state file (clean or not). */
 void manifest_close(struct manifest *m, uint64_t seq_durable, bool clean);
