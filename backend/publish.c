@@ -422,7 +422,7 @@ long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report)
 
 /* ---- the publisher ------------------------------------------------------ */
 
-static void op_published(struct backend *be, struct op *op)
+static void op_published(struct backend *be, struct op *op, struct cfd_bin *later)
 {
 	atomic_fetch_add(&be->st.ops_applied, 1);
 	/* Nothing earlier on this node is pending (order.c), so no error stands. */
@@ -433,7 +433,7 @@ static void op_published(struct backend *be, struct op *op)
 	atomic_fetch_add(&be->st.versions_published, 1);
 	atomic_fetch_sub(&be->st.pending_versions, 1);
 	atomic_fetch_add(&be->st.persisted_bytes, op->ver->bytes_cached);
-	cfile_published(op->ver, op->out, op->leaves, op->out_ino);
+	cfile_published(op->ver, op->out, op->leaves, op->out_ino, later);
 	op->leaves = NULL;
 }
 
@@ -688,8 +688,9 @@ static void *publisher_main(void *arg)
 			break;	/* aborting: the rescue takes what is queued */
 		backoff = 50ull * 1000000;
 		/* Bookkeeping first, so whoever is told "durable" sees it all done. */
+		struct cfd_bin later = { 0 };
 		for (unsigned i = 0; i < applied; i++)
-			op_published(be, batch[i]);
+			op_published(be, batch[i], &later);
 		if (applied) {
 			char rec[128];
 			int len = snprintf(rec, sizeof(rec), "{\"t\": \"durable\", \"m\": \"%s\", \"seq\": %llu}",
@@ -712,9 +713,17 @@ static void *publisher_main(void *arg)
 		if (durable > atomic_load(&be->durable_seq))
 			atomic_store(&be->durable_seq, durable);
 		uint64_t wall = backend_durable_wall_locked(be, NULL);
+		/*
+		 * Answer who waited for this before the clean-up: closing what the
+		 * batch replaced (a file's last descriptor frees its blocks) and
+		 * freeing the operations can take longer than the batch's syncs.
+		 */
+		waiters_collect(be, &ready, now, &unused);
 		pthread_mutex_unlock(&be->lock);
+		waiters_answer(&ready);
 		for (unsigned i = 0; i < applied; i++)
 			op_free(batch[i]);
+		cfd_bin_empty(&later);
 		if (nfailed || atomic_load(&be->st.degraded))
 			blocked_log(be);
 		if (be->hooks.published)

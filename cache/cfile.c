@@ -40,6 +40,25 @@ void cfd_put(struct cfd *f)
 	}
 }
 
+void cfd_bin_add(struct cfd_bin *b, struct cfd *f)
+{
+	if (!f)
+		return;
+	if (b->n == b->cap) {
+		b->cap = b->cap ? 2 * b->cap : 8;
+		b->f = xrealloc(b->f, b->cap * sizeof(*b->f));
+	}
+	b->f[b->n++] = f;
+}
+
+void cfd_bin_empty(struct cfd_bin *b)
+{
+	for (size_t i = 0; i < b->n; i++)
+		cfd_put(b->f[i]);
+	free(b->f);
+	*b = (struct cfd_bin){ 0 };
+}
+
 /* ---- layers ---------------------------------------------------------- */
 
 static struct clayer *layer_new(struct cfd *f, uint64_t ver)
@@ -873,7 +892,8 @@ static void ver_release_locked(struct cver *v, bool published)
 		list_del(&v->link);
 }
 
-void cfile_published(struct cver *v, struct cfd *out, struct cleaves *leaves, uint64_t ino)
+void cfile_published(struct cver *v, struct cfd *out, struct cleaves *leaves, uint64_t ino,
+		     struct cfd_bin *later)
 {
 	struct cfile *cf = v->cf;
 	uint32_t k = 0;
@@ -884,9 +904,11 @@ void cfile_published(struct cver *v, struct cfd *out, struct cleaves *leaves, ui
 	/* Layers sealed or published at or before v are subsumed by its file. */
 	for (uint32_t i = 0; i < cf->nlayers; i++) {
 		struct clayer *l = cf->layers[i];
-		if (l->ver != 0 && l->ver <= v->seq)
+		if (l->ver != 0 && l->ver <= v->seq) {
+			cfd_bin_add(later, l->f);	/* the reference moves to the bin */
+			l->f = NULL;
 			layer_free(l);
-		else
+		} else
 			cf->layers[k++] = l;
 	}
 	cf->nlayers = k;

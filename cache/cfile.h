@@ -45,6 +45,18 @@ struct cfd *cfd_new(int fd);
 struct cfd *cfd_get(struct cfd *f);
 void cfd_put(struct cfd *f);
 /*
+ * References to put later, where closing the last one would keep someone
+ * waiting: the close of a replaced file's last descriptor frees its blocks
+ * (hundreds of microseconds for a large file), and fsync's answer need not
+ * wait for that.  cfd_bin_empty puts them all.
+ */
+struct cfd_bin {
+	struct cfd **f;
+	size_t n, cap;
+};
+void cfd_bin_add(struct cfd_bin *b, struct cfd *f);
+void cfd_bin_empty(struct cfd_bin *b);
+/*
  * len bytes of f at off into buf (zeros past its end): 0 or -errno.  pr:
  * pread as the backend's system call table has it (bytes or -errno; NULL:
  * pread(2)).
@@ -210,9 +222,11 @@ struct cver *cfile_seal(struct cfile *cf, uint64_t seq);
 /*
  * The version's output is durable under the final name: `out` is the file,
  * `leaves` its block digests or NULL (the reference passes to the file),
- * `ino` its inode on the backend (0 if unknown).
+ * `ino` its inode on the backend (0 if unknown).  The descriptors of the
+ * layers it makes obsolete go into `later`.
  */
-void cfile_published(struct cver *v, struct cfd *out, struct cleaves *leaves, uint64_t ino);
+void cfile_published(struct cver *v, struct cfd *out, struct cleaves *leaves, uint64_t ino,
+		     struct cfd_bin *later);
 /* Drop a version that will never be published (its file was deleted). */
 void cver_discard(struct cver *v);
 /* Free a version after cfile_published/cver_discard. */
