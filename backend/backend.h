@@ -306,6 +306,12 @@ struct backend {
 
 	pthread_t publisher;
 	pthread_t waiter;		/* answers waiters' deadlines and interrupts */
+	pthread_t reaper;		/* puts replaced files' last references (reap.c) */
+	pthread_mutex_t reap_lock;	/* reapq, reap_stop */
+	pthread_cond_t reap_cond;
+	struct cfd_bin reapq;
+	bool reap_stop;
+	bool reaper_started;
 	pthread_t *flushers;
 	pthread_t spiller;
 	unsigned nflushers;
@@ -446,6 +452,15 @@ void backend_retry(struct backend *be);
 bool backend_threads_stuck(struct backend *be);
 /* pthread_join, given up at deadline_ns (monotonic; 0: none): joined? */
 bool join_until(pthread_t t, uint64_t deadline_ns);
+/*
+ * reap.c: replaced files' last references put on a thread of their own.
+ * reap_give moves b's references there (or puts them at once when the
+ * queue is full or stopped); reap_stop puts what is queued and joins by
+ * deadline_ns (0: none): joined?
+ */
+int reap_start(struct backend *be);
+void reap_give(struct backend *be, struct cfd_bin *b);
+bool reap_stop(struct backend *be, uint64_t deadline_ns);
 /*
  * Administrator's act: drop the blocked operation `seq` and its dependants
  * (every later operation that depends on it, transitively, and every later

@@ -723,7 +723,7 @@ static void *publisher_main(void *arg)
 		waiters_answer(&ready);
 		for (unsigned i = 0; i < applied; i++)
 			op_free(batch[i]);
-		cfd_bin_empty(&later);
+		reap_give(be, &later);
 		if (nfailed || atomic_load(&be->st.degraded))
 			blocked_log(be);
 		if (be->hooks.published)
@@ -827,7 +827,7 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 	base_copy_decide(be);
 	cache->spill_wanted = backend_want_spill;
 	cache->spill_arg = be;
-	if (pthread_create(&be->publisher, NULL, publisher_main, be) != 0 ||
+	if (reap_start(be) < 0 || pthread_create(&be->publisher, NULL, publisher_main, be) != 0 ||
 	    pthread_create(&be->waiter, NULL, waiter_main, be) != 0)
 		return -EAGAIN;
 	flush_threads_start(be);
@@ -877,6 +877,7 @@ static void threads_join(struct backend *be, bool abort)
 	uint64_t deadline = abort ? now_ns() + ABORT_JOIN_NS : 0;
 	bool all = join_until(be->publisher, deadline);
 	all &= flush_threads_stop(be, deadline);
+	all &= reap_stop(be, deadline);	/* after its only giver, the publisher */
 	if (!all) {
 		pthread_mutex_lock(&be->lock);
 		be->threads_stuck = true;
@@ -936,4 +937,6 @@ void backend_stop(struct backend *be)
 	pthread_cond_destroy(&be->waiter_cond);
 	pthread_cond_destroy(&be->flush_cond);
 	pthread_cond_destroy(&be->spill_cond);
+	pthread_mutex_destroy(&be->reap_lock);
+	pthread_cond_destroy(&be->reap_cond);
 }
