@@ -52,17 +52,14 @@ int reap_start(struct backend *be)
 
 void reap_give(struct backend *be, struct cfd_bin *b)
 {
-	if (!b->n) {
-		cfd_bin_empty(b);
-		return;
-	}
 	pthread_mutex_lock(&be->reap_lock);
 	bool room = be->reaper_started && !be->reap_stop && be->reapq.n + b->n <= REAP_MAX;
 	if (room) {
 		for (size_t i = 0; i < b->n; i++)
 			cfd_bin_add(&be->reapq, b->f[i]);
+		if (b->n)
+			pthread_cond_signal(&be->reap_cond);
 		b->n = 0;	/* the references moved to the queue */
-		pthread_cond_signal(&be->reap_cond);
 	}
 	pthread_mutex_unlock(&be->reap_lock);
 	cfd_bin_empty(b);	/* what did not fit is put here */

@@ -11,9 +11,11 @@
  *      backend holds the bytes written.
  *   2. The call is made, at that step: with a fault that kills the daemon
  *      at fallocate, a file of zeros is published (no run of data, no
- *      call) and the daemon dies after a dense file's close (nothing else
- *      calls fallocate on a fresh file); nothing is left under the
- *      file's name, and the next mount leaves no temporary file behind.
+ *      call) and the daemon dies once a dense file is closed (its close
+ *      may see the connection abort: the version is queued before the
+ *      reply; nothing else calls fallocate on a fresh file); nothing is
+ *      left under the file's name, and the next mount leaves no
+ *      temporary file behind.
  *      With direct=off (buffered writes, no preallocation) the same fault
  *      never fires.
  *   3. Best effort: fallocate refused (EOPNOTSUPP, then ENOSPC) changes
