@@ -204,6 +204,7 @@ struct backend_stats {
 	atomic_uint_least64_t written_bytes;	/* bytes written to the backend */
 	atomic_uint_least64_t io_written;	/* the same, counted as each pwrite returns */
 	atomic_uint_least64_t copied_bytes;	/* ... copied there from published files (base_copy) */
+	atomic_uint_least64_t hashed_bytes;	/* bytes the flushers hashed for digests */
 	atomic_uint_least64_t versions_published;
 	atomic_uint_least64_t ops_applied;
 	atomic_uint_least64_t passes;		/* the publisher's walks of the queue */

@@ -23,7 +23,12 @@
  * costs O(1) for the whole blocks it covers — their leaf is the leaf of B
  * zero bytes, computed once per process — plus hashing the zeros of at
  * most two partial blocks at its ends, which a 1 PiB hole costs as much as
- * a 1 MiB one.
+ * a 1 MiB one.  A new version of a published file hashes only the blocks
+ * it changed (digest_known): the flushers name the blocks whose bytes all
+ * come, unchanged, from the published file, and their leaves are taken
+ * from the leaves kept when that file was flushed.  Without that, a small
+ * change to a big sparse file re-hashed every block holding data — the
+ * zeros around each small extent included — for every version.
  *
  * Readers of backend files (digest_fd) find holes with SEEK_DATA/SEEK_HOLE
  * and feed them as zeros without reading them; data is read in 4 MiB
@@ -160,6 +165,7 @@ bool digest_feed_leaves(struct digest *d, const struct cleaves *lv, uint64_t fir
 /* Feed len (< what completes the block, or exactly that) into the open block. */
 static void leaf_feed(struct digest *d, const void *buf, size_t len)
 {
+	d->hashed += len;
 	XXH3_128bits_update(d->leaf, buf, len);
 	d->fill += len;
 	if (d->fill == DIGEST_BLOCK) {
@@ -169,10 +175,81 @@ static void leaf_feed(struct digest *d, const void *buf, size_t len)
 	}
 }
 
-void digest_update(struct digest *d, const void *buf, size_t len)
-{
-	const char *p = buf;
+/* ---- known blocks ------------------------------------------------------- */
 
+void digest_known(struct digest *d, const struct cleaves *lv, const struct digest_range *r,
+		  uint32_t n)
+{
+	d->kl = n ? lv : NULL;
+	d->kr = r;
+	d->nkr = lv ? n : 0;
+	d->kcur = d->krun = 0;
+	d->krun_at = 0;
+}
+
+/* Whether block blk is known; moves the range cursor (positions only grow). */
+static bool known_block(struct digest *d, uint64_t blk)
+{
+	while (d->kcur < d->nkr && d->kr[d->kcur].b1 <= blk)
+		d->kcur++;
+	return d->kcur < d->nkr && d->kr[d->kcur].b0 <= blk;
+}
+
+/* Leaf of known block blk (blocks are asked for in increasing order). */
+static XXH128_hash_t known_leaf(struct digest *d, uint64_t blk)
+{
+	const struct cleaves *lv = d->kl;
+
+	while (d->krun + 1 < lv->n && d->krun_at + lv->run[d->krun].n <= blk)
+		d->krun_at += lv->run[d->krun++].n;
+	return (XXH128_hash_t){ .low64 = lv->run[d->krun].lo, .high64 = lv->run[d->krun].hi };
+}
+
+/*
+ * At most len bytes at the position, while it is in a known block: counted,
+ * not hashed, and the block's leaf added when it is complete.  Returns the
+ * bytes taken (0: the position is not in a known block).
+ */
+static uint64_t known_take(struct digest *d, uint64_t len)
+{
+	uint64_t blk = d->size / DIGEST_BLOCK;
+
+	if (!d->nkr || !known_block(d, blk))
+		return 0;
+	uint64_t n = CKPT_MIN(len, (blk + 1) * DIGEST_BLOCK - d->size);
+	d->size += n;
+	if (d->size % DIGEST_BLOCK == 0)
+		run_add(d, known_leaf(d, blk), 1);
+	return n;
+}
+
+/* Bytes from the position to the start of the next known block (all of len if none). */
+static uint64_t until_known(struct digest *d, uint64_t len)
+{
+	if (!d->nkr)
+		return len;
+	known_block(d, d->size / DIGEST_BLOCK);	/* not known: the cursor is on the next range */
+	if (d->kcur == d->nkr)
+		return len;
+	return CKPT_MIN(len, d->kr[d->kcur].b0 * DIGEST_BLOCK - d->size);
+}
+
+bool digest_skip(struct digest *d, uint64_t len)
+{
+	if (!len)
+		return true;
+	uint64_t first = d->size / DIGEST_BLOCK, last = (d->size + len - 1) / DIGEST_BLOCK;
+	if (!d->nkr || !known_block(d, first) || d->kr[d->kcur].b1 <= last)
+		return false;
+	while (len)
+		len -= known_take(d, len);
+	return true;
+}
+
+/* ---- feeding ------------------------------------------------------------ */
+
+static void hash_bytes(struct digest *d, const char *p, size_t len)
+{
 	d->size += len;
 	if (d->fill) {
 		size_t n = (size_t)CKPT_MIN((uint64_t)len, DIGEST_BLOCK - d->fill);
@@ -180,13 +257,30 @@ void digest_update(struct digest *d, const void *buf, size_t len)
 		p += n;
 		len -= n;
 	}
-	for (; len >= DIGEST_BLOCK; p += DIGEST_BLOCK, len -= DIGEST_BLOCK)
+	for (; len >= DIGEST_BLOCK; p += DIGEST_BLOCK, len -= DIGEST_BLOCK) {
+		d->hashed += DIGEST_BLOCK;
 		run_add(d, XXH3_128bits(p, DIGEST_BLOCK), 1);	/* one-shot: same leaf */
+	}
 	if (len)
 		leaf_feed(d, p, len);
 }
 
-void digest_zeros(struct digest *d, uint64_t len)
+void digest_update(struct digest *d, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		uint64_t k = known_take(d, len);
+		if (!k) {
+			k = until_known(d, len);
+			hash_bytes(d, p, (size_t)k);
+		}
+		p += k;
+		len -= (size_t)k;
+	}
+}
+
+static void hash_zeros(struct digest *d, uint64_t len)
 {
 	d->size += len;
 	if (d->fill) {
@@ -200,6 +294,18 @@ void digest_zeros(struct digest *d, uint64_t len)
 	}
 	if (len)
 		leaf_feed(d, zero_block, (size_t)len);
+}
+
+void digest_zeros(struct digest *d, uint64_t len)
+{
+	while (len) {
+		uint64_t k = known_take(d, len);
+		if (!k) {
+			k = until_known(d, len);
+			hash_zeros(d, k);
+		}
+		len -= k;
+	}
 }
 
 XXH128_hash_t digest_final(struct digest *d)

@@ -38,14 +38,26 @@ enum digest_kind {
 	DIGEST_RUNS = 2,
 };
 
+/* Blocks [b0, b1) of a file: digest_known. */
+struct digest_range {
+	uint64_t b0, b1;
+};
+
 struct digest {
 	XXH3_state_t *leaf;	/* the block being filled */
 	XXH3_state_t *top;	/* the run list */
 	uint64_t fill;		/* bytes in the block being filled */
 	uint64_t size;		/* bytes fed so far */
+	uint64_t hashed;	/* ... of them, through XXH3 (not taken as whole-block leaves) */
 	XXH128_hash_t run;	/* leaf of the current run */
 	uint64_t nrun;		/* blocks in the current run; 0 before the first block */
 	struct cleaves *rec;	/* digest_record: the whole blocks' leaves, as fed */
+	/* digest_known: blocks whose leaves are those of a published file */
+	const struct cleaves *kl;
+	const struct digest_range *kr;
+	uint32_t nkr, kcur;	/* the ranges; the first that may hold the position */
+	uint32_t krun;		/* cursor into kl's runs: the run that starts at block krun_at */
+	uint64_t krun_at;
 };
 
 struct cleaves;
@@ -65,6 +77,19 @@ void digest_zeros(struct digest *d, uint64_t len);
 void digest_record(struct digest *d);
 struct cleaves *digest_take_leaves(struct digest *d);
 bool digest_feed_leaves(struct digest *d, const struct cleaves *lv, uint64_t first, uint64_t n);
+/*
+ * Known blocks.  digest_known() (before anything is fed) names blocks that
+ * are known to hold the same bytes as the same blocks of a published file
+ * whose leaves are `lv`: n ranges, sorted, not touching one another, each
+ * within lv->blocks.  Bytes fed into a known block are then not hashed;
+ * its leaf is taken from lv when the block is complete.  The caller keeps
+ * lv and the ranges alive until digest_final.  digest_skip() feeds len
+ * bytes without their contents, only if all of them lie in known blocks
+ * (false, nothing fed, else): what lets a caller copy them unread.
+ */
+void digest_known(struct digest *d, const struct cleaves *lv, const struct digest_range *r,
+		  uint32_t n);
+bool digest_skip(struct digest *d, uint64_t len);
 
 /* The digest of everything fed; frees the state (digest_init to reuse). */
 XXH128_hash_t digest_final(struct digest *d);

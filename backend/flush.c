@@ -173,6 +173,7 @@ struct fjob {
 	int err;
 	const char *step;	/* what failed, for the log */
 	int phase;
+	struct digest_range *known;	/* blocks the digest takes from the base's leaves */
 };
 
 /* Record the first failure of a job and where it happened. */
@@ -344,6 +345,8 @@ static int xcopy_out(struct xcopy *x, size_t a, size_t b)
 	return 0;
 }
 
+static int cfr_extent(void *arg, uint64_t start, uint64_t len);
+
 static int xcopy_extent(void *arg, uint64_t start, uint64_t len)
 {
 	struct xcopy *x = arg;
@@ -353,6 +356,16 @@ static int xcopy_extent(void *arg, uint64_t start, uint64_t len)
 	x->pos = start;
 	while (len) {
 		size_t want = (size_t)CKPT_MIN(len, BOUNCE_SIZE);
+		if (digest_skip(x->dg, want)) {
+			/* In blocks whose leaves come from the base: copied unread. */
+			uint64_t p = x->pos;
+			int r = x->dst >= 0 ? cfr_extent(x, p, want) : 0;
+			if (r < 0)
+				return r;
+			x->pos = p + want;
+			len -= want;
+			continue;
+		}
 		ssize_t n = x->sys->pread(x->src, x->buf, want, (off_t)x->pos);
 		if (n == -EINTR)
 			continue;
@@ -361,10 +374,11 @@ static int xcopy_extent(void *arg, uint64_t start, uint64_t len)
 		if (n == 0)
 			return 0;	/* shorter than its extents said: the rest reads as zeros */
 		/*
-		 * The digest is of the bytes read here, from the source — never of
-		 * bytes assumed: copy_file_range moves data we do not see, so we
-		 * read what we hash, and a copy that went wrong then shows up as a
-		 * MISMATCH in verify instead of being recorded as correct.
+		 * The digest is of the bytes read here, from the source, or (above)
+		 * the leaves of what ckptfs published there — never of bytes assumed
+		 * to have been copied right: copy_file_range moves data we do not
+		 * see, and a copy that went wrong then shows up as a MISMATCH in
+		 * verify instead of being recorded as correct.
 		 */
 		digest_update(x->dg, x->buf, (size_t)n);
 		size_t a = 0, b = (size_t)n;
@@ -490,6 +504,7 @@ static int flush_fd_seg(struct flusher *fl, struct fjob *j, const struct cseg *s
 	int r = xcopy_range(&x, s->foff, s->off, s->len);
 
 	atomic_fetch_add(&fl->be->st.written_bytes, x.written);
+	atomic_fetch_add(&fl->be->st.copied_bytes, x.copied);
 	j->end = CKPT_MAX(j->end, x.end);
 	return r;
 }
@@ -786,6 +801,50 @@ static void fjob_complete(struct flusher *fl, const struct bio_cqe *c)
 	free(w);
 }
 
+/*
+ * The blocks of a version that hold the same bytes as the published file
+ * it replaces: every byte of them comes from a segment with the base's
+ * leaves (a clean chunk, or the base itself at the same offsets), and they
+ * are whole blocks of the version and of the base (whose leaves are of its
+ * whole blocks only).  Their leaves come from the base (digest_known): of a small
+ * change to a big file, only the blocks it touched are hashed.
+ */
+static void fjob_known(struct fjob *j)
+{
+	const struct cver *v = j->v;
+	const struct cleaves *lv = NULL;
+	uint32_t n = 0, cap = 0;
+	uint64_t a = 0, b = 0;	/* the run of such bytes being gathered */
+
+	for (uint32_t k = 0; k <= v->nseg; k++) {
+		const struct cseg *s = k < v->nseg ? &v->segs[k] : NULL;
+		bool same = s && s->lv && (!lv || s->lv == lv) &&
+			    (s->kind == CSEG_MEM || (s->kind == CSEG_FD && s->foff == s->off && s->f != j->out));
+		if (same && b == s->off && b > a) {
+			b += s->len;
+			continue;
+		}
+		if (b > a) {
+			uint64_t b0 = (a + DIGEST_BLOCK - 1) / DIGEST_BLOCK;
+			uint64_t b1 = CKPT_MIN(b / DIGEST_BLOCK, lv->blocks);
+			if (b0 < b1) {
+				if (n == cap) {
+					cap = cap ? 2 * cap : 8;
+					j->known = xrealloc(j->known, cap * sizeof(*j->known));
+				}
+				j->known[n++] = (struct digest_range){ b0, b1 };
+			}
+		}
+		a = b = 0;
+		if (same) {
+			lv = s->lv;
+			a = s->off;
+			b = s->off + s->len;
+		}
+	}
+	digest_known(&j->dg, lv, j->known, n);
+}
+
 static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 {
 	struct backend *be = fl->be;
@@ -806,6 +865,7 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 				  "creating the temporary file");
 			j->fresh = true;
 		}
+		fjob_known(j);
 		if (j->taken)
 			atomic_fetch_sub(&be->temp_taken, 1);	/* counted in temp_open now */
 		if (!j->err)
@@ -839,9 +899,12 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 			j->op->out_ino = bsys.fstatat(j->out->fd, "", &st) == 0 ? st.st_ino : 0;
 			cleaves_put(j->op->leaves);
 			j->op->leaves = digest_take_leaves(&j->dg);
+			atomic_fetch_add(&be->st.hashed_bytes, j->dg.hashed);
 			j->op->digest = digest_final(&j->dg);
 		}
 		digest_free(&j->dg);
+		free(j->known);
+		j->known = NULL;
 		if (j->err && j->out && j->fresh) {
 			cfd_put(j->out);	/* unlinks the temp file */
 			j->out = NULL;

@@ -848,6 +848,9 @@ struct cver *cfile_seal(struct cfile *cf, uint64_t seq)
 	for (uint32_t i = 0; i < b.n; i++) {
 		struct cseg *s = &b.v[i];
 		if (s->kind == CSEG_MEM) {
+			/* Clean: the same bytes as the base, which is the version published last (C2). */
+			if (s->ch->state == CH_CLEAN && base)
+				s->lv = cleaves_get(base->leaves);
 			if (s->ch->vrefs++ == 0)
 				cache_chunk_relist(cf->cache, s->ch);	/* off the spill list */
 			v->bytes_cached += s->len;
@@ -876,6 +879,7 @@ static void ver_release_locked(struct cver *v, bool published)
 		if (s->kind == CSEG_MEM) {
 			struct chunk *ch = s->ch;
 			ch->vrefs--;
+			cleaves_put(s->lv);
 			if (published && ch->in_map && ch->pool)	/* equal to v: evict to its pool */
 				cfile_evict_locked(cf, ch);
 			if (published && ch->in_map)	/* C1 kept it equal to v: C2 */

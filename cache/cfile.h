@@ -109,7 +109,12 @@ struct cseg {
 	struct chunk *ch;	/* CSEG_MEM */
 	struct cfd *f;		/* CSEG_FD */
 	uint64_t foff;		/* CSEG_FD: offset in f */
-	struct cleaves *lv;	/* CSEG_FD of a version, from the base: its leaves (ref) */
+	/*
+	 * A version's segment whose bytes are the base's at the same offsets
+	 * (CSEG_FD from the base; CSEG_MEM of a chunk clean when sealed): the
+	 * base's leaves (a reference), or NULL.
+	 */
+	struct cleaves *lv;
 };
 
 struct cver;

@@ -72,7 +72,10 @@ static const struct metric {
 	  "Bytes of durable versions that came from the cache (a rewritten file's unchanged cached "
 	  "data counts again with each version)" },
 	{ "backend_written_bytes", "counter", "Bytes written to the backend" },
-	{ "backend_copied_bytes", "counter", "Bytes copied on the backend from published files (base_copy)" },
+	{ "backend_copied_bytes", "counter", "Bytes copied on the backend from published files" },
+	{ "backend_hashed_bytes", "counter",
+	  "Bytes hashed for version digests (blocks a version did not change take the published "
+	  "file's leaves, unhashed)" },
 	{ "fuse_adopted_bytes", "counter",
 	  "Written bytes the files took in the cache chunk the request was read into (no copy)" },
 	{ "read_bytes", "counter", "Bytes read through the mount" },
