@@ -537,7 +537,8 @@ int it_tree_scan(const char *root, struct it_tree *t)
 
 	memset(t, 0, sizeof(*t));
 	tree_walk(root, "", t, &err);
-	qsort(t->e, t->n, sizeof(*t->e), ent_cmp);
+	if (t->n)	/* an empty tree has no array: qsort(NULL, ...) is undefined */
+		qsort(t->e, t->n, sizeof(*t->e), ent_cmp);
 	return err;
 }
 
