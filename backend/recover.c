@@ -18,10 +18,15 @@
  *     with positive evidence (a file version whose size and digest match —
  *     unless that path held the same contents before it, as a file
  *     rewritten unchanged does; a mkdir whose directory exists; a rename or
- *     unlink whose source is gone).  An earlier operation's effect may have
- *     been overwritten by a later one, so absence of evidence alone proves
- *     nothing.  Each one after the prefix gets a "void" record (its seq and
- *     attempt), so readers skip exactly those;
+ *     unlink whose source is gone).  What a path held before is what the
+ *     operations that happened left there: a second pass over the log
+ *     replays every record no "void" or older "recovered" cut voids —
+ *     versions, unlinks and rmdirs, renames (with what lies below a renamed
+ *     directory), links — as `ckptfs-ctl verify` does.  An earlier
+ *     operation's effect may have been overwritten by a later one, so
+ *     absence of evidence alone proves nothing.  Each one after the prefix
+ *     gets a "void" record (its seq and attempt), so readers skip exactly
+ *     those;
  *  3. report versions that were queued ("intent") but never published: the
  *     files that were in flight and were never acknowledged durable;
  *  4. remove that mount's temporary files (".ckptfs.<k>.<mount id>.<n>").
@@ -32,7 +37,9 @@
  * Records are read with the strict JSON reader (cache/json.h); a record
  * that passes its hash but is not a flat object, or lacks "t" or "m", is
  * counted and ignored, never guessed at.  Memory is bounded by the
- * operations and intents of the last mount that are not yet settled.
+ * operations and intents of the last mount that are not yet settled and
+ * the log's "void" records; the replay of step 2 (only after an unclean
+ * stop) holds one digest per live path of the log.
  */
 #include "backend/manifest_priv.h"
 #include "backend/bsys.h"
@@ -118,11 +125,18 @@ struct rrec {
 	uint64_t format;	/* its mount's manifest format */
 };
 
-/* The newest digest the log gives each path (file records, and renames). */
+/* What a path holds after the records replayed so far: its newest digest. */
 struct hnode {
 	struct strmap_node n;
+	struct hnode *next;	/* in a list hashes_take returns */
 	char *path;
 	char xxh3[33];
+};
+
+/* A mount's older "recovered" record (without "explicit"): its later seqs never happened. */
+struct rcut {
+	char *mount;
+	uint64_t seq;
 };
 
 struct rscan {
@@ -136,7 +150,12 @@ struct rscan {
 	size_t nintents, capintents;
 	uint64_t unreadable;	/* valid frames whose payload is not a usable object */
 	uint64_t compacted_records, compacted_bytes;
+	struct strset voids;	/* "<mount> <seq> <try>" of every "void" record */
+	struct rcut *cuts;
+	size_t ncuts;
+	/* The replay (step 2): */
 	struct strmap hashes;	/* path -> struct hnode */
+	size_t matched;		/* ops[0, matched) met again in the replay */
 };
 
 struct rscan *rscan_new(void)
@@ -173,13 +192,50 @@ static struct hnode *hash_of(struct rscan *s, const char *path, bool create)
 	return h;
 }
 
+/* Take out what `path` and everything below it hold (a list through ->next). */
+static struct hnode *hashes_take(struct rscan *s, const char *path)
+{
+	struct hnode *out = NULL;
+
+	for (struct strmap_node *e = strmap_take_tree(&s->hashes, path), *next; e; e = next) {
+		struct hnode *h = CKPT_CONTAINER_OF(e, struct hnode, n);
+		next = e->next;
+		h->next = out;
+		out = h;
+	}
+	return out;
+}
+
+static void hashes_free(struct hnode *h)
+{
+	for (struct hnode *next; h; h = next) {
+		next = h->next;
+		free(h->path);
+		free(h);
+	}
+}
+
+/* Put taken entries back with the prefix `from` of their paths replaced by `to`. */
+static void hashes_put_moved(struct rscan *s, struct hnode *list, const char *from, const char *to)
+{
+	for (struct hnode *next; list; list = next) {
+		struct strbuf b = { 0 };
+		next = list->next;
+		sb_printf(&b, "%s%s", to, list->path + strlen(from));
+		free(list->path);
+		list->path = b.s;
+		list->n.key = list->path;
+		hashes_free(hashes_take(s, list->path));
+		strmap_insert(&s->hashes, &list->n);
+	}
+}
+
 /*
- * Follow what each path held, across every mount of this node: a version
- * is evidence of its own record only if its contents differ from what its
- * path held before.  Returns whether `xxh3` is what `path` held already.
+ * Replay one record that happened into what each path holds.  Returns
+ * whether a "file" record's digest is what its path held already.
  */
 static bool hashes_note(struct rscan *s, const char *t, const char *path, const char *to,
-			const char *xxh3)
+			const char *xxh3, bool exchange)
 {
 	bool same = false;
 
@@ -189,15 +245,43 @@ static bool hashes_note(struct rscan *s, const char *t, const char *path, const 
 		struct hnode *h = hash_of(s, path, true);
 		same = !strcmp(h->xxh3, xxh3);
 		snprintf(h->xxh3, sizeof(h->xxh3), "%s", xxh3);
-	} else if (!strcmp(t, "rename") && to) {
-		struct hnode *from = hash_of(s, path, false);
-		if (from) {
-			char moved[33];
-			snprintf(moved, sizeof(moved), "%s", from->xxh3);
-			snprintf(hash_of(s, to, true)->xxh3, 33, "%s", moved);
+	} else if (!strcmp(t, "unlink") || !strcmp(t, "rmdir")) {
+		hashes_free(hashes_take(s, path));
+	} else if (!strcmp(t, "rename") && to && strcmp(path, to)) {
+		struct hnode *a = hashes_take(s, path), *b = hashes_take(s, to);
+		if (!exchange) {
+			hashes_free(b);
+			b = NULL;
 		}
+		hashes_put_moved(s, a, path, to);
+		hashes_put_moved(s, b, to, path);
+	} else if (!strcmp(t, "link") && to) {
+		struct hnode *from = hash_of(s, path, false);
+		char held[33] = "";
+		if (from)
+			memcpy(held, from->xxh3, sizeof(held));
+		hashes_free(hashes_take(s, to));
+		if (from)
+			memcpy(hash_of(s, to, true)->xxh3, held, sizeof(held));
 	}
 	return same;
+}
+
+static void void_key(char *out, size_t len, const char *mount, uint64_t seq, uint64_t try)
+{
+	snprintf(out, len, "%s %llu %llu", mount, (unsigned long long)seq, (unsigned long long)try);
+}
+
+/* Did this record's operation never happen (a "void" names it, or a cut lies before it)? */
+static bool rec_voided(const struct rscan *s, const char *mount, uint64_t seq, uint64_t try)
+{
+	char key[80];
+
+	for (size_t i = 0; i < s->ncuts; i++)
+		if (seq > s->cuts[i].seq && !strcmp(s->cuts[i].mount, mount))
+			return true;
+	void_key(key, sizeof(key), mount, seq, try);
+	return strset_has(&s->voids, key);
 }
 
 void rscan_free(struct rscan *s)
@@ -210,6 +294,10 @@ void rscan_free(struct rscan *s)
 			free(h);
 		}
 	strmap_destroy(&s->hashes);
+	strset_clear(&s->voids);
+	for (size_t i = 0; i < s->ncuts; i++)
+		free(s->cuts[i].mount);
+	free(s->cuts);
 	rscan_reset_ops(s);
 	free(s->ops);
 	free(s->intents);
@@ -280,7 +368,20 @@ int rscan_cb(void *arg, const char *p, size_t len, uint64_t off)
 		json_u64(&o, "bytes", &s->compacted_bytes);
 		goto out;
 	}
-	bool same = hashes_note(s, t, json_str(&o, "path"), json_str(&o, "to"), json_str(&o, "xxh3"));
+	if (!strcmp(t, "void") || !strcmp(t, "recovered")) {	/* of any mount: for the replay */
+		uint64_t seq = 0, try = 0;
+		bool exp = false;
+		json_u64(&o, "seq", &seq);
+		json_u64(&o, "try", &try);
+		if (!strcmp(t, "void")) {
+			char key[80];
+			void_key(key, sizeof(key), mid, seq, try);
+			strset_add(&s->voids, key);
+		} else if (!(json_bool(&o, "explicit", &exp) && exp)) {
+			s->cuts = xrealloc(s->cuts, (s->ncuts + 1) * sizeof(*s->cuts));
+			s->cuts[s->ncuts++] = (struct rcut){ xstrdup(mid), seq };
+		}
+	}
 	if (!strcmp(t, "mount")) {
 		rscan_reset_ops(s);
 		snprintf(s->prev, sizeof(s->prev), "%s", mid);
@@ -321,7 +422,6 @@ int rscan_cb(void *arg, const char *p, size_t len, uint64_t off)
 		json_u64(&o, "size", &r.size);
 		r.exchange = json_bool(&o, "exchange", &exch) && exch;
 		r.has_owner = json_u64(&o, "owner", &r.owner) && json_u64(&o, "group", &r.group);
-		r.same_as_before = same;
 		r.format = s->prev_format;
 		rrecs_push(&s->ops, &s->nops, &s->capops, &r);
 	}
@@ -329,6 +429,57 @@ out:
 	json_free(&o);
 	(void)off;
 	return 0;
+}
+
+/* ---- the replay: what each path held ---------------------------------------- */
+
+/* manifest_cb of the replay: every record that happened, in log order. */
+static int replay_cb(void *arg, const char *p, size_t len, uint64_t off)
+{
+	struct rscan *s = arg;
+	struct json_obj o;
+	const char *t, *mid;
+	uint64_t seq = 0, try = 0;
+	bool exch = false;
+
+	(void)off;
+	if (json_parse(p, len, &o, NULL, 0) < 0)
+		return 0;
+	t = json_str(&o, "t");
+	mid = json_str(&o, "m");
+	json_u64(&o, "seq", &seq);
+	json_u64(&o, "try", &try);
+	if (t && mid && !rec_voided(s, mid, seq, try)) {
+		bool same = hashes_note(s, t, json_str(&o, "path"), json_str(&o, "to"),
+					json_str(&o, "xxh3"),
+					json_bool(&o, "exchange", &exch) && exch);
+		struct rrec *r = s->matched < s->nops ? &s->ops[s->matched] : NULL;
+		if (r && !strcmp(mid, s->prev) && r->seq == seq && r->try == try && !strcmp(r->t, t)) {
+			r->same_as_before = same;
+			s->matched++;
+		}
+	}
+	json_free(&o);
+	return 0;
+}
+
+/*
+ * Replay the log into what each path held before each of the previous
+ * mount's operations (their same_as_before).  The operations not yet
+ * settled count as happened here: testing one for evidence assumes the
+ * ones before it were applied, as a prefix is.
+ */
+static int replay_digests(struct manifest *m, struct rscan *s)
+{
+	struct manifest_scan scan;
+	int r = manifest_scan_fd(m->fd, replay_cb, s, &scan);
+
+	if (r == 0 && s->matched != s->nops) {
+		ckpt_log(LOG_ERR, "recovery: met %zu of the %zu operations of mount %s again in "
+			 "%s/manifest.log", s->matched, s->nops, s->prev, m->where);
+		r = -EIO;
+	}
+	return r;
 }
 
 /* ---- evidence ------------------------------------------------------------- */
@@ -466,10 +617,16 @@ int manifest_recover(struct manifest *m, int root_fd, struct rscan *s, struct re
 {
 	struct strbuf b = { 0 };
 	size_t k;
+	int r;
 
 	rep->unclean = true;
 	snprintf(rep->prev_mount_id, sizeof(rep->prev_mount_id), "%s", s->prev);
 	rep->prev_seq_applied = s->prev_durable;
+	if ((r = replay_digests(m, s)) < 0) {
+		fprintf(stderr, "ckptfs: cannot read %s/manifest.log again to recover mount %s: %s\n",
+			m->where, s->prev, strerror(-r));
+		return r;
+	}
 	/* Applied operations form a prefix of the log (P7): it ends at the last with evidence. */
 	for (k = s->nops; k > 0 && !rec_applied(root_fd, &s->ops[k - 1]); k--)
 		;
@@ -484,7 +641,6 @@ int manifest_recover(struct manifest *m, int root_fd, struct rscan *s, struct re
 	 * Void exactly the attempts that did not happen, then say so: readers
 	 * (verify, compaction) take every other record at its word.
 	 */
-	int r = 0;
 	for (size_t i = k; i < s->nops && r == 0; i++) {
 		sb_printf(&b, "{\"t\": \"void\", \"m\": ");
 		sb_json_str(&b, s->prev);

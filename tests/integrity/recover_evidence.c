@@ -1,0 +1,157 @@
+/*
+ * recover_evidence.c — recovery's evidence for a file version whose
+ * contents its path may have held before (backend/recover.c), at the API
+ * level: histories written through the manifest's own API (mlog.c), a
+ * crash by _exit before the clean unmount, then the next mount's recovery
+ * and `ckptfs-ctl verify` judged.
+ *
+ * A version is no evidence of its own record when its path held the same
+ * contents already, so recovery must know what each path held after the
+ * operations that really happened, not after every record:
+ *  - a version recovery voided (never applied) held nothing: the same
+ *    contents written again by the next mount and applied are evidence
+ *    (the crash loop's `ds/zero_to_fp32.py`, rewritten unchanged each step,
+ *    showed UNTRACKED when this went wrong);
+ *  - a version an administrator skipped ("void" in the same mount) likewise;
+ *  - an unlinked path holds nothing: a file written, removed and written
+ *    again with the same contents is evidence;
+ *  - a renamed directory takes its files' contents along: the old name
+ *    written again is evidence.
+ * In each case every operation must be found applied (nothing voided) and
+ * verify must say OK for every file: no UNTRACKED, MISMATCH or MISSING.
+ * A last case keeps the rule itself: a version rewritten unchanged and not
+ * applied after an applied one must not be taken for applied by mistake,
+ * while one with different contents still counts.
+ */
+#include "tests/integrity/mlog.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Run fn(l) in a child that opens the node as mount `id` and crashes (no unmount record). */
+static void crashed_mount(const char *root, const char *id, void (*fn)(struct mlog *))
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct mlog l;
+		ml_open(&l, root, "n1", id);
+		fn(&l);
+		manifest_sync(&l.m);
+		_exit(0);
+	}
+	int st;
+	CHECK_SYS(waitpid(pid, &st, 0));
+	ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* Mount once more (recovering the last crash), check what it found, then verify. */
+static void judge(const char *root, const char *id, uint64_t applied, const char *want)
+{
+	struct mlog l;
+
+	ml_open(&l, root, "n1", id);
+	ASSERT_TRUE(l.rep.unclean);
+	ASSERT_EQ(l.rep.prev_seq_applied, applied);
+	ml_close(&l);
+	char *v = ml_verdicts(root);
+	if (strcmp(v, want))
+		FAILF("verify after recovery at %s:\n%s\nwanted:\n%s", root, v, want);
+	free(v);
+}
+
+/* Voided by the next mount's recovery, then written again and applied. */
+static void voided_first(struct mlog *l)
+{
+	ml_file(l, "a", "A", true);
+	ml_durable(l);
+	ml_file(l, "p", "P", false);		/* recorded, never applied: voided */
+}
+
+static void voided_again(struct mlog *l)
+{
+	ml_file(l, "b", "B", true);
+	ml_durable(l);
+	ml_file(l, "c", "C", true);
+	ml_file(l, "p", "P", true);		/* the same contents, applied this time */
+}
+
+static void skipped(struct mlog *l)
+{
+	ml_file(l, "q", "Q0", true);
+	ml_durable(l);
+	ml_void(l, ml_file(l, "q", "Q1", false));	/* skipped after a permanent failure */
+	ml_file(l, "r", "R", true);
+	ml_file(l, "q", "Q1", true);		/* retried as a new operation, applied */
+}
+
+static void unlinked(struct mlog *l)
+{
+	ml_file(l, "u", "U", true);
+	ml_durable(l);
+	ml_unlink(l, "u", true);
+	ml_file(l, "u", "U", true);
+}
+
+static void dir_renamed(struct mlog *l)
+{
+	ml_file(l, "tmp/x", "X", true);
+	ml_durable(l);
+	ml_rename(l, "tmp", "step1", false, true);
+	ml_file(l, "tmp/x", "X", true);
+}
+
+static void unchanged_not_applied(struct mlog *l)
+{
+	ml_file(l, "s", "S", true);
+	ml_durable(l);
+	ml_file(l, "t", "T", true);
+	ml_unlink(l, "t", false);		/* recorded, not applied */
+	ml_file(l, "s", "S", false);		/* rewritten unchanged: no evidence either way */
+}
+
+static void changed(struct mlog *l)
+{
+	ml_unlink(l, "t", true);
+	ml_file(l, "s", "S2", true);		/* new contents: evidence for itself and the unlink */
+}
+
+/* A history: up to two crashed mounts, then what the next mount must find. */
+static const struct evcase {
+	const char *name;
+	void (*mount1)(struct mlog *), (*mount2)(struct mlog *);
+	uint64_t applied;	/* the last operation recovery finds applied */
+	const char *verdicts;	/* verify's, after it */
+	const char *what;
+} cases[] = {
+	{ "voided", voided_first, voided_again, 3, "OK a\nOK b\nOK c\nOK p\n",
+	  "a version voided by recovery, then applied with the same contents" },
+	{ "skipped", skipped, NULL, 4, "OK q\nOK r\n",
+	  "a skipped version, then the same contents applied" },
+	{ "unlinked", unlinked, NULL, 3, "OK u\n",
+	  "written, unlinked, written again with the same contents" },
+	{ "dir-renamed", dir_renamed, NULL, 3, "OK step1/x\nOK tmp/x\n",
+	  "a directory renamed, its old name written again with the same contents" },
+	{ "unchanged", unchanged_not_applied, NULL, 2, "OK s\nOK t\n",
+	  "an unchanged rewrite not applied is no evidence" },
+};
+
+int main(void)
+{
+	char root[PATH_MAX], name[64];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct evcase *c = &cases[i];
+		snprintf(name, sizeof(name), "recover-%s", c->name);
+		ml_scratch(root, sizeof(root), name);
+		crashed_mount(root, "aaaaaaaaaaa1", c->mount1);
+		if (c->mount2)		/* it recovers the first */
+			crashed_mount(root, "aaaaaaaaaaa2", c->mount2);
+		judge(root, c->mount2 ? "aaaaaaaaaaa3" : "aaaaaaaaaaa2", c->applied, c->verdicts);
+		if (!strcmp(c->name, "unchanged")) {	/* then a changed one after it is */
+			crashed_mount(root, "aaaaaaaaaaa3", changed);
+			judge(root, "aaaaaaaaaaa4", 2, "OK s\n");
+		}
+		printf("ok: %s\n", c->what);
+	}
+	return 0;
+}
