@@ -174,8 +174,8 @@ static bool evict_one_locked(struct cache *c)
 /* How long a waiting allocator sleeps before it re-checks evictable chunks and wait_check. */
 #define WAIT_SLICE_NS (50ull * 1000000)
 
-int cache_chunk_alloc(struct cache *c, struct cfile *owner, bool small, bool wait,
-		      struct chunk **out)
+static int chunk_alloc(struct cache *c, struct cfile *owner, bool small, bool wait,
+		       bool (*wanted)(void *), void *arg, struct chunk **out)
 {
 	struct chunk *ch;
 	uint64_t t0 = 0;
@@ -201,6 +201,8 @@ int cache_chunk_alloc(struct cache *c, struct cfile *owner, bool small, bool wai
 			c->spill_wanted(c->spill_arg);
 		if (c->wait_check)
 			r = c->wait_check(c->wait_arg, now_ns() - t0);
+		if (r == 0 && wanted && !wanted(arg))
+			r = -EAGAIN;	/* another write of the owner made it needless */
 		pthread_mutex_lock(&c->lock);
 		/* Wake now and then to re-check evictable chunks and wait_check. */
 		if (r == 0 && !c->nfree && c->wakes == wakes)
@@ -226,6 +228,18 @@ int cache_chunk_alloc(struct cache *c, struct cfile *owner, bool small, bool wai
 		cache_prefault_chunk(c, ch->id);	/* the pages it is about to use, if not yet */
 	*out = ch;
 	return r;
+}
+
+int cache_chunk_alloc(struct cache *c, struct cfile *owner, bool small, bool wait,
+		      struct chunk **out)
+{
+	return chunk_alloc(c, owner, small, wait, NULL, NULL, out);
+}
+
+int cache_chunk_alloc_wanted(struct cache *c, struct cfile *owner, bool small,
+			     bool (*wanted)(void *), void *arg, struct chunk **out)
+{
+	return chunk_alloc(c, owner, small, true, wanted, arg, out);
 }
 
 void cache_wake_waiters(struct cache *c)

@@ -177,6 +177,13 @@ static inline char *cache_chunk_mem(const struct cache *c, const struct chunk *c
  */
 int cache_chunk_alloc(struct cache *c, struct cfile *owner, bool small, bool wait,
 		      struct chunk **out);
+/*
+ * cache_chunk_alloc with wait, that also gives up (-EAGAIN, nothing
+ * allocated) once wanted(arg) says the chunk is no longer needed: checked
+ * without the cache's lock held, before each sleep of the wait.
+ */
+int cache_chunk_alloc_wanted(struct cache *c, struct cfile *owner, bool small,
+			     bool (*wanted)(void *), void *arg, struct chunk **out);
 /* Make every waiting allocator re-ask wait_check now (any thread, no locks held). */
 void cache_wake_waiters(struct cache *c);
 /* Return an owned chunk to the free stack (owner lock held or chunk private). */

@@ -661,19 +661,51 @@ static void spares_add(struct spares *sp, struct chunk *ch)
 	sp->v[sp->n++] = ch;
 }
 
-/* Allocate until sp holds what need asks for: 0, or the allocator's -errno. */
-static int spares_fill(struct cache *c, struct cfile *cf, struct spares *sp, const uint32_t need[3])
+/* A write gathering chunks for [off, end) of cf into sp, as spares_wanted sees it. */
+struct gather {
+	struct cfile *cf;
+	const struct spares *sp;
+	uint64_t off, end;
+	bool slot;		/* waiting for the slot, not a full chunk */
+};
+
+/*
+ * Is the chunk a waiting write asks for still needed?  Another request of
+ * the same file may have put one where this write goes meanwhile (the
+ * kernel sends the pieces of one unaligned direct write at once): then the
+ * wait is for nothing, and over a hung backend it would fail the write.
+ */
+static bool spares_wanted(void *arg)
 {
+	const struct gather *g = arg;
+	uint32_t need[3];
+
+	pthread_mutex_lock(&g->cf->lock);
+	chunks_needed(g->cf, g->off, g->end, need);
+	pthread_mutex_unlock(&g->cf->lock);
+	return g->slot ? need[NEED_SLOT] && !g->sp->slot : need[NEED_FULL] > g->sp->n;
+}
+
+/*
+ * Allocate until sp holds what need asks for: 0; -EAGAIN when a wait gave
+ * up because the chunk is no longer needed (the caller counts again); or
+ * the allocator's -errno.
+ */
+static int spares_fill(struct cfile *cf, struct spares *sp, const uint32_t need[3], uint64_t off,
+		       uint64_t end)
+{
+	struct gather g = { .cf = cf, .sp = sp, .off = off, .end = end };
 	struct chunk *ch;
 	int r;
 
 	while (sp->n < need[NEED_FULL]) {
-		if ((r = cache_chunk_alloc(c, cf, false, true, &ch)) < 0)
+		if ((r = cache_chunk_alloc_wanted(cf->cache, cf, false, spares_wanted, &g, &ch)) < 0)
 			return r;
 		spares_add(sp, ch);
 	}
+	g.slot = true;
 	if (need[NEED_SLOT] && !sp->slot)
-		return cache_chunk_alloc(c, cf, true, true, &sp->slot);
+		return cache_chunk_alloc_wanted(cf->cache, cf, true, spares_wanted, &g, &sp->slot);
 	return 0;
 }
 
@@ -701,9 +733,11 @@ int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, 
 		if (need[NEED_FULL] <= sp.n && (!need[NEED_SLOT] || sp.slot))
 			break;
 		pthread_mutex_unlock(&cf->lock);
-		r = spares_fill(cf->cache, cf, &sp, need);
+		r = spares_fill(cf, &sp, need, off, end);
 		pthread_mutex_lock(&cf->lock);
-		if (r < 0)
+		if (r == -EAGAIN)
+			r = 0;	/* needless now: count again */
+		else if (r < 0)
 			break;	/* nothing changed yet: the spares go back below */
 	}
 
