@@ -22,7 +22,8 @@
  *     operations that happened left there: a second pass over the log
  *     replays every record no "void" or older "recovered" cut voids —
  *     versions, unlinks and rmdirs, renames (with what lies below a renamed
- *     directory), links — as `ckptfs-ctl verify` does.  An earlier
+ *     directory), links (the new name takes what the old one held; unlike
+ *     verify, a later version of one name does not follow to the others).  An earlier
  *     operation's effect may have been overwritten by a later one, so
  *     absence of evidence alone proves nothing.  Each one after the prefix
  *     gets a "void" record (its seq and attempt), so readers skip exactly
