@@ -205,6 +205,7 @@ struct backend_stats {
 	atomic_uint_least64_t io_written;	/* the same, counted as each pwrite returns */
 	atomic_uint_least64_t copied_bytes;	/* ... copied there from published files (base_copy) */
 	atomic_uint_least64_t hashed_bytes;	/* bytes the flushers hashed for digests */
+	atomic_uint_least64_t extent_walks;	/* ranges of backend files whose data extents were looked up (SEEK_DATA) */
 	atomic_uint_least64_t versions_published;
 	atomic_uint_least64_t ops_applied;
 	atomic_uint_least64_t passes;		/* the publisher's walks of the queue */

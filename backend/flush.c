@@ -20,10 +20,14 @@
  * gets it punched (FALLOC_FL_PUNCH_HOLE; where punching is unsupported,
  * zeros are written over the stage's own data extents only).  A range that
  * comes from a published file (CSEG_FD) is copied extent by extent: only
- * the source's data extents (SEEK_DATA/SEEK_HOLE) are read, hashed and
- * copied — with copy_file_range where it works (a reflink on XFS/btrfs, a
- * server-side copy on NFS 4.2), else pread/pwrite — and its holes stay
- * holes.  Rescue (flush_copy_version) copies the same way.
+ * the source's data extents are read, hashed and copied — with
+ * copy_file_range where it works (a reflink on XFS/btrfs, a server-side
+ * copy on NFS 4.2), else pread/pwrite; bytes read to be hashed are written
+ * from the buffer where the backend would only copy them again — and its
+ * holes stay holes.  The extents are the ranges a flusher wrote into that
+ * file when it made it (struct runrec, kept with its leaves: no system
+ * call per extent), else what SEEK_DATA/SEEK_HOLE report.  Rescue
+ * (flush_copy_version) copies the same way.
  *
  * A version whose target directory is not on the backend yet (its mkdir is
  * still queued) waits in the queue; the publisher wakes the flushers after
@@ -157,6 +161,53 @@ const char *flush_temp_name(struct cfd *out, struct bnode **dir)
 
 enum { FJ_WRITING, FJ_SYNCING, FJ_DONE };
 
+/*
+ * The ranges written to a new temporary file, in file order: once it is
+ * published, where it holds data (cleaves.data), so the next version of a
+ * big sparse file copies them without a SEEK_DATA/SEEK_HOLE walk.  Where
+ * the backend shares copied blocks (base_copy), widened to whole pages: the
+ * rest of a page reads as zeros, so copying it is right, and a copy of
+ * whole blocks can be a reflink; elsewhere that would only write zeros
+ * where a hole was.  Given up (lost) for a write out of order or past
+ * RUNS_MAX ranges.
+ */
+#define RUNS_MAX 65536u
+#define RUNS_PAGE 4096u
+
+struct runrec {
+	struct cext *v;
+	uint32_t n, cap;
+	uint32_t align;		/* RUNS_PAGE or 1 */
+	bool lost;
+};
+
+static void runrec_add(struct runrec *r, uint64_t off, uint64_t len)
+{
+	if (!r || r->lost || !len)
+		return;
+	const uint64_t a = r->align ? r->align : 1;
+	len = (off + len + a - 1) / a * a;
+	off = off / a * a;
+	len -= off;
+	if (r->n && off < r->v[r->n - 1].lo) {
+		r->lost = true;
+		return;
+	}
+	if (r->n && off <= r->v[r->n - 1].hi) {
+		r->v[r->n - 1].hi = CKPT_MAX(r->v[r->n - 1].hi, off + len);
+		return;
+	}
+	if (r->n == RUNS_MAX) {
+		r->lost = true;
+		return;
+	}
+	if (r->n == r->cap) {
+		r->cap = r->cap ? 2 * r->cap : 16;
+		r->v = xrealloc(r->v, r->cap * sizeof(*r->v));
+	}
+	r->v[r->n++] = (struct cext){ off, off + len };
+}
+
 struct fjob {
 	struct op *op;
 	struct cver *v;
@@ -174,6 +225,7 @@ struct fjob {
 	const char *step;	/* what failed, for the log */
 	int phase;
 	struct digest_range *known;	/* blocks the digest takes from the base's leaves */
+	struct runrec runs;	/* what was written to a fresh out */
 };
 
 /* Record the first failure of a job and where it happened. */
@@ -292,6 +344,10 @@ struct xcopy {
 	const struct bsys *sys;	/* &bsys, or &bsys_direct (rescue) */
 	bool skip_zeros;	/* dst is fresh: pages of zeros are not written */
 	bool *no_cfr;
+	bool written_read;	/* bytes read and hashed are written from the buffer, not copied again */
+	const struct cleaves *lv;	/* where src holds data (lv->data), or NULL: ask src */
+	struct runrec *runs;	/* records the ranges written to dst (a fresh file), or NULL */
+	uint64_t walks;		/* ranges whose extents were asked of the file system */
 	uint64_t written;	/* bytes that reached dst */
 	uint64_t copied;	/* ... of them, by copy_file_range of whole extents (cfr_extent) */
 	uint64_t end;		/* dst offset after the last byte written (0: none) */
@@ -329,7 +385,7 @@ static int xcopy_out(struct xcopy *x, size_t a, size_t b)
 {
 	const uint64_t src = x->pos + a;
 	const size_t n = b - a;
-	int64_t c = cfr_range(x, src, n);
+	int64_t c = x->written_read ? 0 : cfr_range(x, src, n);
 
 	if (c < 0)
 		return (int)c;
@@ -342,6 +398,7 @@ static int xcopy_out(struct xcopy *x, size_t a, size_t b)
 	}
 	x->written += n;
 	x->end = src + n + x->shift;
+	runrec_add(x->runs, src + x->shift, n);
 	return 0;
 }
 
@@ -398,6 +455,36 @@ static int xcopy_extent(void *arg, uint64_t start, uint64_t len)
 }
 
 /*
+ * The data extents of [off, off + len) of x->src: the ranges ckptfs wrote
+ * there when it knows them (x->lv), else as the file system reports them.
+ */
+static int data_extents(struct xcopy *x, uint64_t off, uint64_t len, digest_extent_fn cb)
+{
+	const struct cleaves *lv = x->lv;
+	const uint64_t end = off + len;
+	uint32_t lo = 0, hi;
+
+	if (!lv) {
+		x->walks++;
+		return digest_data_extents(x->src, off, len, cb, x);
+	}
+	for (hi = lv->ndata; lo < hi;) {	/* the first range that ends after off */
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (lv->data[mid].hi <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (uint32_t i = lo; i < lv->ndata && lv->data[i].lo < end; i++) {
+		uint64_t a = CKPT_MAX(lv->data[i].lo, off), b = CKPT_MIN(lv->data[i].hi, end);
+		int r = cb(x, a, b - a);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+/*
  * [soff, soff + len) of src into the digest, copying its data extents to
  * dst at doff (dst -1: hash only).  Holes and bytes past the source's end
  * are zeros to the digest and are not written.  0 or -errno.
@@ -408,7 +495,7 @@ static int xcopy_range(struct xcopy *x, uint64_t soff, uint64_t doff, uint64_t l
 
 	x->pos = soff;
 	x->shift = doff - soff;
-	r = digest_data_extents(x->src, soff, len, xcopy_extent, x);
+	r = data_extents(x, soff, len, xcopy_extent);
 	if (r < 0)
 		return r;
 	if (soff + len > x->pos)
@@ -427,6 +514,7 @@ static int cfr_extent(void *arg, uint64_t start, uint64_t len)
 	if (c) {
 		x->copied += (uint64_t)c;
 		x->end = start + (uint64_t)c + x->shift;
+		runrec_add(x->runs, start + x->shift, (uint64_t)c);
 	}
 	if ((uint64_t)c < len && !*x->no_cfr)
 		return 0;	/* the source ended meanwhile */
@@ -463,7 +551,7 @@ static bool flush_fd_seg_leaves(struct flusher *fl, struct fjob *j, const struct
 	const uint64_t B = DIGEST_BLOCK, o = s->off, e = s->off + s->len;
 	uint64_t b0 = (o + B - 1) / B, b1 = e / B;
 	struct xcopy x = { .dg = &j->dg, .src = s->f->fd, .dst = -1, .buf = fl->bounce,
-			   .sys = &bsys, .no_cfr = &fl->no_cfr };
+			   .sys = &bsys, .no_cfr = &fl->no_cfr, .lv = s->data_known ? s->lv : NULL };
 	int r;
 
 	if (!s->lv || s->foff != s->off || s->f == j->out || b1 > s->lv->blocks)
@@ -478,10 +566,12 @@ static bool flush_fd_seg_leaves(struct flusher *fl, struct fjob *j, const struct
 	if (r == 0) {
 		x.dst = j->out->fd;
 		x.shift = 0;
-		r = digest_data_extents(s->f->fd, o, s->len, cfr_extent, &x);
+		x.runs = j->fresh ? &j->runs : NULL;
+		r = data_extents(&x, o, s->len, cfr_extent);
 	}
 	atomic_fetch_add(&fl->be->st.written_bytes, x.written);
 	atomic_fetch_add(&fl->be->st.copied_bytes, x.copied);
+	atomic_fetch_add(&fl->be->st.extent_walks, x.walks);
 	j->end = CKPT_MAX(j->end, x.end);
 	*err = r;
 	return true;
@@ -500,11 +590,14 @@ static int flush_fd_seg(struct flusher *fl, struct fjob *j, const struct cseg *s
 		return err;
 	struct xcopy x = { .dg = &j->dg, .src = s->f->fd, .dst = own ? -1 : j->out->fd,
 			   .buf = fl->bounce, .sys = &bsys, .skip_zeros = j->fresh,
-			   .no_cfr = &fl->no_cfr };
+			   .no_cfr = &fl->no_cfr, .lv = s->data_known && !own ? s->lv : NULL,
+			   .written_read = !fl->be->base_copy,
+			   .runs = j->fresh && !own ? &j->runs : NULL };
 	int r = xcopy_range(&x, s->foff, s->off, s->len);
 
 	atomic_fetch_add(&fl->be->st.written_bytes, x.written);
 	atomic_fetch_add(&fl->be->st.copied_bytes, x.copied);
+	atomic_fetch_add(&fl->be->st.extent_walks, x.walks);
 	j->end = CKPT_MAX(j->end, x.end);
 	return r;
 }
@@ -586,6 +679,8 @@ static void submit_write(struct flusher *fl, struct fjob *j, int fd, const char 
 	*w = (struct wreq){ .j = j, .fd = fd, .buf = buf, .len = len, .off = off };
 	j->inflight++;
 	j->end = CKPT_MAX(j->end, off + len);
+	if (j->fresh)
+		runrec_add(&j->runs, off, len);
 	bio_prep_write(fl->bio, fd, buf, len, off, w);
 }
 
@@ -864,6 +959,7 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 			fjob_fail(j, temp_create(be, j->op->dir, 't', &j->out),
 				  "creating the temporary file");
 			j->fresh = true;
+			j->runs.align = be->base_copy ? RUNS_PAGE : 1;
 		}
 		fjob_known(j);
 		if (j->taken)
@@ -899,12 +995,20 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 			j->op->out_ino = bsys.fstatat(j->out->fd, "", &st) == 0 ? st.st_ino : 0;
 			cleaves_put(j->op->leaves);
 			j->op->leaves = digest_take_leaves(&j->dg);
+			if (j->op->leaves && j->fresh && !j->runs.lost) {
+				j->op->leaves->data_known = true;
+				j->op->leaves->data = j->runs.v;
+				j->op->leaves->ndata = j->runs.n;
+				j->runs.v = NULL;
+			}
 			atomic_fetch_add(&be->st.hashed_bytes, j->dg.hashed);
 			j->op->digest = digest_final(&j->dg);
 		}
 		digest_free(&j->dg);
 		free(j->known);
 		j->known = NULL;
+		free(j->runs.v);
+		j->runs = (struct runrec){ 0 };
 		if (j->err && j->out && j->fresh) {
 			cfd_put(j->out);	/* unlinks the temp file */
 			j->out = NULL;

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -87,6 +88,7 @@ void cleaves_put(struct cleaves *lv)
 {
 	if (lv && atomic_fetch_sub(&lv->refs, 1) == 1) {
 		free(lv->run);
+		free(lv->data);
 		free(lv);
 	}
 }
@@ -305,7 +307,11 @@ void cfile_set_base_fd(struct cfile *cf, int fd)
 {
 	pthread_mutex_lock(&cf->lock);
 	if (cf->base_lazy && cf->nlayers && !cf->layers[cf->nlayers - 1]->f) {
-		cf->layers[cf->nlayers - 1]->f = cfd_new(fd);
+		struct clayer *l = cf->layers[cf->nlayers - 1];
+		struct stat st;
+		/* Reopened by name: the file published here only if the same inode. */
+		l->ours = l->ino && fstat(fd, &st) == 0 && (uint64_t)st.st_ino == l->ino;
+		l->f = cfd_new(fd);
 		fd = -1;
 	}
 	cf->base_lazy = false;
@@ -892,8 +898,10 @@ struct cver *cfile_seal(struct cfile *cf, uint64_t seq)
 			cfd_get(s->f);
 			if (s->f == sf)
 				v->bytes_cached += s->len;
-			else if (base && base->f == s->f)
+			else if (base && base->f == s->f) {
 				s->lv = cleaves_get(base->leaves);
+				s->data_known = base->ours && s->lv && s->lv->data_known;
+			}
 		}
 	}
 	v->absorbed = cf->absorbed;	/* written since the last seal: goes with this version */
@@ -955,6 +963,7 @@ void cfile_published(struct cver *v, struct cfd *out, struct cleaves *leaves, ui
 		/* Nobody has it open: keep no descriptor (it is reopened when needed). */
 		struct clayer *base = layer_new(cf->opens ? cfd_get(out) : NULL, v->seq);
 		base->base = true;
+		base->ours = base->f != NULL;	/* else judged when reopened */
 		base->leaves = leaves;
 		base->ino = ino;
 		leaves = NULL;

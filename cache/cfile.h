@@ -84,6 +84,17 @@ struct cleaves {
 	uint64_t blocks;
 	uint32_t n, cap;
 	struct cleaf_run *run;
+	/*
+	 * Where that file holds data, when ckptfs knows it exactly because it
+	 * wrote the file whole into a new temporary file: sorted, disjoint
+	 * [lo, hi) ranges, everything else a hole (data_known).  A later
+	 * version copies and hashes these ranges of it instead of asking the
+	 * file system where its data are (SEEK_DATA/SEEK_HOLE, a call per
+	 * extent and per range).
+	 */
+	bool data_known;
+	uint32_t ndata;
+	struct cext *data;
 };
 struct cleaves *cleaves_new(void);
 struct cleaves *cleaves_get(struct cleaves *lv);	/* NULL stays NULL */
@@ -97,6 +108,7 @@ struct clayer {
 	bool base;		/* the published file (reopened by name when f is NULL) */
 	struct cleaves *leaves;	/* base: its block digests, or NULL */
 	uint64_t ino;		/* base published here: its backend inode (0: unknown) */
+	bool ours;		/* base: f is the file published here (not another at its name) */
 };
 
 enum cseg_kind { CSEG_MEM, CSEG_FD, CSEG_ZERO };
@@ -115,6 +127,7 @@ struct cseg {
 	 * base's leaves (a reference), or NULL.
 	 */
 	struct cleaves *lv;
+	bool data_known;	/* CSEG_FD: f's data are where lv->data says (cleaves) */
 };
 
 struct cver;

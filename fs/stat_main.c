@@ -76,6 +76,9 @@ static const struct metric {
 	{ "backend_hashed_bytes", "counter",
 	  "Bytes hashed for version digests (blocks a version did not change take the published "
 	  "file's leaves, unhashed)" },
+	{ "backend_extent_walks", "counter",
+	  "Ranges of published files whose data extents were looked up with SEEK_DATA/SEEK_HOLE "
+	  "(not needed where ckptfs wrote the file whole itself)" },
 	{ "fuse_adopted_bytes", "counter",
 	  "Written bytes the files took in the cache chunk the request was read into (no copy)" },
 	{ "read_bytes", "counter", "Bytes read through the mount" },

@@ -29,6 +29,14 @@
  *      history holds with the copies made as reflinks.
  *   5. Whatever base_copy says, a new version hashes only the blocks it
  *      changed (known_blocks below).
+ *   6. A version built on a file this mount wrote into a new temporary
+ *      file copies that file's data from where it was written (kept with
+ *      its leaves), without asking the file system where its extents are:
+ *      backend_extent_walks stays put across step 5's later versions.  After a remount (the published file
+ *      is an earlier mount's) and for a file swapped in at the name on the
+ *      backend (another inode, the same bytes), it is asked
+ *      (SEEK_DATA/SEEK_HOLE): the counter grows, and the bytes and digest
+ *      are the model's either way.
  */
 #include "tests/core/core_util.h"
 #include "tests/digest_ref.h"
@@ -277,6 +285,9 @@ static void known_blocks(const char *name, const char *opts, bool evicted)
 	       (unsigned long long)(h >> 10));
 	if (h > KNOWN_MAX)
 		FAILF("%s: a 4 KiB write hashed %llu bytes", name, (unsigned long long)h);
+	/* From here on the published file is one this mount wrote into a new file (the first
+	 * version may have gone out through its stage file, when the cache was short). */
+	uint64_t w0 = cu_stat(&m, "backend_extent_walks");
 	h = write_one(&m, &md, "sparse", KNOWN_SIZE - 100, 100, 91, "a write into the short last block");
 	ASSERT_TRUE(h <= KNOWN_MAX);
 	h = write_one(&m, &md, "sparse", 2 * MiB - 10, 20, 92, "a write across blocks");
@@ -305,6 +316,35 @@ static void known_blocks(const char *name, const char *opts, bool evicted)
 	if (evicted && copied < 20 * sizeof(piece))
 		FAILF("%s: only %llu bytes copied unread from the published file", name,
 		      (unsigned long long)copied);
+	uint64_t w1 = cu_stat(&m, "backend_extent_walks");
+	printf("%s: extent look-ups for versions of a file this mount wrote: %llu\n", name,
+	       (unsigned long long)(w1 - w0));
+	ASSERT_EQ(w1, w0);
+
+	/* Step 6: another inode at the name, the same bytes: its extents are asked for. */
+	char tmp[PATH_MAX + 8];
+	size_t len;
+	char *bytes = read_file(tm_bpath(&m, "sparse"), &len);
+	ASSERT_TRUE(bytes != NULL);
+	snprintf(tmp, sizeof(tmp), "%s.swap", tm_bpath(&m, "sparse"));
+	write_file(tmp, bytes, len);
+	free(bytes);
+	CHECK_SYS(rename(tmp, tm_bpath(&m, "sparse")));
+	write_one(&m, &md, "sparse", 12 * MiB, 4096, 96, "over a file swapped in");
+	uint64_t w2 = cu_stat(&m, "backend_extent_walks");
+	printf("%s: extent look-ups for a version over another inode: %llu\n", name,
+	       (unsigned long long)(w2 - w1));
+	ASSERT_TRUE(w2 > w1);
+	tm_stop(&m);
+
+	/* After a remount the published file is an earlier mount's: asked, then known again. */
+	tm_mount(&m, opts, NULL);
+	w0 = cu_stat(&m, "backend_extent_walks");
+	write_one(&m, &md, "sparse", 33 * MiB + 7, 4096, 97, "after a remount");
+	w1 = cu_stat(&m, "backend_extent_walks");
+	ASSERT_TRUE(w1 > w0);
+	write_one(&m, &md, "sparse", 34 * MiB, 4096, 98, "after a remount, again");
+	ASSERT_EQ(cu_stat(&m, "backend_extent_walks"), w1);
 	tm_stop(&m);
 
 	verify_one(&m, name);
