@@ -16,8 +16,11 @@
  * Two operations conflict when they share an object, when one's object is
  * the other's parent (a mkdir and the files made in that directory; an
  * rmdir and the unlinks that emptied it; a chmod of a directory and what is
- * created in it), or when they share a name.  Two operations that only add
- * names to the same directory commute.  An operation may be applied when
+ * created in it), or when they share a name; and a rename of a directory
+ * waits for every earlier operation inside that directory at any depth
+ * (order_moved_below: another user's shard two levels down must reach the
+ * backend before the directory's publishing rename).  Two operations that
+ * only add names to the same directory commute.  An operation may be applied when
  * every earlier operation of its actor has been, and every earlier
  * operation it conflicts with has been, whoever made it: the set applied is
  * then closed under these dependencies, and the backend equals the mount's
@@ -206,6 +209,7 @@ void order_free(struct order_state *st)
 	fpset_free(&st->keys);
 	fpset_free(&st->batch);
 	free(st->actors);
+	free(st->pend);
 	free(st);
 }
 
@@ -236,6 +240,7 @@ static void order_reset(struct order_state *st)
 	st->all.blocker = NULL;
 	st->nblocked = 0;
 	st->first_blocked_op = NULL;
+	st->npend = 0;
 }
 
 /* op stays behind (blocker: what holds it, or NULL): record it in the picture. */
@@ -269,6 +274,11 @@ static void note_unapplied(struct order_state *st, struct actor_state *a, struct
 {
 	op->blocker = blocker;
 	fpset_add_op(&st->keys, op, blocker);
+	if (st->npend == st->pcap) {
+		st->pcap = st->pcap ? 2 * st->pcap : 64;
+		st->pend = xrealloc(st->pend, st->pcap * sizeof(*st->pend));
+	}
+	st->pend[st->npend++] = op;
 	struct actor_state *both[2] = { a, &st->all };
 	for (unsigned i = 0; i < 2; i++) {
 		if (both[i]->min_unapplied == UINT64_MAX)
@@ -277,6 +287,49 @@ static void note_unapplied(struct order_state *st, struct actor_state *a, struct
 			both[i]->min_undurable = op->seq;
 	}
 	note_blocker(st, a, op, blocker);
+}
+
+/* ---- directories moved over pending work ---------------------------------- */
+
+/* Is b d or inside it, where the backend has them now?  (bt_lock held) */
+static bool node_within(const struct bnode *b, const struct bnode *d)
+{
+	for (unsigned depth = 0; b && depth < 4096; depth++) {
+		if (b == d)
+			return true;
+		if (b->is_root || !b->nlinks)
+			return false;
+		b = b->links[0].dir;
+	}
+	return false;
+}
+
+struct op *order_moved_below(struct backend *be, const struct op *op, struct op *const *ops,
+			     unsigned n)
+{
+	const struct bnode *moved[2];
+	unsigned nm = 0;
+	struct op *hit = NULL;
+
+	if (op->kind != OP_RENAME)
+		return NULL;
+	if (op->node && op->node->is_dir)
+		moved[nm++] = op->node;
+	if (op->victim && op->victim->is_dir)
+		moved[nm++] = op->victim;	/* exchanged (an empty one replaced: nothing inside) */
+	if (!nm || !n)
+		return NULL;
+	pthread_rwlock_rdlock(&be->bt_lock);
+	for (unsigned i = 0; i < n && !hit; i++) {
+		const struct op *p = ops[i];
+		const struct bnode *where[4] = { p->dir, p->dir2, p->node, p->victim };
+		for (unsigned k = 0; k < 4 && !hit; k++)
+			for (unsigned d = 0; d < nm && !hit; d++)
+				if (where[k] && node_within(where[k], moved[d]))
+					hit = ops[i];
+	}
+	pthread_rwlock_unlock(&be->bt_lock);
+	return hit;
 }
 
 /* ---- blocking and retrying ------------------------------------------------ */
@@ -377,6 +430,14 @@ unsigned order_pass(struct backend *be, struct op **batch, unsigned max, uint64_
 			op_retry(be, op);
 		bool behind = a->min_unapplied != UINT64_MAX;
 		behind |= fpset_conflicts(&st->keys, op, &blocker);
+		if (!behind && op->kind == OP_RENAME) {
+			struct op *below = order_moved_below(be, op, st->pend, st->npend);
+			if (below) {
+				behind = true;
+				if (!blocker)
+					blocker = below->state == OPS_BLOCKED ? below : below->blocker;
+			}
+		}
 		newly_first |= !behind && !op->flush_first && op->state == OPS_QUEUED;
 		op->flush_first = !behind;
 

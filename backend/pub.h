@@ -49,6 +49,8 @@ struct order_state {
 	unsigned nblocked;		/* operations in state BLOCKED */
 	uint64_t blocks;		/* failures so far (op_block calls): the publisher logs new ones */
 	struct op *first_blocked_op;	/* the BLOCKED one with the lowest seq */
+	struct op **pend;		/* the pass's unapplied operations so far, in order */
+	unsigned npend, pcap;
 };
 
 struct order_state *order_new(void);
@@ -64,6 +66,14 @@ struct actor_state *order_actor(struct order_state *st, uid_t uid, bool create);
  */
 unsigned order_pass(struct backend *be, struct op **batch, unsigned max, uint64_t now,
 		    uint64_t *wake_ns);
+/*
+ * The first of ops[0..n) (operations not applied) that touches something
+ * inside a directory op moves (a rename of a directory, at any depth
+ * below it), or NULL: op must wait for it whoever made either (takes
+ * bt_lock).
+ */
+struct op *order_moved_below(struct backend *be, const struct op *op, struct op *const *ops,
+			     unsigned n);
 /* A newly submitted op joins the last pass's picture (be->lock held). */
 struct op *order_note_submit(struct backend *be, struct op *op);
 

@@ -530,6 +530,7 @@ static unsigned batch_apply(struct backend *be, struct op **batch, unsigned n, s
 {
 	struct fpset bad = { 0 };
 	uid_t bad_actors[PUB_BATCH];
+	struct op *bad_ops[PUB_BATCH];
 	unsigned applied = 0, nbad = 0, nrec = 0;
 	int r = 0;
 
@@ -565,6 +566,8 @@ static unsigned batch_apply(struct backend *be, struct op **batch, unsigned n, s
 		bool after_failure = fpset_conflicts(&bad, op, &unused);
 		for (unsigned k = 0; k < nbad && !after_failure; k++)
 			after_failure = bad_actors[k] == op->actor;
+		if (!after_failure && nbad)	/* a directory moved over one that stayed behind */
+			after_failure = order_moved_below(be, op, bad_ops, nbad) != NULL;
 		if (!after_failure && t->n && !touched_covers(t, op) && sync_touched(be, t) < 0) {
 			for (unsigned k = i; k < nrec; k++)	/* the caller retries the sync */
 				void_attempt(be, batch[k], 0);
@@ -582,6 +585,7 @@ static unsigned batch_apply(struct backend *be, struct op **batch, unsigned n, s
 			void_attempt(be, op, 0);	/* deferred behind a failure */
 		}
 		fpset_add_op(&bad, op, NULL);	/* it stays behind: so do its dependants */
+		bad_ops[nbad] = op;
 		bad_actors[nbad++] = op->actor;
 	}
 	fpset_free(&bad);

@@ -17,6 +17,11 @@
  * Then drains do not occupy FUSE workers: with two workers and a slow
  * backend, B starts more drains than the per-user cap (8): the extra one is
  * refused with EBUSY, and a stat meanwhile answers at once.
+ * And a directory renamed by one user waits for another user's work at any
+ * depth inside it: A's shard in pub/D/x is refused (EACCES) when B renames
+ * pub/D to pub/E (B's publishing rename of a job directory); the backend
+ * never shows pub/E without the shard (B's drain fails meanwhile), and once
+ * the cause is fixed it holds pub/E/x/shard and no pub/D.
  */
 #include "tests/ctl/ctl_util.h"
 
@@ -214,6 +219,73 @@ static void check_isolation(void)
 	fprintf(stderr, "isolation              ok\n");
 }
 
+/* ---- a directory moved over another user's pending work ---- */
+
+static int b_make_dir(void *arg)
+{
+	struct tmount *m = arg;
+	if (mkdir(tm_path(m, "pub/D"), 0777) < 0 || chmod(tm_path(m, "pub/D"), 0777) < 0)
+		return errno;
+	return 0;
+}
+
+static int a_write_shard(void *arg)
+{
+	struct tmount *m = arg;
+	if (mkdir(tm_path(m, "pub/D/x"), 0755) < 0)
+		return errno;
+	return put(tm_path(m, "pub/D/x/shard"), "A's shard");	/* its close may already know */
+}
+
+static int b_rename_dir(void *arg)
+{
+	struct tmount *m = arg;
+	char to[PATH_MAX];
+	snprintf(to, sizeof(to), "%s", tm_path(m, "pub/E"));
+	return rename(tm_path(m, "pub/D"), to) < 0 ? errno : 0;
+}
+
+static void check_moved_dir(void)
+{
+	struct tmount m;
+	char flag[PATH_MAX], env[PATH_MAX * 2];
+	struct ct_result r;
+
+	tm_init(&m, "ctl-moved");
+	CHECK_SYS(chmod(m.root, 0755));
+	snprintf(flag, sizeof(flag), "%s/flag", m.root);
+	ct_touch(flag);
+	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=rename,err=EACCES,name=shard,while=%s", flag);
+	tm_mount(&m, "allow_other", (const char *[]){ env, NULL });
+	CHECK_SYS(chmod(m.mnt, 0755));
+	CHECK_SYS(mkdir(tm_path(&m, "pub"), 0777));
+	CHECK_SYS(chmod(tm_path(&m, "pub"), 0777));
+	ASSERT_EQ(as_user(UB, b_make_dir, &m), 0);
+	ASSERT_EQ(as_user(UA, a_write_shard, &m), 0);
+	ASSERT_EQ(as_user(UB, b_rename_dir, &m), 0);
+	struct drainrun d = { .m = &m };
+	ASSERT_TRUE(as_user(UB, run_drain, &d) != 0);	/* B's rename waits behind A's shard */
+	ASSERT_TRUE(!file_exists(tm_bpath(&m, "pub/E")));
+	ASSERT_TRUE(file_exists(tm_bpath(&m, "pub/D/x")));
+	ASSERT_TRUE(!file_exists(tm_bpath(&m, "pub/D/x/shard")));
+
+	CHECK_SYS(unlink(flag));
+	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "retry", m.mnt, NULL });
+	ct_expect_status(&r, 0, "ckptfs-ctl retry");
+	ct_result_free(&r);
+	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "drain", m.mnt, "--timeout", "20", NULL });
+	ct_expect_status(&r, 0, "root's drain once the shard is let through");
+	ct_result_free(&r);
+	size_t len;
+	char *got = read_file(tm_bpath(&m, "pub/E/x/shard"), &len);
+	ASSERT_TRUE(got && len == 9 && !memcmp(got, "A's shard", 9));
+	free(got);
+	ASSERT_TRUE(!file_exists(tm_bpath(&m, "pub/D")));
+	tm_stop(&m);
+	tm_cleanup(&m);
+	fprintf(stderr, "moved directory        ok\n");
+}
+
 /* ---- drains answer asynchronously, capped per user ---- */
 
 struct drainer {
@@ -289,6 +361,7 @@ int main(void)
 		return TEST_SKIP;
 	}
 	check_isolation();
+	check_moved_dir();
 	check_async_drains();
 	return 0;
 }
