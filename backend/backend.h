@@ -206,6 +206,7 @@ struct backend_stats {
 	atomic_uint_least64_t copied_bytes;	/* ... copied there from published files (base_copy) */
 	atomic_uint_least64_t hashed_bytes;	/* bytes the flushers hashed for digests */
 	atomic_uint_least64_t extent_walks;	/* ranges of backend files whose data extents were looked up (SEEK_DATA) */
+	atomic_uint_least64_t base_changed;	/* versions whose published file changed behind the mount */
 	atomic_uint_least64_t versions_published;
 	atomic_uint_least64_t ops_applied;
 	atomic_uint_least64_t passes;		/* the publisher's walks of the queue */
@@ -545,6 +546,14 @@ void bnode_link_del_locked(struct bnode *b, struct bnode *dir, const char *name)
 void bnode_link_move_locked(struct bnode *b, struct bnode *dir, const char *name,
 			    struct bnode *ndir, const char *nname);
 void bnode_link_primary_locked(struct bnode *b, struct bnode *dir, const char *name);
+
+/*
+ * The directory b is in where the backend has it now (its primary link), or
+ * NULL at the root and for an object with no name there (bt_lock held).  A
+ * walk up stops after BNODE_DEPTH_MAX steps whatever it finds.
+ */
+#define BNODE_DEPTH_MAX 4096
+const struct bnode *bnode_up_locked(const struct bnode *b);
 
 /* Backend-relative path of (dir, name) (name may be NULL): 0 or -ENOENT. */
 int bnode_path(struct backend *be, struct bnode *dir, const char *name, char *buf, size_t len);

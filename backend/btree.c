@@ -392,6 +392,11 @@ void bnode_link_move_locked(struct bnode *b, struct bnode *dir, const char *name
 	b->links[i].name = xstrdup(nname);
 }
 
+const struct bnode *bnode_up_locked(const struct bnode *b)
+{
+	return b->is_root || !b->nlinks ? NULL : b->links[0].dir;
+}
+
 /* Make (dir, name) the primary link, keeping any others. */
 void bnode_link_primary_locked(struct bnode *b, struct bnode *dir, const char *name)
 {

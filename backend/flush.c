@@ -169,7 +169,8 @@ enum { FJ_WRITING, FJ_SYNCING, FJ_DONE };
  * rest of a page reads as zeros, so copying it is right, and a copy of
  * whole blocks can be a reflink; elsewhere that would only write zeros
  * where a hole was.  Given up (lost) for a write out of order or past
- * RUNS_MAX ranges.
+ * RUNS_MAX ranges (CKPTFS_RUNS_MAX=N sets a lower limit, for tests: a file
+ * of 65,537 separate 4 KiB ranges costs 200,000 disk writes a version).
  */
 #define RUNS_MAX 65536u
 #define RUNS_PAGE 4096u
@@ -177,9 +178,20 @@ enum { FJ_WRITING, FJ_SYNCING, FJ_DONE };
 struct runrec {
 	struct cext *v;
 	uint32_t n, cap;
+	uint32_t max;		/* RUNS_MAX or lower */
 	uint32_t align;		/* RUNS_PAGE or 1 */
 	bool lost;
 };
+
+static uint32_t runs_max(void)
+{
+	const char *env = getenv("CKPTFS_RUNS_MAX");
+	uint64_t v;
+
+	if (env && parse_size(env, &v) == 0 && v >= 1 && v < RUNS_MAX)
+		return (uint32_t)v;
+	return RUNS_MAX;
+}
 
 static void runrec_add(struct runrec *r, uint64_t off, uint64_t len)
 {
@@ -197,7 +209,7 @@ static void runrec_add(struct runrec *r, uint64_t off, uint64_t len)
 		r->v[r->n - 1].hi = CKPT_MAX(r->v[r->n - 1].hi, off + len);
 		return;
 	}
-	if (r->n == RUNS_MAX) {
+	if (r->n >= (r->max ? r->max : RUNS_MAX)) {
 		r->lost = true;
 		return;
 	}
@@ -220,6 +232,7 @@ struct fjob {
 	size_t seg_pos;		/* how much of it is submitted (memory segments) */
 	bool seg_hashed;	/* ... and whether it is in the digest yet */
 	uint64_t end;		/* end of the last byte written to a fresh out */
+	bool base_ok;		/* the base's leaves and data ranges may be used (base_unchanged) */
 	uint32_t inflight;
 	int err;
 	const char *step;	/* what failed, for the log */
@@ -252,6 +265,7 @@ struct flusher {
 	char *bounce;
 	const char *zeros;
 	bool no_cfr;		/* copy_file_range failed as unsupported: pread/pwrite */
+	uint32_t runs_max;	/* ranges a fresh file's struct runrec keeps at most */
 };
 
 /*
@@ -554,7 +568,7 @@ static bool flush_fd_seg_leaves(struct flusher *fl, struct fjob *j, const struct
 			   .sys = &bsys, .no_cfr = &fl->no_cfr, .lv = s->data_known ? s->lv : NULL };
 	int r;
 
-	if (!s->lv || s->foff != s->off || s->f == j->out || b1 > s->lv->blocks)
+	if (!j->base_ok || !s->lv || s->foff != s->off || s->f == j->out || b1 > s->lv->blocks)
 		return false;
 	if (b0 >= b1 || (b1 - b0) * B < s->len / 2)
 		return false;	/* mostly partial blocks: reading them is as cheap */
@@ -590,7 +604,7 @@ static int flush_fd_seg(struct flusher *fl, struct fjob *j, const struct cseg *s
 		return err;
 	struct xcopy x = { .dg = &j->dg, .src = s->f->fd, .dst = own ? -1 : j->out->fd,
 			   .buf = fl->bounce, .sys = &bsys, .skip_zeros = j->fresh,
-			   .no_cfr = &fl->no_cfr, .lv = s->data_known && !own ? s->lv : NULL,
+			   .no_cfr = &fl->no_cfr, .lv = s->data_known && !own && j->base_ok ? s->lv : NULL,
 			   .written_read = !fl->be->base_copy,
 			   .runs = j->fresh && !own ? &j->runs : NULL };
 	int r = xcopy_range(&x, s->foff, s->off, s->len);
@@ -897,6 +911,44 @@ static void fjob_complete(struct flusher *fl, const struct bio_cqe *c)
 }
 
 /*
+ * May the version take its base's leaves (the digest of its unchanged
+ * blocks) and data ranges (where to copy) on trust?  Only while the file it
+ * copies from is still the one those leaves were made for, as stamped when
+ * it was published: the same inode, size, mode and times, its ctime above
+ * all, which moves with any change and which no program can set (but for
+ * a file with no name left: replacing it moved its ctime).  A file
+ * rewritten in place on the backend, or another one at the name (even
+ * under a reused inode number), is copied where the file system says it
+ * has data and hashed from what is read: the new version is what the
+ * mount showed, and its digest is of those bytes.  A base never opened
+ * since it was published lends only leaves of clean chunks, which hold the
+ * bytes published (C2): nothing there to check.
+ */
+static bool base_unchanged(struct backend *be, const struct cver *v)
+{
+	const struct cleaves *lv = NULL;
+	struct stat st;
+	struct bstamp now;
+
+	for (uint32_t i = 0; i < v->nseg && !lv; i++)
+		lv = v->segs[i].lv;
+	if (!lv || !v->base_f)
+		return true;
+	if (lv->stamped && bsys.fstatat(v->base_f->fd, "", &st) == 0) {
+		bstamp_of(&st, &now);
+		/* Replaced by a later version (or removed) since, which moves its ctime: it has
+		 * no name left to be rewritten through, and a write by an earlier opener would
+		 * have moved its mtime. */
+		if (st.st_nlink == 0)
+			now.ctime = lv->stamp.ctime;
+		if (bstamp_eq(&now, &lv->stamp))
+			return true;
+	}
+	atomic_fetch_add(&be->st.base_changed, 1);
+	return false;
+}
+
+/*
  * The blocks of a version that hold the same bytes as the published file
  * it replaces: every byte of them comes from a segment with the base's
  * leaves (a clean chunk, or the base itself at the same offsets), and they
@@ -911,7 +963,7 @@ static void fjob_known(struct fjob *j)
 	uint32_t n = 0, cap = 0;
 	uint64_t a = 0, b = 0;	/* the run of such bytes being gathered */
 
-	for (uint32_t k = 0; k <= v->nseg; k++) {
+	for (uint32_t k = 0; j->base_ok && k <= v->nseg; k++) {
 		const struct cseg *s = k < v->nseg ? &v->segs[k] : NULL;
 		bool same = s && s->lv && (!lv || s->lv == lv) &&
 			    (s->kind == CSEG_MEM || (s->kind == CSEG_FD && s->foff == s->off && s->f != j->out));
@@ -949,6 +1001,7 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 	for (unsigned i = 0; i < n; i++) {
 		struct fjob *j = &jobs[i];
 		j->v = j->op->ver;
+		j->base_ok = base_unchanged(be, j->v);
 		digest_init(&j->dg);
 		if (j->v->size >= LEAVES_MIN)
 			digest_record(&j->dg);
@@ -960,6 +1013,7 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 				  "creating the temporary file");
 			j->fresh = true;
 			j->runs.align = be->base_copy ? RUNS_PAGE : 1;
+			j->runs.max = fl->runs_max;
 		}
 		fjob_known(j);
 		if (j->taken)
@@ -1223,6 +1277,7 @@ void flush_threads_start(struct backend *be)
 		p->fl[i].be = be;
 		p->fl[i].bounce = xmalloc(BOUNCE_SIZE);
 		p->fl[i].zeros = p->zeros;
+		p->fl[i].runs_max = runs_max();
 		pthread_create(&be->flushers[i], NULL, flusher_main, &p->fl[i]);
 	}
 	pthread_create(&be->spiller, NULL, spiller_main, be);

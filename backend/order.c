@@ -17,9 +17,11 @@
  * the other's parent (a mkdir and the files made in that directory; an
  * rmdir and the unlinks that emptied it; a chmod of a directory and what is
  * created in it), or when they share a name; and a rename of a directory
- * waits for every earlier operation inside that directory at any depth
- * (order_moved_below: another user's shard two levels down must reach the
- * backend before the directory's publishing rename).  Two operations that
+ * waits for every earlier operation inside that directory at any depth,
+ * through any name of a hard-linked file and through directories the
+ * same pass's batch makes or moves there (order_moved_below: another
+ * user's shard two levels down must reach the backend before the
+ * directory's publishing rename).  Two operations that
  * only add names to the same directory commute.  An operation may be applied when
  * every earlier operation of its actor has been, and every earlier
  * operation it conflicts with has been, whoever made it: the set applied is
@@ -210,6 +212,7 @@ void order_free(struct order_state *st)
 	fpset_free(&st->batch);
 	free(st->actors);
 	free(st->pend);
+	free(st->placed);
 	free(st);
 }
 
@@ -241,6 +244,7 @@ static void order_reset(struct order_state *st)
 	st->nblocked = 0;
 	st->first_blocked_op = NULL;
 	st->npend = 0;
+	st->nplaced = 0;
 }
 
 /* op stays behind (blocker: what holds it, or NULL): record it in the picture. */
@@ -291,21 +295,80 @@ static void note_unapplied(struct order_state *st, struct actor_state *a, struct
 
 /* ---- directories moved over pending work ---------------------------------- */
 
-/* Is b d or inside it, where the backend has them now?  (bt_lock held) */
-static bool node_within(const struct bnode *b, const struct bnode *d)
+/* The first of the batch's placements of b (st->placed is sorted by node), or NULL. */
+static const struct oplace *placed_first(const struct order_state *st, const struct bnode *b)
 {
-	for (unsigned depth = 0; b && depth < 4096; depth++) {
+	unsigned lo = 0, hi = st ? st->nplaced : 0;
+
+	while (lo < hi) {
+		unsigned mid = lo + (hi - lo) / 2;
+		if ((uintptr_t)st->placed[mid].node < (uintptr_t)b)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return st && lo < st->nplaced && st->placed[lo].node == b ? &st->placed[lo] : NULL;
+}
+
+static void place(struct order_state *st, const struct bnode *node, const struct bnode *dir)
+{
+	if (!node || !dir)
+		return;
+	if (st->nplaced == st->plcap) {
+		st->plcap = st->plcap ? 2 * st->plcap : 16;
+		st->placed = xrealloc(st->placed, st->plcap * sizeof(*st->placed));
+	}
+	unsigned i = st->nplaced++;
+	for (; i && (uintptr_t)st->placed[i - 1].node > (uintptr_t)node; i--)
+		st->placed[i] = st->placed[i - 1];
+	st->placed[i] = (struct oplace){ node, dir };
+}
+
+/* The names op, chosen for the batch, gives nodes (an exchange: both). */
+static void place_op(struct order_state *st, const struct op *op)
+{
+	switch (op->kind) {
+	case OP_RENAME:
+		place(st, op->node, op->dir2);
+		place(st, op->victim, op->dir);
+		break;
+	case OP_LINK:
+		place(st, op->node, op->dir2);
+		break;
+	case OP_VERSION: case OP_MKDIR: case OP_SYMLINK: case OP_MKNOD:
+		place(st, op->node, op->dir);
+		break;
+	default:
+		break;
+	}
+}
+
+/*
+ * Is b d or inside it: through any of b's names where the backend has them
+ * now, or where the batch (plan) will put b or a directory above it?  At
+ * most *budget steps in all (bt_lock held).
+ */
+static bool node_within(const struct order_state *plan, const struct bnode *b,
+			const struct bnode *d, unsigned *budget)
+{
+	while (b && *budget) {
+		--*budget;
 		if (b == d)
 			return true;
-		if (b->is_root || !b->nlinks)
-			return false;
-		b = b->links[0].dir;
+		for (uint32_t i = 1; i < b->nlinks; i++)	/* a file's other names */
+			if (node_within(plan, b->links[i].dir, d, budget))
+				return true;
+		const struct oplace *p = placed_first(plan, b);
+		for (; p && p < plan->placed + plan->nplaced && p->node == b; p++)
+			if (node_within(plan, p->dir, d, budget))
+				return true;
+		b = bnode_up_locked(b);
 	}
 	return false;
 }
 
-struct op *order_moved_below(struct backend *be, const struct op *op, struct op *const *ops,
-			     unsigned n)
+struct op *order_moved_below(struct backend *be, const struct order_state *plan,
+			     const struct op *op, struct op *const *ops, unsigned n)
 {
 	const struct bnode *moved[2];
 	unsigned nm = 0;
@@ -324,9 +387,11 @@ struct op *order_moved_below(struct backend *be, const struct op *op, struct op 
 		const struct op *p = ops[i];
 		const struct bnode *where[4] = { p->dir, p->dir2, p->node, p->victim };
 		for (unsigned k = 0; k < 4 && !hit; k++)
-			for (unsigned d = 0; d < nm && !hit; d++)
-				if (where[k] && node_within(where[k], moved[d]))
+			for (unsigned d = 0; d < nm && !hit; d++) {
+				unsigned budget = BNODE_DEPTH_MAX;
+				if (where[k] && node_within(plan, where[k], moved[d], &budget))
 					hit = ops[i];
+			}
 	}
 	pthread_rwlock_unlock(&be->bt_lock);
 	return hit;
@@ -431,7 +496,7 @@ unsigned order_pass(struct backend *be, struct op **batch, unsigned max, uint64_
 		bool behind = a->min_unapplied != UINT64_MAX;
 		behind |= fpset_conflicts(&st->keys, op, &blocker);
 		if (!behind && op->kind == OP_RENAME) {
-			struct op *below = order_moved_below(be, op, st->pend, st->npend);
+			struct op *below = order_moved_below(be, st, op, st->pend, st->npend);
 			if (below) {
 				behind = true;
 				if (!blocker)
@@ -462,6 +527,7 @@ unsigned order_pass(struct backend *be, struct op **batch, unsigned max, uint64_
 				op->in_batch = true;
 				batch[n++] = op;	/* assumed applied for the rest of the pass */
 				fpset_add_op(&st->batch, op, NULL);
+				place_op(st, op);
 				if (a->min_undurable == UINT64_MAX)
 					a->min_undurable = op->seq;
 				if (st->all.min_undurable == UINT64_MAX)

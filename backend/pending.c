@@ -69,14 +69,13 @@ bool pending_has_name(const struct pending_set *s, const char *name)
 	return strset_has(&s->names, name);
 }
 
-/* b and its ancestors (bt_lock held). */
+/* b and its ancestors, through each of its names (bt_lock held). */
 static void node_up(struct pending_set *s, const struct bnode *b)
 {
-	for (unsigned depth = 0; b && depth < 4096 && node_put(s, b); depth++) {
-		if (b->is_root || !b->nlinks)
-			break;
-		b = b->links[0].dir;
-	}
+	for (uint32_t i = 1; b && i < b->nlinks; i++)	/* a file's other names */
+		node_up(s, b->links[i].dir);
+	for (unsigned depth = 0; b && depth < BNODE_DEPTH_MAX && node_put(s, b); depth++)
+		b = bnode_up_locked(b);
 }
 
 void backend_pending_scan(struct backend *be, struct bnode *dir, struct pending_set *out)

@@ -51,6 +51,10 @@ struct order_state {
 	struct op *first_blocked_op;	/* the BLOCKED one with the lowest seq */
 	struct op **pend;		/* the pass's unapplied operations so far, in order */
 	unsigned npend, pcap;
+	/* Where the batch chosen so far puts nodes (sorted by node): a name the backend does not
+	 * have yet, for order_moved_below. */
+	struct oplace { const struct bnode *node, *dir; } *placed;
+	unsigned nplaced, plcap;
 };
 
 struct order_state *order_new(void);
@@ -69,11 +73,13 @@ unsigned order_pass(struct backend *be, struct op **batch, unsigned max, uint64_
 /*
  * The first of ops[0..n) (operations not applied) that touches something
  * inside a directory op moves (a rename of a directory, at any depth
- * below it), or NULL: op must wait for it whoever made either (takes
- * bt_lock).
+ * below it, through any of its names), or NULL: op must wait for it
+ * whoever made either (takes bt_lock).  plan: the pass's state, whose
+ * batch will have put nodes where the backend has no name for them yet
+ * (NULL: the backend's names are all there is).
  */
-struct op *order_moved_below(struct backend *be, const struct op *op, struct op *const *ops,
-			     unsigned n);
+struct op *order_moved_below(struct backend *be, const struct order_state *plan,
+			     const struct op *op, struct op *const *ops, unsigned n);
 /* A newly submitted op joins the last pass's picture (be->lock held). */
 struct op *order_note_submit(struct backend *be, struct op *op);
 

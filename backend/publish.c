@@ -433,6 +433,13 @@ static void op_published(struct backend *be, struct op *op, struct cfd_bin *late
 	atomic_fetch_add(&be->st.versions_published, 1);
 	atomic_fetch_sub(&be->st.pending_versions, 1);
 	atomic_fetch_add(&be->st.persisted_bytes, op->ver->bytes_cached);
+	struct stat st;
+	/* The file as published (renamed, relinked, its attributes set): what later versions
+	 * check before they take its leaves and data ranges on trust. */
+	if (op->leaves && bsys.fstatat(op->out->fd, "", &st) == 0) {
+		bstamp_of(&st, &op->leaves->stamp);
+		op->leaves->stamped = true;
+	}
 	cfile_published(op->ver, op->out, op->leaves, op->out_ino, later);
 	op->leaves = NULL;
 }
@@ -567,7 +574,7 @@ static unsigned batch_apply(struct backend *be, struct op **batch, unsigned n, s
 		for (unsigned k = 0; k < nbad && !after_failure; k++)
 			after_failure = bad_actors[k] == op->actor;
 		if (!after_failure && nbad)	/* a directory moved over one that stayed behind */
-			after_failure = order_moved_below(be, op, bad_ops, nbad) != NULL;
+			after_failure = order_moved_below(be, NULL, op, bad_ops, nbad) != NULL;
 		if (!after_failure && t->n && !touched_covers(t, op) && sync_touched(be, t) < 0) {
 			for (unsigned k = i; k < nrec; k++)	/* the caller retries the sync */
 				void_attempt(be, batch[k], 0);

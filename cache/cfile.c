@@ -70,6 +70,21 @@ static struct clayer *layer_new(struct cfd *f, uint64_t ver)
 	return l;
 }
 
+void bstamp_of(const struct stat *st, struct bstamp *b)
+{
+	b->ino = st->st_ino;
+	b->mode = st->st_mode;
+	b->size = st->st_size;
+	b->mtime = st->st_mtim;
+	b->ctime = st->st_ctim;
+}
+
+bool bstamp_eq(const struct bstamp *a, const struct bstamp *b)
+{
+	return a->ino == b->ino && a->mode == b->mode && a->size == b->size &&
+	       ts_eq(a->mtime, b->mtime) && ts_eq(a->ctime, b->ctime);
+}
+
 struct cleaves *cleaves_new(void)
 {
 	struct cleaves *lv = xcalloc(1, sizeof(*lv));
@@ -308,10 +323,7 @@ void cfile_set_base_fd(struct cfile *cf, int fd)
 	pthread_mutex_lock(&cf->lock);
 	if (cf->base_lazy && cf->nlayers && !cf->layers[cf->nlayers - 1]->f) {
 		struct clayer *l = cf->layers[cf->nlayers - 1];
-		struct stat st;
-		/* Reopened by name: the file published here only if the same inode. */
-		l->ours = l->ino && fstat(fd, &st) == 0 && (uint64_t)st.st_ino == l->ino;
-		l->f = cfd_new(fd);
+		l->f = cfd_new(fd);	/* another file than the one published, maybe: see base_f */
 		fd = -1;
 	}
 	cf->base_lazy = false;
@@ -900,10 +912,13 @@ struct cver *cfile_seal(struct cfile *cf, uint64_t seq)
 				v->bytes_cached += s->len;
 			else if (base && base->f == s->f) {
 				s->lv = cleaves_get(base->leaves);
-				s->data_known = base->ours && s->lv && s->lv->data_known;
+				s->data_known = s->lv && s->lv->data_known;
 			}
 		}
 	}
+	for (uint32_t i = 0; i < b.n && base && base->f && !v->base_f; i++)
+		if (b.v[i].lv)	/* taken on trust from the base: the flusher checks it first */
+			v->base_f = cfd_get(base->f);
 	v->absorbed = cf->absorbed;	/* written since the last seal: goes with this version */
 	cf->absorbed = 0;
 	cf->dirty = false;
@@ -963,7 +978,6 @@ void cfile_published(struct cver *v, struct cfd *out, struct cleaves *leaves, ui
 		/* Nobody has it open: keep no descriptor (it is reopened when needed). */
 		struct clayer *base = layer_new(cf->opens ? cfd_get(out) : NULL, v->seq);
 		base->base = true;
-		base->ours = base->f != NULL;	/* else judged when reopened */
 		base->leaves = leaves;
 		base->ino = ino;
 		leaves = NULL;
@@ -1014,6 +1028,7 @@ void cver_free(struct cver *v)
 	if (v->nseg)
 		cver_discard(v);
 	cfd_put(v->out);
+	cfd_put(v->base_f);
 	cfile_put(v->cf);
 	free(v->segs);
 	free(v);

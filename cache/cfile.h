@@ -32,6 +32,7 @@
 
 #include "cache/cache.h"
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 /* A shared file descriptor: a base or stage file on the backend. */
@@ -79,6 +80,20 @@ struct cleaf_run {
 	uint64_t hi, lo;	/* the leaf (XXH128_hash_t's halves) */
 	uint64_t n;		/* blocks */
 };
+/*
+ * What a backend object said when last looked at: a change behind the
+ * mount (another node, a program on the backend) changes its ctime at
+ * least, which no program can set.
+ */
+struct bstamp {
+	ino_t ino;
+	mode_t mode;
+	off_t size;
+	struct timespec mtime, ctime;
+};
+void bstamp_of(const struct stat *st, struct bstamp *b);
+bool bstamp_eq(const struct bstamp *a, const struct bstamp *b);
+
 struct cleaves {
 	atomic_uint refs;
 	uint64_t blocks;
@@ -95,6 +110,13 @@ struct cleaves {
 	bool data_known;
 	uint32_t ndata;
 	struct cext *data;
+	/*
+	 * The file as it was once published (stamped): a later version takes
+	 * these leaves and data ranges on trust only while the file it copies
+	 * from still says the same (backend/flush.c, base_unchanged).
+	 */
+	bool stamped;
+	struct bstamp stamp;
 };
 struct cleaves *cleaves_new(void);
 struct cleaves *cleaves_get(struct cleaves *lv);	/* NULL stays NULL */
@@ -108,7 +130,6 @@ struct clayer {
 	bool base;		/* the published file (reopened by name when f is NULL) */
 	struct cleaves *leaves;	/* base: its block digests, or NULL */
 	uint64_t ino;		/* base published here: its backend inode (0: unknown) */
-	bool ours;		/* base: f is the file published here (not another at its name) */
 };
 
 enum cseg_kind { CSEG_MEM, CSEG_FD, CSEG_ZERO };
@@ -127,7 +148,7 @@ struct cseg {
 	 * base's leaves (a reference), or NULL.
 	 */
 	struct cleaves *lv;
-	bool data_known;	/* CSEG_FD: f's data are where lv->data says (cleaves) */
+	bool data_known;	/* CSEG_FD: f's data are where lv->data says, if it is unchanged */
 };
 
 struct cver;
@@ -161,6 +182,7 @@ struct cver {
 	struct cseg *segs;
 	uint32_t nseg;
 	struct cfd *out;	/* stage file holding part of it already, or NULL */
+	struct cfd *base_f;	/* the base its unchanged ranges come from, if it was opened */
 	uint64_t bytes_cached;	/* bytes coming from chunks or stage (persisted count) */
 	uint64_t absorbed;	/* bytes written into the file since the previous seal */
 	void *owner;		/* the upper layer's per-version data */

@@ -26,6 +26,10 @@ char *xstrdup(const char *s);
 
 /* Monotonic and wall clocks in nanoseconds. */
 uint64_t now_ns(void);
+static inline bool ts_eq(struct timespec a, struct timespec b)
+{
+	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
 uint64_t wall_ns(void);
 
 /*

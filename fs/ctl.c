@@ -200,12 +200,13 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 	sb_printf(b, ", \"absorbed_bytes\": %llu, \"persisted_bytes\": %llu"
 		  ", \"backend_written_bytes\": %llu, \"backend_copied_bytes\": %llu"
 		  ", \"backend_hashed_bytes\": %llu, \"backend_extent_walks\": %llu"
-		  ", \"base_copy\": %s, \"read_bytes\": %llu",
+		  ", \"backend_base_changed\": %llu, \"base_copy\": %s, \"read_bytes\": %llu",
 		  (unsigned long long)absorbed, (unsigned long long)persisted,
 		  (unsigned long long)atomic_load(&be->st.written_bytes),
 		  (unsigned long long)atomic_load(&be->st.copied_bytes),
 		  (unsigned long long)atomic_load(&be->st.hashed_bytes),
 		  (unsigned long long)atomic_load(&be->st.extent_walks),
+		  (unsigned long long)atomic_load(&be->st.base_changed),
 		  be->base_copy ? "true" : "false",
 		  (unsigned long long)atomic_load(&fs->read_bytes));
 	pthread_mutex_lock(&fs->rate_lock);

@@ -35,13 +35,6 @@
 struct fsnode;
 
 /* What tells one backend object, or one state of it, from another. */
-struct bstamp {
-	ino_t ino;
-	mode_t mode;
-	off_t size;
-	struct timespec mtime, ctime;
-};
-
 struct fsdent {
 	struct fsdent *hnext;	/* hash chain */
 	struct list dlink;	/* parent's entry list, insertion order */

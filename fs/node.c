@@ -258,26 +258,6 @@ static bool type_shown(mode_t mode)
 	}
 }
 
-static void stamp_of(const struct stat *st, struct bstamp *b)
-{
-	b->ino = st->st_ino;
-	b->mode = st->st_mode;
-	b->size = st->st_size;
-	b->mtime = st->st_mtim;
-	b->ctime = st->st_ctim;
-}
-
-static bool ts_eq(struct timespec a, struct timespec b)
-{
-	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
-}
-
-static bool stamp_eq(const struct bstamp *a, const struct bstamp *b)
-{
-	return a->ino == b->ino && a->mode == b->mode && a->size == b->size &&
-	       ts_eq(a->mtime, b->mtime) && ts_eq(a->ctime, b->ctime);
-}
-
 /* One backend entry, read with the lock dropped. */
 struct bent {
 	char *name;
@@ -372,7 +352,7 @@ static void attrs_from_backend(struct fsnode *n, const struct stat *st)
 	n->mtime = st->st_mtim;
 	n->ctime = st->st_ctim;
 	pthread_mutex_unlock(&n->alock);
-	stamp_of(st, &n->bid);
+	bstamp_of(st, &n->bid);
 	n->bknown = true;
 }
 
@@ -472,7 +452,7 @@ static int dir_read_first(struct ckptfs *fs, struct fsnode *dir)
 		dir->loaded = true;
 		dir->valid_ns = t0;
 		dir->listed_wall_ns = w0;
-		stamp_of(&lc->st, &dir->stamp);
+		bstamp_of(&lc->st, &dir->stamp);
 	}
 	if (lc)
 		list_drop(&lc->c);
@@ -642,8 +622,8 @@ static unsigned dir_merge(struct ckptfs *fs, struct fsnode *dir, struct blist *l
 			continue;	/* this node's own changes keep precedence */
 		if (b && same_object(n, b)) {
 			struct bstamp bs;
-			stamp_of(&b->st, &bs);
-			if (!n->bknown || !stamp_eq(&n->bid, &bs))
+			bstamp_of(&b->st, &bs);
+			if (!n->bknown || !bstamp_eq(&n->bid, &bs))
 				attrs_from_backend(n, &b->st);
 			continue;
 		}
@@ -687,10 +667,10 @@ static void dir_refresh(struct ckptfs *fs, struct fsnode *dir)
 	if (r < 0)
 		goto done;	/* gone or unreachable: its parent's revalidation will tell */
 	struct bstamp now_stamp;
-	stamp_of(&st, &now_stamp);
+	bstamp_of(&st, &now_stamp);
 	uint64_t stamp_time = CKPT_MAX((uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec,
 				       (uint64_t)st.st_ctim.tv_sec * 1000000000ull + (uint64_t)st.st_ctim.tv_nsec);
-	if (stamp_eq(&now_stamp, &dir->stamp) && dir->listed_wall_ns > stamp_time + STAMP_SLACK_NS)
+	if (bstamp_eq(&now_stamp, &dir->stamp) && dir->listed_wall_ns > stamp_time + STAMP_SLACK_NS)
 		goto done;
 	/* Read it again: what this node has, then the backend, then merge. */
 	size_t cap = 0;
@@ -720,8 +700,8 @@ static void dir_refresh(struct ckptfs *fs, struct fsnode *dir)
 		struct bstamp bs;
 		struct stat ls;
 		if (b)
-			stamp_of(&b->st, &bs);
-		if (!b || (sn[i].bknown && stamp_eq(&sn[i].bid, &bs)))
+			bstamp_of(&b->st, &bs);
+		if (!b || (sn[i].bknown && bstamp_eq(&sn[i].bid, &bs)))
 			continue;	/* gone, or unchanged since it was last seen */
 		int fd = sn[i].base ? sn[i].base->fd : -1;
 		if (sn[i].base_ino)
@@ -738,7 +718,7 @@ static void dir_refresh(struct ckptfs *fs, struct fsnode *dir)
 		if (!dir->gone && dir_merge(fs, dir, &l, &p, seq0))
 			log_debug("revalidated a directory: the backend changed it");
 		dir->listed_wall_ns = w0;
-		stamp_of(&st, &dir->stamp);
+		bstamp_of(&st, &dir->stamp);
 	}
 	changed_clear(dir);
 	blist_free(&l);

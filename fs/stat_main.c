@@ -79,6 +79,9 @@ static const struct metric {
 	{ "backend_extent_walks", "counter",
 	  "Ranges of published files whose data extents were looked up with SEEK_DATA/SEEK_HOLE "
 	  "(not needed where ckptfs wrote the file whole itself)" },
+	{ "backend_base_changed", "counter",
+	  "Versions built on a published file that had changed on the backend behind the mount "
+	  "(read and hashed whole where it was kept)" },
 	{ "fuse_adopted_bytes", "counter",
 	  "Written bytes the files took in the cache chunk the request was read into (no copy)" },
 	{ "read_bytes", "counter", "Bytes read through the mount" },

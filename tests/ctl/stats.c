@@ -44,6 +44,7 @@ static const struct {
 	{ "seq_durable", JSON_NUM }, { "versions_published", JSON_NUM }, { "ops_applied", JSON_NUM },
 	{ "dir_fsyncs", JSON_NUM }, { "manifest_syncs", JSON_NUM },
 	{ "backend_hashed_bytes", JSON_NUM }, { "backend_extent_walks", JSON_NUM },
+	{ "backend_base_changed", JSON_NUM },
 	{ "backpressure_waits", JSON_NUM },
 	{ "backpressure_wait_s", JSON_NUM },
 	{ "spilled_bytes", JSON_NUM }, { "evictions", JSON_NUM }, { "backend_errors", JSON_NUM },

@@ -21,7 +21,11 @@
  * depth inside it: A's shard in pub/D/x is refused (EACCES) when B renames
  * pub/D to pub/E (B's publishing rename of a job directory); the backend
  * never shows pub/E without the shard (B's drain fails meanwhile), and once
- * the cause is fixed it holds pub/E/x/shard and no pub/D.
+ * the cause is fixed it holds pub/E/x/shard and no pub/D.  The same holds
+ * when pub/D/x reaches the backend in the same batch as B's rename (the
+ * publisher was busy while A made x and the shard, and B renamed), and for
+ * a new version of A's file whose other name, a hard link, is in pub/D:
+ * the backend never shows pub/E with the old version.
  */
 #include "tests/ctl/ctl_util.h"
 
@@ -245,6 +249,16 @@ static int b_rename_dir(void *arg)
 	return rename(tm_path(m, "pub/D"), to) < 0 ? errno : 0;
 }
 
+/* Mount with CKPTFS_FAULT=... (env) for users A and B, with B's pub/D made. */
+static void mount_pub(struct tmount *m, const char *env)
+{
+	tm_mount(m, "allow_other", (const char *[]){ env, NULL });
+	CHECK_SYS(chmod(m->mnt, 0755));
+	CHECK_SYS(mkdir(tm_path(m, "pub"), 0777));
+	CHECK_SYS(chmod(tm_path(m, "pub"), 0777));
+	ASSERT_EQ(as_user(UB, b_make_dir, m), 0);
+}
+
 static void check_moved_dir(void)
 {
 	struct tmount m;
@@ -256,11 +270,7 @@ static void check_moved_dir(void)
 	snprintf(flag, sizeof(flag), "%s/flag", m.root);
 	ct_touch(flag);
 	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=rename,err=EACCES,name=shard,while=%s", flag);
-	tm_mount(&m, "allow_other", (const char *[]){ env, NULL });
-	CHECK_SYS(chmod(m.mnt, 0755));
-	CHECK_SYS(mkdir(tm_path(&m, "pub"), 0777));
-	CHECK_SYS(chmod(tm_path(&m, "pub"), 0777));
-	ASSERT_EQ(as_user(UB, b_make_dir, &m), 0);
+	mount_pub(&m, env);
 	ASSERT_EQ(as_user(UA, a_write_shard, &m), 0);
 	ASSERT_EQ(as_user(UB, b_rename_dir, &m), 0);
 	struct drainrun d = { .m = &m };
@@ -284,6 +294,125 @@ static void check_moved_dir(void)
 	tm_stop(&m);
 	tm_cleanup(&m);
 	fprintf(stderr, "moved directory        ok\n");
+}
+
+/* Wait up to ms for a backend path to exist. */
+static bool backend_appears(struct tmount *m, const char *rel, unsigned ms)
+{
+	for (unsigned t = 0; t < ms; t += 20) {
+		if (file_exists(tm_bpath(m, rel)))
+			return true;
+		usleep(20 * 1000);
+	}
+	return file_exists(tm_bpath(m, rel));
+}
+
+static void drain_ok(struct tmount *m, const char *what)
+{
+	struct ct_result r;
+	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "drain", m->mnt, "--timeout", "20", NULL });
+	ct_expect_status(&r, 0, what);
+	ct_result_free(&r);
+}
+
+static void expect_backend(struct tmount *m, const char *rel, const char *text)
+{
+	size_t len;
+	char *got = read_file(tm_bpath(m, rel), &len);
+	if (!got || len != strlen(text) || memcmp(got, text, len))
+		FAILF("backend %s: want \"%s\", got \"%.*s\"", rel, text, got ? (int)len : 6,
+		      got ? got : "(none)");
+	free(got);
+}
+
+/*
+ * The publisher is busy (root's mkdir "slow" hangs) while A makes pub/D/x
+ * and its shard and B renames pub/D: x and B's rename come in one batch.
+ * The shard's publishing rename is held: the backend must not get pub/E.
+ */
+static void check_moved_dir_batch(void)
+{
+	struct tmount m;
+	char hold_m[PATH_MAX], hold_s[PATH_MAX], env[PATH_MAX * 3];
+
+	tm_init(&m, "ctl-moved-batch");
+	CHECK_SYS(chmod(m.root, 0755));
+	snprintf(hold_m, sizeof(hold_m), "%s/hold-mkdir", m.root);
+	snprintf(hold_s, sizeof(hold_s), "%s/hold-shard", m.root);
+	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=mkdir,hold=%s,name=slow;op=rename,hold=%s,name=shard",
+		 hold_m, hold_s);
+	mount_pub(&m, env);
+	drain_ok(&m, "drain of pub/D");
+	ct_touch(hold_m);
+	ct_touch(hold_s);
+	CHECK_SYS(mkdir(tm_path(&m, "slow"), 0755));	/* the publisher hangs in it */
+	usleep(300 * 1000);
+	ASSERT_EQ(as_user(UA, a_write_shard, &m), 0);
+	ASSERT_EQ(as_user(UB, b_rename_dir, &m), 0);
+	CHECK_SYS(unlink(hold_m));
+	if (!backend_appears(&m, "pub/D/x", 10000) && !file_exists(tm_bpath(&m, "pub/E/x")))
+		FAILF("pub/D/x never reached the backend");
+	usleep(300 * 1000);	/* the rename, were it in the same batch, is applied by now */
+	if (file_exists(tm_bpath(&m, "pub/E")))
+		FAILF("the backend has pub/E before A's shard in pub/D/x (made in the same batch)");
+	ASSERT_TRUE(!file_exists(tm_bpath(&m, "pub/D/x/shard")));
+	CHECK_SYS(unlink(hold_s));
+	drain_ok(&m, "drain once the shard is let through");
+	expect_backend(&m, "pub/E/x/shard", "A's shard");
+	ASSERT_TRUE(!file_exists(tm_bpath(&m, "pub/D")));
+	tm_stop(&m);
+	tm_cleanup(&m);
+	fprintf(stderr, "moved directory, batch ok\n");
+}
+
+static int a_link_into_d(void *arg)
+{
+	struct tmount *m = arg;
+	int r;
+	if (mkdir(tm_path(m, "pub/a"), 0755) < 0)
+		return errno;
+	if ((r = put(tm_path(m, "pub/a/f"), "version 1")))
+		return r;
+	char to[PATH_MAX];
+	snprintf(to, sizeof(to), "%s", tm_path(m, "pub/D/glink"));
+	return link(tm_path(m, "pub/a/f"), to) < 0 ? errno : 0;
+}
+
+static int a_new_version(void *arg)
+{
+	return put(tm_path(arg, "pub/a/f"), "version 2");
+}
+
+/*
+ * A's file pub/a/f has a second name pub/D/glink; its new version is
+ * flushing (the temporary file's creation is held) when B renames pub/D.
+ */
+static void check_moved_link(void)
+{
+	struct tmount m;
+	char hold[PATH_MAX], env[PATH_MAX * 2];
+
+	tm_init(&m, "ctl-moved-link");
+	CHECK_SYS(chmod(m.root, 0755));
+	snprintf(hold, sizeof(hold), "%s/hold-temp", m.root);
+	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=openat,hold=%s,name=.ckptfs.t.", hold);
+	mount_pub(&m, env);
+	ASSERT_EQ(as_user(UA, a_link_into_d, &m), 0);
+	drain_ok(&m, "drain of the linked file");
+	expect_backend(&m, "pub/D/glink", "version 1");
+	ct_touch(hold);
+	ASSERT_EQ(as_user(UA, a_new_version, &m), 0);
+	ASSERT_EQ(as_user(UB, b_rename_dir, &m), 0);
+	if (backend_appears(&m, "pub/E", 1000))
+		FAILF("the backend has pub/E before the new version of its hard link glink");
+	CHECK_SYS(unlink(hold));
+	drain_ok(&m, "drain once the version is let through");
+	expect_backend(&m, "pub/E/glink", "version 2");
+	expect_backend(&m, "pub/a/f", "version 2");
+	ASSERT_TRUE(!file_exists(tm_bpath(&m, "pub/D")));
+	tm_stop(&m);
+	tm_cleanup(&m);
+	fprintf(stderr, "moved directory, link ok\n");
 }
 
 /* ---- drains answer asynchronously, capped per user ---- */
@@ -362,6 +491,8 @@ int main(void)
 	}
 	check_isolation();
 	check_moved_dir();
+	check_moved_dir_batch();
+	check_moved_link();
 	check_async_drains();
 	return 0;
 }

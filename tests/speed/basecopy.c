@@ -37,6 +37,25 @@
  *      backend (another inode, the same bytes), it is asked
  *      (SEEK_DATA/SEEK_HOLE): the counter grows, and the bytes and digest
  *      are the model's either way.
+ *   7. A file with more separate data ranges than the flusher keeps
+ *      (RUNS_MAX in backend/flush.c, 65,536; lowered to 64 here with
+ *      CKPTFS_RUNS_MAX, since 65,537 ranges cost minutes of disk writes),
+ *      laid down on the backend directly, one 4 KiB block of data every
+ *      8 KiB: a version written through the mount copies every range and
+ *      keeps none, so the version after it asks the file system again (the
+ *      counter grows) and still holds the ranges past the 64th: bytes and
+ *      digest the model's, verify passes.  With half as many ranges, they are
+ *      kept (the counter stays).
+ *   8. A published file changed on the backend behind the mount before its
+ *      next version: rewritten in place (the same inode), deleted and made
+ *      again (the number comes back on ext4), or another file renamed over
+ *      it — each with data where the published file had a hole.  The mount
+ *      shows those bytes (beside what it still caches of its own writes);
+ *      the next version (a write elsewhere) holds what it showed and the
+ *      write, its digest is theirs, verify passes, and
+ *      backend_base_changed counts it: neither the kept data ranges nor
+ *      the kept block digests are used for a file that is not the one
+ *      they were kept for.
  */
 #include "tests/core/core_util.h"
 #include "tests/digest_ref.h"
@@ -85,9 +104,13 @@ static void check(struct tmount *m, const char *rel, const struct model *md, con
 
 	if (!got)
 		FAILF("%s: backend file %s: %s", when, rel, strerror(errno));
-	if (len != md->len || memcmp(got, md->buf, len))
-		FAILF("%s: backend %s differs from the model (%zu vs %zu bytes)", when, rel, len,
-		      md->len);
+	if (len != md->len || memcmp(got, md->buf, len)) {
+		size_t at = 0;
+		while (at < len && at < md->len && got[at] == md->buf[at])
+			at++;
+		FAILF("%s: backend %s differs from the model (%zu vs %zu bytes; first at %zu)", when,
+		      rel, len, md->len, at);
+	}
 	free(got);
 	td_digest_buf(md->buf, md->len, want);
 	ssize_t n = CHECK_SYS(getxattr(tm_path(m, rel), "user.ckptfs.xxh3", x, sizeof(x) - 1));
@@ -320,6 +343,9 @@ static void known_blocks(const char *name, const char *opts, bool evicted)
 	printf("%s: extent look-ups for versions of a file this mount wrote: %llu\n", name,
 	       (unsigned long long)(w1 - w0));
 	ASSERT_EQ(w1, w0);
+	/* ... and none of them took its base for one changed behind the mount (a base replaced
+	 * by the version before has a new ctime, and no name). */
+	ASSERT_EQ(cu_stat(&m, "backend_base_changed"), 0);
 
 	/* Step 6: another inode at the name, the same bytes: its extents are asked for. */
 	char tmp[PATH_MAX + 8];
@@ -348,6 +374,117 @@ static void known_blocks(const char *name, const char *opts, bool evicted)
 	tm_stop(&m);
 
 	verify_one(&m, name);
+	tm_cleanup(&m);
+	free(md.buf);
+}
+
+#define RUNS_KEPT 64
+
+/* Step 7: more data ranges (nruns and a write) than are kept, or fewer. */
+static void many_runs(unsigned nruns)
+{
+	const size_t size = (size_t)nruns * 8192 + 6 * MiB;	/* leaves kept (4 MiB and more) */
+	struct model md = { .buf = malloc(size), .cap = size };
+	struct tmount m;
+	char piece[4096], env[64];
+
+	ASSERT_TRUE(md.buf != NULL);
+	tm_init(&m, "basecopy_many_runs");
+	int fd = CHECK_SYS(open(tm_bpath(&m, "runs"), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+	for (uint64_t k = 0; k < nruns; k++) {
+		fill_pattern(piece, sizeof(piece), 700 + k, 0);
+		cu_pwrite_all(fd, piece, sizeof(piece), k * 8192);
+		model_write(&md, k * 8192, piece, sizeof(piece));
+	}
+	CHECK_SYS(ftruncate(fd, (off_t)size));
+	model_truncate(&md, size);
+	close(fd);
+	snprintf(env, sizeof(env), "CKPTFS_RUNS_MAX=%d", RUNS_KEPT);
+	tm_mount(&m, "attr_timeout=600", (const char *[]){ env, NULL });
+	uint64_t w0 = cu_stat(&m, "backend_extent_walks");
+	/* Past the ranges: the version copies every one of them from the earlier file. */
+	write_one(&m, &md, "runs", size - MiB, 1000, 701, "a version over separate ranges");
+	uint64_t w1 = cu_stat(&m, "backend_extent_walks");
+	ASSERT_TRUE(w1 > w0);	/* an earlier mount's file: asked */
+	write_one(&m, &md, "runs", size - 2 * MiB, 100, 702, "the version after it");
+	uint64_t w2 = cu_stat(&m, "backend_extent_walks");
+	printf("basecopy_many_runs: extent look-ups for the version after one of %u ranges "
+	       "(%d kept): %llu\n", nruns + 1, RUNS_KEPT, (unsigned long long)(w2 - w1));
+	if (nruns >= RUNS_KEPT)
+		ASSERT_TRUE(w2 > w1);	/* too many to keep: asked again */
+	else
+		ASSERT_EQ(w2, w1);
+	tm_stop(&m);
+	verify_one(&m, "basecopy_many_runs");
+	tm_cleanup(&m);
+	free(md.buf);
+}
+
+#define CHANGED_SIZE (8 * MiB)
+
+enum change { IN_PLACE, RECREATED, RENAMED_OVER };
+
+/* Step 8: the published file changed behind the mount. */
+static void changed_behind(enum change how)
+{
+	static const char *const names[] = { "basecopy_changed_in_place", "basecopy_changed_recreated",
+					     "basecopy_changed_renamed_over" };
+	struct model md = { .buf = malloc(CHANGED_SIZE), .cap = CHANGED_SIZE };
+	struct tmount m;
+	char piece[4096], got[4096], tmp[PATH_MAX + 8];
+	struct stat st;
+
+	ASSERT_TRUE(md.buf != NULL);
+	tm_init(&m, names[how]);
+	tm_mount(&m, "attr_timeout=600", NULL);
+	int fd = cu_open(tm_path(&m, "f"), O_WRONLY | O_CREAT | O_TRUNC);
+	for (int k = 0; k < 2; k++) {	/* data at 0 and 4 MiB, the rest a hole */
+		fill_pattern(piece, sizeof(piece), 800 + k, 0);
+		cu_pwrite_all(fd, piece, sizeof(piece), k * 4 * MiB);
+	}
+	CHECK_SYS(ftruncate(fd, CHANGED_SIZE));
+	close_told(fd);
+	drain(&m);
+	CHECK_SYS(stat(tm_bpath(&m, "f"), &st));
+	ino_t published = st.st_ino;
+
+	/* Another program's file: data at 0 and at 1 MiB (a hole in the published one). */
+	snprintf(tmp, sizeof(tmp), "%s.new", tm_bpath(&m, "f"));
+	if (how == RECREATED)
+		CHECK_SYS(unlink(tm_bpath(&m, "f")));
+	int bfd = CHECK_SYS(open(how == RENAMED_OVER ? tmp : tm_bpath(&m, "f"),
+				 O_RDWR | O_CREAT | O_TRUNC, 0644));
+	for (int k = 0; k < 2; k++) {
+		fill_pattern(piece, sizeof(piece), 810 + k, 0);
+		cu_pwrite_all(bfd, piece, sizeof(piece), k * MiB);
+		model_write(&md, k * MiB, piece, sizeof(piece));
+	}
+	CHECK_SYS(ftruncate(bfd, CHANGED_SIZE));
+	model_truncate(&md, CHANGED_SIZE);
+	CHECK_SYS(fstat(bfd, &st));
+	close(bfd);
+	if (how == RENAMED_OVER)
+		CHECK_SYS(rename(tmp, tm_bpath(&m, "f")));
+	printf("%s: inode %s\n", names[how], st.st_ino == published ? "the same" : "another");
+
+	/* The model is what the mount shows: what it still caches of its own writes over the
+	 * backend's file (until attr_timeout says the file changed), the new bytes in its hole. */
+	uint64_t c0 = cu_stat(&m, "backend_base_changed");
+	fd = cu_open(tm_path(&m, "f"), O_RDWR);
+	if (memcmp(md.buf + MiB, (fill_pattern(got, sizeof(got), 811, 0), got), sizeof(got)))
+		FAILF("model");
+	cu_pread_all(fd, md.buf, CHANGED_SIZE, 0);
+	if (memcmp(got, md.buf + MiB, sizeof(got)))
+		FAILF("%s: the mount does not show the backend's new bytes at 1 MiB", names[how]);
+	fill_pattern(piece, sizeof(piece), 820, 0);
+	cu_pwrite_all(fd, piece, sizeof(piece), 6 * MiB);
+	model_write(&md, 6 * MiB, piece, sizeof(piece));
+	close_told(fd);
+	drain(&m);
+	check(&m, "f", &md, names[how]);
+	ASSERT_TRUE(cu_stat(&m, "backend_base_changed") > c0);
+	tm_stop(&m);
+	verify_one(&m, names[how]);
 	tm_cleanup(&m);
 	free(md.buf);
 }
@@ -403,6 +540,11 @@ int main(void)
 	 * node's while the test writes (a revalidation would replace the mount's node). */
 	known_blocks("basecopy_known", "attr_timeout=600", false);
 	known_blocks("basecopy_known_evicted", "cache_size=16M,attr_timeout=600", true);
+	many_runs(RUNS_KEPT + 1);
+	many_runs(RUNS_KEPT / 2);
+	changed_behind(IN_PLACE);
+	changed_behind(RECREATED);
+	changed_behind(RENAMED_OVER);
 
 	/* Step 3. */
 	cu_expect_refused("base_copy=maybe", "base_copy");
