@@ -26,8 +26,9 @@
  * from the buffer where the backend would only copy them again — and its
  * holes stay holes.  The extents are the ranges a flusher wrote into that
  * file when it made it (struct runrec, kept with its leaves: no system
- * call per extent), else what SEEK_DATA/SEEK_HOLE report.  Rescue
- * (flush_copy_version) copies the same way.
+ * call per extent) while the file is unchanged since it was published
+ * (base_unchanged), else what SEEK_DATA/SEEK_HOLE report; rescue
+ * (flush_copy_version) always asks.
  *
  * A version whose target directory is not on the backend yet (its mkdir is
  * still queued) waits in the queue; the publisher wakes the flushers after
