@@ -1,13 +1,14 @@
 /*
- * manifest_priv.h — what the manifest's three files share, and nothing
- * else includes: manifest.c (framing, the metadata directories and files,
- * open and close), recover.c (recovery at mount) and compact.c (rewriting
- * the log).  See manifest.h for the whole picture.
+ * manifest_priv.h — what the manifest's files share, and nothing else
+ * includes: manifest.c (framing, the metadata directories and files, open
+ * and close), recover.c and rprefix.c (recovery at mount) and compact.c
+ * (rewriting the log).  See manifest.h for the whole picture.
  */
 #ifndef CKPTFS_MANIFEST_PRIV_H
 #define CKPTFS_MANIFEST_PRIV_H
 
 #include "backend/manifest.h"
+#include "cache/strmap.h"
 
 #define MANIFEST_LOG "manifest.log"
 #define MANIFEST_LOG_TMP "manifest.log.tmp"
@@ -25,7 +26,57 @@ void manifest_frame(struct strbuf *b, const char *payload, size_t len);
  */
 int manifest_file_check(int fd, const char *shown);
 
-/* ---- recovery (recover.c) ---- */
+/* ---- recovery (recover.c, rprefix.c) ---- */
+/* A record, as recovery needs it. */
+struct rrec {
+	char t[16];
+	uint64_t seq, try;	/* try: which attempt (a "void" names one) */
+	char *path, *to, *xxh3;
+	uint64_t size;
+	bool exchange;
+	bool has_owner;		/* mkdir, symlink, mknod of a root daemon: whose it is to be */
+	uint64_t owner, group;
+	uint64_t format;	/* its mount's manifest format */
+};
+
+/* What a path holds after the records replayed so far: its newest version. */
+struct hnode {
+	struct strmap_node n;
+	struct hnode *next;	/* in a list hashes_take returns */
+	char *path;
+	char xxh3[33];
+	uint64_t size;
+	uint64_t format;	/* of the mount that wrote it: which digest (0: not known) */
+};
+
+/*
+ * Open a path the manifest names, below the backend root, one component at
+ * a time through bsys (never through a symlink, never above the root: a
+ * record is data, not trusted).  fd or -errno.
+ */
+int rec_open_beneath(int root_fd, const char *path, int flags);
+
+/*
+ * Which prefix of the previous mount's unsettled operations the backend
+ * shows (rprefix.c).  `settled`: path -> struct hnode, what each path held
+ * before the first of them; zeroed `paths` is empty.
+ */
+struct rprefix {
+	const struct strmap *settled;
+	struct strmap paths;	/* path -> its history */
+};
+/* Note ops[p] (in log order): what each path it touches holds from prefix p + 1 on. */
+void rprefix_note(struct rprefix *x, const struct rrec *r, size_t p);
+/*
+ * How many of ops[0, n) were applied: the longest prefix whose state every
+ * touched path of the backend shows (rprefix.c's comment); `mount` names
+ * them in warnings.
+ */
+size_t rprefix_judge(struct rprefix *x, int root_fd, const struct rrec *ops, size_t n,
+		     const char *mount);
+void rprefix_free(struct rprefix *x);
+
+
 struct rscan;
 struct rscan *rscan_new(void);
 void rscan_free(struct rscan *s);

@@ -9,7 +9,10 @@
  * publisher hands such references over (reap_give) once it has answered the
  * batch's waiters; the reaper puts them.  At most REAP_MAX wait: beyond, the
  * giver puts them itself, so the descriptors held stay bounded.  reap_stop
- * puts whatever is left before the backend is torn down.
+ * puts whatever is left before the backend is torn down.  A temporary file
+ * whose last reference is given (a spill's stage that was not the version's
+ * output) loses its name at the give, on the publisher: the next batch may
+ * remove its directory, which must not still hold it.
  */
 #include "backend/backend.h"
 
@@ -52,6 +55,7 @@ int reap_start(struct backend *be)
 
 void reap_give(struct backend *be, struct cfd_bin *b)
 {
+	cfd_bin_untag_last(b);	/* names go now, on the giver's side; closes later */
 	pthread_mutex_lock(&be->reap_lock);
 	bool room = be->reaper_started && !be->reap_stop && be->reapq.n + b->n <= REAP_MAX;
 	if (room) {

@@ -13,21 +13,23 @@
  *     each group's records are fsync'd before any of them is applied, and a
  *     "durable" record settles everything recorded before it.  So the
  *     recorded operations after the last "durable" record were applied as
- *     a prefix *of the log*, and the prefix ends at the last one whose
- *     effect is visible on the backend: scanning backwards, the first one
- *     with positive evidence (a file version whose size and digest match —
- *     unless that path held the same contents before it, as a file
- *     rewritten unchanged does; a mkdir whose directory exists; a rename or
- *     unlink whose source is gone).  What a path held before is what the
- *     operations that happened left there: a second pass over the log
- *     replays every record no "void" or older "recovered" cut voids —
- *     versions, unlinks and rmdirs, renames (with what lies below a renamed
- *     directory), links (the new name takes what the old one held; unlike
- *     verify, a later version of one name does not follow to the others).  An earlier
- *     operation's effect may have been overwritten by a later one, so
- *     absence of evidence alone proves nothing.  Each one after the prefix
- *     gets a "void" record (its seq and attempt), so readers skip exactly
- *     those;
+ *     a prefix *of the log*, and the backend holds that prefix's state.  A
+ *     replay of the log (every record no "void" or older "recovered" cut
+ *     voids) gives what each path held when those operations began; then
+ *     each of them, in order, is replayed into the history of every path it
+ *     touches (a version, a directory or name made, a name removed, a
+ *     directory renamed with what lies below it, a link taking what its
+ *     source held): what the path holds after each prefix.  The prefix
+ *     taken is the longest whose state every one of those paths on the
+ *     backend shows (a file's size and digest, a name that exists or not).
+ *     No operation is judged alone: a path may hold under a shorter prefix
+ *     what a later operation puts there (a file rewritten unchanged, a
+ *     directory renamed away and made again), and only the paths together
+ *     tell the prefixes apart; where two prefixes leave every path the
+ *     same, the longer is taken, and every file it names holds what it
+ *     says.  Attributes leave no trace of their own.  Each operation after
+ *     the prefix gets a "void" record (its seq and attempt), so readers
+ *     skip exactly those;
  *  3. report versions that were queued ("intent") but never published: the
  *     files that were in flight and were never acknowledged durable;
  *  4. remove that mount's temporary files (".ckptfs.<k>.<mount id>.<n>").
@@ -40,11 +42,11 @@
  * counted and ignored, never guessed at.  Memory is bounded by the
  * operations and intents of the last mount that are not yet settled and
  * the log's "void" records; the replay of step 2 (only after an unclean
- * stop) holds one digest per live path of the log.
+ * stop) holds one digest per live path of the log, and a history per path
+ * the unsettled operations touch.
  */
 #include "backend/manifest_priv.h"
 #include "backend/bsys.h"
-#include "backend/digest.h"
 #include "cache/json.h"
 #include "cache/log.h"
 #include "cache/strmap.h"
@@ -59,12 +61,7 @@
 
 /* ---- paths below the backend root ------------------------------------- */
 
-/*
- * Open a path the manifest names, below the backend root, one component at
- * a time through bsys (never through a symlink, never above the root: a
- * record is data, not trusted).  fd or -errno.
- */
-static int open_beneath(int root_fd, const char *path, int flags)
+int rec_open_beneath(int root_fd, const char *path, int flags)
 {
 	char *dup = xstrdup(path), *save = NULL, *comp, *next;
 	int dir = root_fd, fd = -ENOENT;
@@ -91,48 +88,7 @@ static int open_beneath(int root_fd, const char *path, int flags)
 	return fd;
 }
 
-static bool path_exists(int root_fd, const char *path)
-{
-	char *dup = xstrdup(path), *slash = strrchr(dup, '/');
-	struct stat st;
-	bool yes = false;
-	int dir = root_fd;
-
-	if (slash) {
-		*slash = '\0';
-		dir = open_beneath(root_fd, dup, O_RDONLY | O_DIRECTORY);
-	}
-	const char *name = slash ? slash + 1 : dup;
-	if (dir >= 0 && *name && strcmp(name, "..") && strcmp(name, "."))
-		yes = bsys.fstatat(dir, name, &st) == 0;
-	if (slash && dir >= 0)
-		bsys.close(dir);
-	free(dup);
-	return yes;
-}
-
 /* ---- the scan ------------------------------------------------------------ */
-
-/* A record, as recovery needs it. */
-struct rrec {
-	char t[16];
-	uint64_t seq, try;	/* try: which attempt (a "void" names one) */
-	char *path, *to, *xxh3;
-	uint64_t size;
-	bool exchange;
-	bool same_as_before;	/* a version whose path held these very contents already */
-	bool has_owner;		/* mkdir, symlink, mknod of a root daemon: whose it is to be */
-	uint64_t owner, group;
-	uint64_t format;	/* its mount's manifest format */
-};
-
-/* What a path holds after the records replayed so far: its newest digest. */
-struct hnode {
-	struct strmap_node n;
-	struct hnode *next;	/* in a list hashes_take returns */
-	char *path;
-	char xxh3[33];
-};
 
 /* A mount's older "recovered" record (without "explicit"): its later seqs never happened. */
 struct rcut {
@@ -155,8 +111,11 @@ struct rscan {
 	struct rcut *cuts;
 	size_t ncuts;
 	/* The replay (step 2): */
-	struct strmap hashes;	/* path -> struct hnode */
+	struct strmap hashes;	/* path -> struct hnode: the state before ops[0] */
+	uint64_t replay_format;	/* the format of the mount whose records the replay reads
+				   (0: not known, before any "mount" record of a compacted log) */
 	size_t matched;		/* ops[0, matched) met again in the replay */
+	struct rprefix prefix;	/* what ops[] do to each path */
 };
 
 struct rscan *rscan_new(void)
@@ -231,21 +190,17 @@ static void hashes_put_moved(struct rscan *s, struct hnode *list, const char *fr
 	}
 }
 
-/*
- * Replay one record that happened into what each path holds.  Returns
- * whether a "file" record's digest is what its path held already.
- */
-static bool hashes_note(struct rscan *s, const char *t, const char *path, const char *to,
-			const char *xxh3, bool exchange)
+/* Replay one settled record (one that happened) into what each path holds. */
+static void hashes_note(struct rscan *s, const char *t, const char *path, const char *to,
+			const char *xxh3, uint64_t size, bool exchange)
 {
-	bool same = false;
-
 	if (!path)
-		return false;
+		return;
 	if (!strcmp(t, "file") && xxh3 && strlen(xxh3) < 33) {
 		struct hnode *h = hash_of(s, path, true);
-		same = !strcmp(h->xxh3, xxh3);
 		snprintf(h->xxh3, sizeof(h->xxh3), "%s", xxh3);
+		h->size = size;
+		h->format = s->replay_format;
 	} else if (!strcmp(t, "unlink") || !strcmp(t, "rmdir")) {
 		hashes_free(hashes_take(s, path));
 	} else if (!strcmp(t, "rename") && to && strcmp(path, to)) {
@@ -257,15 +212,17 @@ static bool hashes_note(struct rscan *s, const char *t, const char *path, const 
 		hashes_put_moved(s, a, path, to);
 		hashes_put_moved(s, b, to, path);
 	} else if (!strcmp(t, "link") && to) {
-		struct hnode *from = hash_of(s, path, false);
-		char held[33] = "";
+		struct hnode *from = hash_of(s, path, false), held = { 0 };
 		if (from)
-			memcpy(held, from->xxh3, sizeof(held));
+			held = *from;
 		hashes_free(hashes_take(s, to));
-		if (from)
-			memcpy(hash_of(s, to, true)->xxh3, held, sizeof(held));
+		if (from) {
+			struct hnode *h = hash_of(s, to, true);
+			memcpy(h->xxh3, held.xxh3, sizeof(h->xxh3));
+			h->size = held.size;
+			h->format = held.format;
+		}
 	}
-	return same;
 }
 
 static void void_key(char *out, size_t len, const char *mount, uint64_t seq, uint64_t try)
@@ -295,6 +252,7 @@ void rscan_free(struct rscan *s)
 			free(h);
 		}
 	strmap_destroy(&s->hashes);
+	rprefix_free(&s->prefix);
 	strset_clear(&s->voids);
 	for (size_t i = 0; i < s->ncuts; i++)
 		free(s->cuts[i].mount);
@@ -450,14 +408,22 @@ static int replay_cb(void *arg, const char *p, size_t len, uint64_t off)
 	mid = json_str(&o, "m");
 	json_u64(&o, "seq", &seq);
 	json_u64(&o, "try", &try);
+	if (t && !strcmp(t, "mount")) {
+		s->replay_format = 1;	/* no "format": of format 1, as verify reads it */
+		json_u64(&o, "format", &s->replay_format);
+	}
 	if (t && mid && !rec_voided(s, mid, seq, try)) {
-		bool same = hashes_note(s, t, json_str(&o, "path"), json_str(&o, "to"),
-					json_str(&o, "xxh3"),
-					json_bool(&o, "exchange", &exch) && exch);
 		struct rrec *r = s->matched < s->nops ? &s->ops[s->matched] : NULL;
+		uint64_t size = 0;
 		if (r && !strcmp(mid, s->prev) && r->seq == seq && r->try == try && !strcmp(r->t, t)) {
-			r->same_as_before = same;
+			s->prefix.settled = &s->hashes;
+			rprefix_note(&s->prefix, r, s->matched);	/* not settled */
 			s->matched++;
+		} else if (!s->matched) {
+			json_u64(&o, "size", &size);
+			hashes_note(s, t, json_str(&o, "path"), json_str(&o, "to"),
+				    json_str(&o, "xxh3"), size,
+				    json_bool(&o, "exchange", &exch) && exch);
 		}
 	}
 	json_free(&o);
@@ -465,10 +431,9 @@ static int replay_cb(void *arg, const char *p, size_t len, uint64_t off)
 }
 
 /*
- * Replay the log into what each path held before each of the previous
- * mount's operations (their same_as_before).  The operations not yet
- * settled count as happened here: testing one for evidence assumes the
- * ones before it were applied, as a prefix is.
+ * Replay the log: what each path held when the previous mount's unsettled
+ * operations began (the settled records), then what each of those
+ * operations left on every path it touches, prefix by prefix.
  */
 static int replay_digests(struct manifest *m, struct rscan *s)
 {
@@ -481,47 +446,6 @@ static int replay_digests(struct manifest *m, struct rscan *s)
 		r = -EIO;
 	}
 	return r;
-}
-
-/* ---- evidence ------------------------------------------------------------- */
-
-/*
- * Does the backend show that this operation was applied?  Only positive
- * evidence counts: the name an unlink or rename removes existed before it,
- * the name a mkdir creates did not, a file version's hash is its own.
- */
-static bool rec_applied(int root_fd, const struct rrec *r)
-{
-	if (!r->path)
-		return false;
-	if (!strcmp(r->t, "file")) {
-		if (r->same_as_before)
-			return false;	/* those contents were there before it: no evidence */
-		int fd = open_beneath(root_fd, r->path, O_RDONLY);
-		XXH128_hash_t h;
-		uint64_t size;
-		char hex[33];
-		bool ok = false;
-		if (fd < 0)
-			return false;
-		/* The digest its mount wrote (format 1: one XXH3-128 of the whole file). */
-		if (digest_fd_kind(fd, r->format == 1 ? DIGEST_FLAT : DIGEST_RUNS, &h, &size) == 0 &&
-		    size == r->size) {
-			hash_hex(h, hex);
-			ok = r->xxh3 && !strcmp(hex, r->xxh3);
-		}
-		bsys.close(fd);
-		return ok;
-	}
-	if (!strcmp(r->t, "mkdir") || !strcmp(r->t, "symlink"))
-		return path_exists(root_fd, r->path);
-	if (!strcmp(r->t, "rmdir") || !strcmp(r->t, "unlink"))
-		return !path_exists(root_fd, r->path);
-	if (!strcmp(r->t, "rename"))
-		return !r->exchange && !path_exists(root_fd, r->path);
-	if (!strcmp(r->t, "link"))
-		return r->to && path_exists(root_fd, r->to);
-	return false;	/* attributes leave no evidence of their own */
 }
 
 /*
@@ -543,7 +467,7 @@ static void finish_creation(int root_fd, const struct rrec *r)
 	dup = xstrdup(r->path);
 	if ((slash = strrchr(dup, '/'))) {
 		*slash = '\0';
-		dir = open_beneath(root_fd, dup, O_RDONLY | O_DIRECTORY);
+		dir = rec_open_beneath(root_fd, dup, O_RDONLY | O_DIRECTORY);
 	}
 	const char *name = slash ? slash + 1 : dup;
 	if (dir >= 0 && bsys.fstatat(dir, name, &st) == 0 && st.st_uid == geteuid() &&
@@ -628,9 +552,7 @@ int manifest_recover(struct manifest *m, int root_fd, struct rscan *s, struct re
 			m->where, s->prev, strerror(-r));
 		return r;
 	}
-	/* Applied operations form a prefix of the log (P7): it ends at the last with evidence. */
-	for (k = s->nops; k > 0 && !rec_applied(root_fd, &s->ops[k - 1]); k--)
-		;
+	k = rprefix_judge(&s->prefix, root_fd, s->ops, s->nops, s->prev);
 	if (k > 0)
 		finish_creation(root_fd, &s->ops[k - 1]);
 	for (size_t i = 0; i < k; i++) {

@@ -52,6 +52,17 @@ void cfd_bin_add(struct cfd_bin *b, struct cfd *f)
 	b->f[b->n++] = f;
 }
 
+void cfd_bin_untag_last(struct cfd_bin *b)
+{
+	for (size_t i = 0; i < b->n; i++) {
+		struct cfd *f = b->f[i];
+		if (f->tag_free && atomic_load(&f->refs) == 1) {
+			f->tag_free(f->tag);
+			f->tag_free = NULL;
+		}
+	}
+}
+
 void cfd_bin_empty(struct cfd_bin *b)
 {
 	for (size_t i = 0; i < b->n; i++)

@@ -56,6 +56,13 @@ struct cfd_bin {
 	size_t n, cap;
 };
 void cfd_bin_add(struct cfd_bin *b, struct cfd *f);
+/*
+ * Run now the tag_free of each file whose last reference b holds (a
+ * stage's unlink: its name must be gone before whatever comes next may
+ * remove its directory); only the close waits for cfd_bin_empty.  Nobody
+ * else can take a reference to a file whose references are all in b.
+ */
+void cfd_bin_untag_last(struct cfd_bin *b);
 void cfd_bin_empty(struct cfd_bin *b);
 /*
  * len bytes of f at off into buf (zeros past its end): 0 or -errno.  pr:

@@ -2,7 +2,10 @@
  * owner.c — files created by another user belong to that user, on the
  * mount and on the backend.  Root mounts with allow_other; a child process
  * that has become uid/gid 1000 creates a file and a directory in a
- * world-writable directory.  Skips unless run as root.
+ * world-writable directory, and a symlink (the daemon makes it, then gives
+ * the link itself to the user, pinned: bsys.c).  Root then gives the link
+ * to a third uid through the mount (lchown): the backend's link changes,
+ * never its target.  Skips unless run as root.
  */
 #include "tests/core/core_util.h"
 
@@ -12,12 +15,17 @@
 #define UID 1000
 #define GID 1000
 
-static void check_owner(const char *path)
+static void check_owner_is(const char *path, uid_t uid, gid_t gid)
 {
 	struct stat st;
 	CHECK_SYS(lstat(path, &st));
-	ASSERT_EQ(st.st_uid, UID);
-	ASSERT_EQ(st.st_gid, GID);
+	ASSERT_EQ(st.st_uid, uid);
+	ASSERT_EQ(st.st_gid, gid);
+}
+
+static void check_owner(const char *path)
+{
+	check_owner_is(path, UID, GID);
 }
 
 /* In a child as UID/GID: create pub/file and pub/dir; exit status 0 if all worked. */
@@ -38,6 +46,8 @@ static int as_other_user(struct tmount *m)
 			_exit(12);
 		if (mkdir(tm_path(m, "pub/dir"), 0755) < 0)
 			_exit(13);
+		if (symlink("file", tm_path(m, "pub/link")) < 0)
+			_exit(14);
 		_exit(0);
 	}
 	CHECK_SYS(waitpid(pid, &st, 0));
@@ -61,7 +71,12 @@ int main(void)
 	tm_sync(&m);
 	check_owner(tm_bpath(&m, "pub/file"));
 	check_owner(tm_bpath(&m, "pub/dir"));
+	check_owner(tm_bpath(&m, "pub/link"));
 	cu_check_pattern(tm_bpath(&m, "pub/file"), 100, 60);
+	CHECK_SYS(lchown(tm_path(&m, "pub/link"), UID + 1, GID + 1));
+	tm_sync(&m);
+	check_owner_is(tm_bpath(&m, "pub/link"), UID + 1, GID + 1);
+	check_owner(tm_bpath(&m, "pub/file"));	/* its target is untouched */
 	tm_stop(&m);
 	tm_cleanup(&m);
 	return 0;

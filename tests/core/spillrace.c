@@ -10,6 +10,14 @@
  * unlinked, or kept.  Bounded by rounds and by time.  A use after free or a
  * double free shows under ASan as a daemon that dies (tm_stop fails); the
  * kept files must reach the backend whole.
+ *
+ * Then a spilled file's stage files, removed with it: a stage that is not
+ * the version's output goes when its last reference does, and that must
+ * happen before the next batch can remove the directory it lies in, or
+ * the rmdir meets ENOTEMPTY (a false block until the stage is gone).  The
+ * stage's unlink is held (fault rule) while the file is published, and the
+ * file and directory removed through the mount; once let go, the backend
+ * must have removed the directory without a single error or retry.
  */
 #include "tests/core/core_util.h"
 
@@ -56,6 +64,51 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+static void stage_gone_before_rmdir(void)
+{
+	struct tmount d;
+	char hold[PATH_MAX], dir[PATH_MAX * 2];
+	uint64_t t0;
+
+	tm_init(&d, "spillrace-rmdir");
+	snprintf(hold, sizeof(hold), "%s/hold", d.root);
+	cu_write_text(hold, "");
+	const char *env[] = {
+		cu_fault_env("op=unlink,name=.ckptfs.s.,hold=%s;op=pwrite,delay_ms=40", hold), NULL
+	};
+	tm_mount(&d, "cache_size=4M,chunk_size=1M", env);
+	CHECK_SYS(mkdir(tm_path(&d, "X"), 0755));
+	cu_sync_retry(&d, 20000);		/* X is on the backend: stages go there */
+	snprintf(dir, sizeof(dir), "%s/X", d.backend);
+	/*
+	 * Spill writes slowed (40 ms each): a close finds one in flight, so the
+	 * version goes to a fresh file and the stage is left over (its unlink
+	 * held).  Usually the first file does it.
+	 */
+	for (int i = 0; i < 8 && cu_count_temp_tree(dir) == 0; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "X/big%d", i);
+		cu_write_pattern(tm_path(&d, name), 24 * MiB, 9);
+		for (t0 = mono_ms(); strcmp(cu_file_state(tm_path(&d, name)), "durable"); usleep(20000))
+			if (mono_ms() - t0 > 20000)
+				FAILF("%s not durable within 20 s", name);
+		CHECK_SYS(unlink(tm_path(&d, name)));
+	}
+	ASSERT_GE(cu_stat(&d, "spilled_bytes"), 8 * MiB);
+	ASSERT_GE(cu_count_temp_tree(dir), 1);	/* a stage left over, its unlink held */
+	CHECK_SYS(rmdir(tm_path(&d, "X")));
+	usleep(1500 * 1000);			/* a publisher free to go on would try the rmdir */
+	CHECK_SYS(unlink(hold));
+	cu_sync_retry(&d, 20000);
+	ASSERT_TRUE(!file_exists(dir));
+	ASSERT_EQ(cu_stat(&d, "backend_errors"), 0);
+	ASSERT_EQ(cu_stat(&d, "backend_retries"), 0);
+	tm_stop(&d);
+	ASSERT_EQ(cu_count_temp_tree(d.backend), 0);
+	tm_cleanup(&d);
+	printf("ok: a spilled file's stages are gone before its directory's rmdir\n");
+}
+
 int main(void)
 {
 	struct worker w[THREADS];
@@ -84,5 +137,6 @@ int main(void)
 	ASSERT_GE(kept, 1);
 	ASSERT_EQ(cu_count_temp_tree(m.backend), 0);
 	tm_cleanup(&m);
+	stage_gone_before_rmdir();
 	return 0;
 }

@@ -125,6 +125,16 @@ uint64_t ml_rename(struct mlog *l, const char *from, const char *to, bool exchan
 	return l->seq;
 }
 
+uint64_t ml_mkdir(struct mlog *l, const char *path, bool apply)
+{
+	l->seq++;
+	ml_rec(l, "{\"t\": \"mkdir\", \"m\": \"%s\", \"seq\": %llu, \"time\": %llu, \"path\": \"%s\", "
+	       "\"mode\": 493}", l->id, (unsigned long long)l->seq, (unsigned long long)ml_time(), path);
+	if (apply)
+		CHECK_SYS(mkdir(at(l, path), 0755));
+	return l->seq;
+}
+
 uint64_t ml_link(struct mlog *l, const char *from, const char *to, bool apply)
 {
 	l->seq++;

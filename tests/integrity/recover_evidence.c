@@ -19,9 +19,18 @@
  *    written again is evidence.
  * In each case every operation must be found applied (nothing voided) and
  * verify must say OK for every file: no UNTRACKED, MISMATCH or MISSING.
- * A last case keeps the rule itself: a version rewritten unchanged and not
+ * A case keeps the rule itself: a version rewritten unchanged and not
  * applied after an applied one must not be taken for applied by mistake,
- * while one with different contents still counts.
+ * while one with different contents still counts.  And a shorter prefix
+ * that leaves a path holding what a later operation would put there is no
+ * evidence for that operation (backend/rprefix.c): a checkpoint directory
+ * renamed away, made again and its unchanged file rewritten, none of it
+ * applied (judged one operation at a time, the rename, mkdir and file were
+ * taken for applied and verify found the renamed files MISSING), or applied
+ * up to the unchanged file; a marker written as DCP does (a temporary file
+ * renamed into place) after a shard, with neither the temporary file nor
+ * the rename applied (a name that never existed is no evidence of its
+ * rename), or both applied.
  */
 #include "tests/integrity/mlog.h"
 
@@ -115,6 +124,56 @@ static void changed(struct mlog *l)
 	ml_file(l, "s", "S2", true);		/* new contents: evidence for itself and the unlink */
 }
 
+/*
+ * A checkpoint directory renamed away and made again, its unchanged file
+ * written again: before the rename is applied, the old directory still
+ * shows that file, which a shorter prefix explains (no evidence).
+ */
+static void renamed_away(struct mlog *l, int applied)
+{
+	ml_file(l, "D/config.json", "C", true);
+	ml_file(l, "D/model.pt", "M0", true);
+	ml_durable(l);
+	ml_rename(l, "D", "D.old", false, applied > 0);
+	ml_mkdir(l, "D", applied > 1);
+	ml_file(l, "D/config.json", "C", applied > 2);
+	ml_file(l, "D/model.pt", "M1", applied > 3);
+}
+
+static void renamed_away_none(struct mlog *l)
+{
+	renamed_away(l, 0);
+}
+
+static void renamed_away_three(struct mlog *l)
+{
+	renamed_away(l, 3);
+}
+
+/*
+ * A marker written the way DCP writes it (a temporary file renamed into
+ * place) after a shard: a marker whose temporary name never existed is
+ * not evidence of its rename.
+ */
+static void marker(struct mlog *l, bool written)
+{
+	ml_file(l, "base", "B", true);
+	ml_durable(l);
+	ml_file(l, "ck/shard0", "S", true);
+	ml_file(l, "ck/.metadata.tmp", "M", written);
+	ml_rename(l, "ck/.metadata.tmp", "ck/.metadata", false, written);
+}
+
+static void marker_unwritten(struct mlog *l)
+{
+	marker(l, false);
+}
+
+static void marker_written(struct mlog *l)
+{
+	marker(l, true);
+}
+
 /* A history: up to two crashed mounts, then what the next mount must find. */
 static const struct evcase {
 	const char *name;
@@ -133,6 +192,15 @@ static const struct evcase {
 	  "a directory renamed, its old name written again with the same contents" },
 	{ "unchanged", unchanged_not_applied, NULL, 2, "OK s\nOK t\n",
 	  "an unchanged rewrite not applied is no evidence" },
+	{ "renamed-away", renamed_away_none, NULL, 2, "OK D/config.json\nOK D/model.pt\n",
+	  "a directory renamed away, made again and its unchanged file rewritten: none applied" },
+	{ "renamed-away-3", renamed_away_three, NULL, 5,
+	  "OK D.old/config.json\nOK D.old/model.pt\nOK D/config.json\n",
+	  "the same, applied up to the unchanged file" },
+	{ "marker-unwritten", marker_unwritten, NULL, 2, "OK base\nOK ck/shard0\n",
+	  "a shard applied, its marker's temporary file and rename not" },
+	{ "marker-written", marker_written, NULL, 4, "OK base\nOK ck/.metadata\nOK ck/shard0\n",
+	  "a shard and its marker applied" },
 };
 
 int main(void)

@@ -1,0 +1,415 @@
+/*
+ * rprefix.c — recovery's judgement of how many of the previous mount's
+ * unsettled operations the backend shows (recover.c, step 2).
+ *
+ * Applied operations form a prefix of the log (P7), and the backend holds
+ * that prefix's state.  recover.c replays the settled records into what
+ * each path held when those operations began (struct hnode); each
+ * unsettled operation, in log order, is then noted here into the history
+ * of every path it touches: a version, a directory, symlink, node or link
+ * made (with every directory above it), a name removed, a rename (with
+ * everything below a renamed directory; an exchange both ways).  A path's
+ * history is what it holds after each prefix: not known (the settled
+ * state had nothing there: a directory, or what another tool made), nothing,
+ * something, or a file version (size and digest).
+ *
+ * The judgement takes the longest prefix whose state every one of those
+ * paths on the backend shows.  No operation is judged alone: a path may
+ * hold under a shorter prefix what a later operation puts there (a file
+ * rewritten unchanged; a directory renamed away and made again with the
+ * same file in it), and only the paths together tell the prefixes apart.
+ * Where two prefixes leave every path the same, the longer is taken: every
+ * file it names holds what it says.  Attributes leave no trace of their own
+ * (those at the end count as not applied).  A path whose backend state no
+ * prefix explains (changed behind the mount) is left out, with a warning;
+ * with nothing left to judge by, no operation counts as applied.
+ *
+ * Costs: one lstat per path touched, and one read of each file whose size
+ * matches a version of its history (two kinds of digest where its mount's
+ * format is not known); the operations are one batch's (a "durable" record
+ * follows every batch).  A rename of a directory walks both path maps, as
+ * the replay's does.
+ */
+#include "backend/manifest_priv.h"
+#include "backend/bsys.h"
+#include "backend/digest.h"
+#include "cache/log.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* What a path holds: not known, nothing, something, a file version. */
+enum pv_kind { PV_UNKNOWN, PV_ABSENT, PV_PRESENT, PV_FILE };
+
+struct pval {
+	size_t from;		/* the shortest prefix (operations applied) that leaves it */
+	enum pv_kind kind;
+	uint64_t size, format;
+	char xxh3[33];
+};
+
+/*
+ * A path one of the unsettled operations touches: what it holds after
+ * each prefix of them (values by `from`, ascending; the first from 0), and
+ * what the backend holds there, looked up once.
+ */
+struct phist {
+	struct strmap_node n;
+	char *path;
+	struct pval *v;
+	size_t nv, capv;
+	bool looked, exists, regular;
+	uint64_t size;
+	int digested;		/* bit k: digest k (backend_digest) taken in hex[k]; bit k+2: failed */
+	char hex[2][33];
+};
+
+/* lstat of a path below the backend root, through bsys; false if it cannot be reached. */
+static bool path_stat(int root_fd, const char *path, struct stat *st)
+{
+	char *dup = xstrdup(path), *slash = strrchr(dup, '/');
+	bool yes = false;
+	int dir = root_fd;
+
+	if (slash) {
+		*slash = '\0';
+		dir = rec_open_beneath(root_fd, dup, O_RDONLY | O_DIRECTORY);
+	}
+	const char *name = slash ? slash + 1 : dup;
+	if (dir >= 0 && *name && strcmp(name, "..") && strcmp(name, "."))
+		yes = bsys.fstatat(dir, name, st) == 0;
+	if (slash && dir >= 0)
+		bsys.close(dir);
+	free(dup);
+	return yes;
+}
+
+/* ---- the histories ------------------------------------------------------------ */
+
+/* The path's history, made (empty) if `create`. */
+static struct phist *phist_of(struct rprefix *x, const char *path, bool create)
+{
+	struct strmap_node *e = strmap_get(&x->paths, path);
+
+	if (e || !create)
+		return e ? CKPT_CONTAINER_OF(e, struct phist, n) : NULL;
+	struct phist *h = xcalloc(1, sizeof(*h));
+	h->path = xstrdup(path);
+	h->n.key = h->path;
+	strmap_insert(&x->paths, &h->n);
+	return h;
+}
+
+/* What `path` holds after the operations replayed so far. */
+static struct pval pval_now(struct rprefix *x, const char *path)
+{
+	struct phist *h = phist_of(x, path, false);
+	struct strmap_node *e;
+	struct pval v = { .kind = PV_UNKNOWN };
+
+	if (h && h->nv)
+		return h->v[h->nv - 1];
+	if ((e = strmap_get(x->settled, path))) {
+		const struct hnode *f = CKPT_CONTAINER_OF(e, struct hnode, n);
+		v.kind = PV_FILE;
+		v.size = f->size;
+		v.format = f->format;
+		memcpy(v.xxh3, f->xxh3, sizeof(v.xxh3));
+	}
+	return v;
+}
+
+static bool pval_eq(const struct pval *a, const struct pval *b)
+{
+	return a->kind == b->kind &&
+	       (a->kind != PV_FILE || (a->size == b->size && !strcmp(a->xxh3, b->xxh3)));
+}
+
+static void phist_push(struct phist *h, const struct pval *v)
+{
+	if (h->nv == h->capv) {
+		h->capv = h->capv ? h->capv * 2 : 4;
+		h->v = xrealloc(h->v, h->capv * sizeof(*h->v));
+	}
+	h->v[h->nv++] = *v;
+}
+
+/* The changes of one operation: every path it touches and what it holds after it. */
+struct pchange {
+	char *path;
+	struct pval v;
+};
+
+struct pchanges {
+	struct pchange *c;
+	size_t n, cap;
+};
+
+static void pchange_add(struct pchanges *pc, const char *path, struct pval v)
+{
+	if (pc->n == pc->cap) {
+		pc->cap = pc->cap ? pc->cap * 2 : 16;
+		pc->c = xrealloc(pc->c, pc->cap * sizeof(*pc->c));
+	}
+	pc->c[pc->n++] = (struct pchange){ xstrdup(path), v };
+}
+
+static void pchange_kind(struct pchanges *pc, const char *path, enum pv_kind kind)
+{
+	pchange_add(pc, path, (struct pval){ .kind = kind });
+}
+
+/*
+ * `path` and every path below it that the state names (files, or paths
+ * with a history), with what each holds.  Only a directory renamed has
+ * anything below it to move (one unlinked or removed is a file or empty);
+ * a file has nothing below it, so only a directory costs a walk.
+ */
+static void paths_under(struct rprefix *x, const char *path, struct pchanges *out)
+{
+	size_t len = strlen(path);
+	const struct strmap *maps[2] = { x->settled, &x->paths };
+
+	pchange_add(out, path, pval_now(x, path));
+	if (out->c[0].v.kind == PV_FILE)
+		return;
+	for (int m = 0; m < 2; m++)
+		for (size_t i = 0; i < maps[m]->nb; i++)
+			for (struct strmap_node *e = maps[m]->b[i]; e; e = e->next)
+				if (!strncmp(e->key, path, len) && e->key[len] == '/')
+					pchange_add(out, e->key, pval_now(x, e->key));
+}
+
+/* Every directory above `path` exists after an operation that makes something there. */
+static void ancestors_exist(struct pchanges *pc, const char *path)
+{
+	char *dup = xstrdup(path);
+
+	for (char *slash = strrchr(dup, '/'); slash; slash = strrchr(dup, '/')) {
+		*slash = '\0';
+		pchange_kind(pc, dup, PV_PRESENT);
+	}
+	free(dup);
+}
+
+/* Move what `from` (a list from paths_under) holds below `to`; the source existed. */
+static void moved_to(struct pchanges *pc, const struct pchanges *from, const char *src,
+		     const char *to)
+{
+	for (size_t i = 0; i < from->n; i++) {
+		struct strbuf b = { 0 };
+		struct pval v = from->c[i].v;
+		sb_printf(&b, "%s%s", to, from->c[i].path + strlen(src));
+		if (i == 0 && v.kind != PV_FILE)
+			v.kind = PV_PRESENT;
+		pchange_add(pc, b.s, v);
+		sb_free(&b);
+	}
+}
+
+static void pchanges_free(struct pchanges *pc)
+{
+	for (size_t i = 0; i < pc->n; i++)
+		free(pc->c[i].path);
+	free(pc->c);
+	memset(pc, 0, sizeof(*pc));
+}
+
+/*
+ * New values are computed from the old before any is set (later changes
+ * in the list win).
+ */
+void rprefix_note(struct rprefix *x, const struct rrec *r, size_t p)
+{
+	struct pchanges pc = { 0 }, a = { 0 }, b = { 0 };
+	const char *t = r->t;
+
+	if (!r->path)
+		return;
+	if (!strcmp(t, "file")) {
+		pchange_add(&pc, r->path, (struct pval){ .kind = PV_FILE, .size = r->size,
+							  .format = r->format });
+		snprintf(pc.c[0].v.xxh3, sizeof(pc.c[0].v.xxh3), "%s", r->xxh3 ? r->xxh3 : "");
+		ancestors_exist(&pc, r->path);
+	} else if (!strcmp(t, "mkdir") || !strcmp(t, "symlink") || !strcmp(t, "mknod")) {
+		pchange_kind(&pc, r->path, PV_PRESENT);
+		ancestors_exist(&pc, r->path);
+	} else if (!strcmp(t, "unlink") || !strcmp(t, "rmdir")) {
+		pchange_kind(&pc, r->path, PV_ABSENT);	/* a file, or an empty directory */
+	} else if (!strcmp(t, "link") && r->to) {
+		struct pval v = pval_now(x, r->path);
+		if (v.kind != PV_FILE)
+			v = (struct pval){ .kind = PV_PRESENT };
+		pchange_add(&pc, r->to, v);
+		ancestors_exist(&pc, r->to);
+	} else if (!strcmp(t, "rename") && r->to && strcmp(r->path, r->to)) {
+		paths_under(x, r->path, &a);
+		if (r->exchange)
+			paths_under(x, r->to, &b);
+		else	/* what it replaces: a file, or an empty directory */
+			pchange_kind(&b, r->to, PV_ABSENT);
+		for (size_t i = 0; i < a.n; i++)
+			pchange_kind(&pc, a.c[i].path, PV_ABSENT);
+		for (size_t i = 0; i < b.n; i++)
+			pchange_kind(&pc, b.c[i].path, PV_ABSENT);
+		moved_to(&pc, &a, r->path, r->to);
+		if (r->exchange)
+			moved_to(&pc, &b, r->to, r->path);
+		ancestors_exist(&pc, r->to);
+	}
+	for (size_t i = 0; i < pc.n; i++) {
+		struct pval old = pval_now(x, pc.c[i].path);
+		struct phist *h = phist_of(x, pc.c[i].path, true);
+		pc.c[i].v.from = p + 1;
+		if (!h->nv) {
+			old.from = 0;
+			phist_push(h, &old);
+		}
+		if (h->v[h->nv - 1].from == p + 1)
+			h->v[h->nv - 1] = pc.c[i].v;	/* set twice by this operation */
+		else if (!pval_eq(&h->v[h->nv - 1], &pc.c[i].v))
+			phist_push(h, &pc.c[i].v);
+	}
+	pchanges_free(&pc);
+	pchanges_free(&a);
+	pchanges_free(&b);
+}
+
+/* ---- the judgement ----------------------------------------------------------- */
+
+/* The digest of kind k (0: format 1's flat one, 1: runs) of the backend file at h->path. */
+static bool backend_digest(int root_fd, struct phist *h, int k, const char **hex)
+{
+	if (!(h->digested & ((1 << k) | (4 << k)))) {
+		int fd = rec_open_beneath(root_fd, h->path, O_RDONLY);
+		XXH128_hash_t d;
+		uint64_t size;
+		h->digested |= 4 << k;		/* failed, until it works */
+		if (fd >= 0) {
+			if (digest_fd_kind(fd, k ? DIGEST_RUNS : DIGEST_FLAT, &d, &size) == 0 &&
+			    size == h->size) {
+				hash_hex(d, h->hex[k]);
+				h->digested = (h->digested & ~(4 << k)) | 1 << k;
+			}
+			bsys.close(fd);
+		}
+	}
+	*hex = h->hex[k];
+	return h->digested & (1 << k);
+}
+
+/* Does the backend file hold the version v (its mount's digest; either where not known)? */
+static bool backend_version(int root_fd, struct phist *h, const struct pval *v)
+{
+	const char *hex;
+
+	for (int k = 1; k >= 0; k--)
+		if ((v->format == 0 || (v->format == 1) == (k == 0)) &&
+		    backend_digest(root_fd, h, k, &hex) && !strcmp(hex, v->xxh3))
+			return true;
+	return false;
+}
+
+/* Does the backend hold v at h->path? */
+static bool backend_holds(int root_fd, struct phist *h, const struct pval *v)
+{
+	if (!h->looked) {
+		struct stat st;
+		h->looked = true;
+		h->exists = path_stat(root_fd, h->path, &st);
+		h->regular = h->exists && S_ISREG(st.st_mode);
+		h->size = h->exists ? (uint64_t)st.st_size : 0;
+	}
+	switch (v->kind) {
+	case PV_UNKNOWN:
+		return true;
+	case PV_ABSENT:
+		return !h->exists;
+	case PV_PRESENT:
+		return h->exists;
+	case PV_FILE:
+		return h->regular && h->size == v->size && backend_version(root_fd, h, v);
+	}
+	return false;
+}
+
+/* Does hist_note model what this operation does to the namespace? */
+static bool op_changes_paths(const struct rrec *r)
+{
+	static const char *const kinds[] = { "file", "mkdir", "symlink", "mknod", "unlink",
+					     "rmdir", "link", "rename" };
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		if (!strcmp(r->t, kinds[i]))
+			return r->path != NULL;
+	return false;
+}
+
+size_t rprefix_judge(struct rprefix *x, int root_fd, const struct rrec *ops, size_t n,
+		     const char *mount)
+{
+	size_t paths = 0, best = 0, most = 0, unexplained = 0;
+	long *diff = xcalloc(n + 2, sizeof(*diff));
+	bool *ok = NULL;
+	size_t capok = 0;
+
+	for (size_t i = 0; i < x->paths.nb; i++)
+		for (struct strmap_node *e = x->paths.b[i]; e; e = e->next) {
+			struct phist *h = CKPT_CONTAINER_OF(e, struct phist, n);
+			bool any = false;
+			if (h->nv > capok) {
+				capok = h->nv;
+				ok = xrealloc(ok, capok * sizeof(*ok));
+			}
+			for (size_t k = 0; k < h->nv; k++)
+				any |= ok[k] = backend_holds(root_fd, h, &h->v[k]);
+			if (!any) {
+				if (unexplained++ < 8)
+					ckpt_log(LOG_WARNING, "recovery: %s holds what no prefix of mount "
+						 "%s's operations left there; not used to judge them",
+						 h->path, mount);
+				continue;
+			}
+			paths++;
+			for (size_t k = 0; k < h->nv; k++)
+				if (ok[k]) {
+					diff[h->v[k].from]++;
+					diff[k + 1 < h->nv ? h->v[k + 1].from : n + 1]--;
+				}
+		}
+	long count = 0;
+	for (size_t p = 0; p <= n; p++) {
+		count += diff[p];
+		if ((size_t)count >= most) {
+			most = (size_t)count;
+			best = p;
+		}
+	}
+	if (!paths)
+		best = 0;	/* nothing to tell prefixes apart: none is evidence */
+	/* Attributes leave no trace of their own: those at the end count as not applied. */
+	while (best > 0 && !op_changes_paths(&ops[best - 1]))
+		best--;
+	if (most < paths)
+		ckpt_log(LOG_WARNING, "recovery: no prefix of mount %s's operations explains all %zu "
+			 "paths they touch; taking the longest that explains %zu", mount, paths, most);
+	free(diff);
+	free(ok);
+	return best;
+}
+
+
+void rprefix_free(struct rprefix *x)
+{
+	for (size_t i = 0; i < x->paths.nb; i++)
+		for (struct strmap_node *e = x->paths.b[i], *next; e; e = next) {
+			struct phist *h = CKPT_CONTAINER_OF(e, struct phist, n);
+			next = e->next;
+			free(h->path);
+			free(h->v);
+			free(h);
+		}
+	strmap_destroy(&x->paths);
+}
