@@ -32,7 +32,10 @@ struct rrec {
 	char t[16];
 	uint64_t seq, try;	/* try: which attempt (a "void" names one) */
 	char *path, *to, *xxh3;
+	char *target;		/* a symlink's */
 	uint64_t size;
+	bool has_mode;		/* mkdir, mknod: the mode recorded */
+	uint64_t mode;
 	bool exchange;
 	bool has_owner;		/* mkdir, symlink, mknod of a root daemon: whose it is to be */
 	uint64_t owner, group;

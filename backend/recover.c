@@ -16,18 +16,11 @@
  *     a prefix *of the log*, and the backend holds that prefix's state.  A
  *     replay of the log (every record no "void" or older "recovered" cut
  *     voids) gives what each path held when those operations began; then
- *     each of them, in order, is replayed into the history of every path it
- *     touches (a version, a directory or name made, a name removed, a
- *     directory renamed with what lies below it, a link taking what its
- *     source held): what the path holds after each prefix.  The prefix
- *     taken is the longest whose state every one of those paths on the
- *     backend shows (a file's size and digest, a name that exists or not).
- *     No operation is judged alone: a path may hold under a shorter prefix
- *     what a later operation puts there (a file rewritten unchanged, a
- *     directory renamed away and made again), and only the paths together
- *     tell the prefixes apart; where two prefixes leave every path the
- *     same, the longer is taken, and every file it names holds what it
- *     says.  Attributes leave no trace of their own.  Each operation after
+ *     rprefix.c notes each of them, in order, into the history of every
+ *     path it touches and judges which prefix the backend shows, all paths
+ *     together (a file rewritten unchanged, or a directory renamed away and
+ *     made again, shows under a shorter prefix what a later operation would
+ *     put there: no operation is evidence alone).  Each operation after
  *     the prefix gets a "void" record (its seq and attempt), so readers
  *     skip exactly those;
  *  3. report versions that were queued ("intent") but never published: the
@@ -128,6 +121,7 @@ static void rrec_free(struct rrec *r)
 	free(r->path);
 	free(r->to);
 	free(r->xxh3);
+	free(r->target);
 }
 
 static void rscan_reset_ops(struct rscan *s)
@@ -378,7 +372,10 @@ int rscan_cb(void *arg, const char *p, size_t len, uint64_t off)
 		r.path = dup_or_null(json_str(&o, "path"));
 		r.to = dup_or_null(json_str(&o, "to"));
 		r.xxh3 = dup_or_null(json_str(&o, "xxh3"));
+		if (!strcmp(t, "symlink"))
+			r.target = dup_or_null(json_str(&o, "target"));
 		json_u64(&o, "size", &r.size);
+		r.has_mode = json_u64(&o, "mode", &r.mode);
 		r.exchange = json_bool(&o, "exchange", &exch) && exch;
 		r.has_owner = json_u64(&o, "owner", &r.owner) && json_u64(&o, "group", &r.group);
 		r.format = s->prev_format;
@@ -411,6 +408,8 @@ static int replay_cb(void *arg, const char *p, size_t len, uint64_t off)
 	if (t && !strcmp(t, "mount")) {
 		s->replay_format = 1;	/* no "format": of format 1, as verify reads it */
 		json_u64(&o, "format", &s->replay_format);
+	} else if (t && !strcmp(t, "compacted")) {
+		s->replay_format = 0;	/* a snapshot of versions of any mount */
 	}
 	if (t && mid && !rec_voided(s, mid, seq, try)) {
 		struct rrec *r = s->matched < s->nops ? &s->ops[s->matched] : NULL;

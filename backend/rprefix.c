@@ -9,26 +9,35 @@
  * of every path it touches: a version, a directory, symlink, node or link
  * made (with every directory above it), a name removed, a rename (with
  * everything below a renamed directory; an exchange both ways).  A path's
- * history is what it holds after each prefix: not known (the settled
- * state had nothing there: a directory, or what another tool made), nothing,
- * something, or a file version (size and digest).
+ * history is what it holds after each prefix: not known (the settled state
+ * had nothing there: a directory, or what another tool made), nothing,
+ * something, a directory, a symlink and its target, a node's type, or a
+ * file version (size and digest; one carried by a rename or link is judged
+ * by type and size, its bytes having been judged where they were written).
  *
- * The judgement takes the longest prefix whose state every one of those
- * paths on the backend shows.  No operation is judged alone: a path may
- * hold under a shorter prefix what a later operation puts there (a file
- * rewritten unchanged; a directory renamed away and made again with the
- * same file in it), and only the paths together tell the prefixes apart.
- * Where two prefixes leave every path the same, the longer is taken: every
- * file it names holds what it says.  Attributes leave no trace of their own
- * (those at the end count as not applied).  A path whose backend state no
- * prefix explains (changed behind the mount) is left out, with a warning;
- * with nothing left to judge by, no operation counts as applied.
+ * The judgement takes the prefix whose state most of those paths on the
+ * backend show — every one of them, unless something changed behind the
+ * mount.  No operation is judged alone: a path may hold under a shorter
+ * prefix what a later operation puts there (a file rewritten unchanged; a
+ * directory renamed away and made again with the same file in it), and
+ * only the paths together tell the prefixes apart.  Where two prefixes
+ * leave every path the same, the longer is taken: every file it names
+ * holds what it says.  A path whose backend state none of its values
+ * explains (removed or rewritten behind the mount, a hard link's other name
+ * that the daemon relinked: the replay does not carry versions across
+ * links) counts as not known before these operations, so what they would
+ * put there, being absent, still counts against them; and where no prefix
+ * explains every path, the tie goes to the prefix claiming fewest things
+ * made that are not there.  Attributes leave no trace of their own (those
+ * at the end count as not applied).  A lookup that fails other than "no
+ * such name" (EACCES, EIO) is no evidence either way.
  *
  * Costs: one lstat per path touched, and one read of each file whose size
- * matches a version of its history (two kinds of digest where its mount's
- * format is not known); the operations are one batch's (a "durable" record
- * follows every batch).  A rename of a directory walks both path maps, as
- * the replay's does.
+ * matches a version written in its history (two kinds of digest where its
+ * mount's format is not known); files a directory rename carries are not
+ * read.  The operations are one batch's (a "durable" record follows every
+ * batch).  A rename of a directory walks both path maps, as the replay's
+ * does.
  */
 #include "backend/manifest_priv.h"
 #include "backend/bsys.h"
@@ -36,19 +45,27 @@
 #include "cache/log.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-/* What a path holds: not known, nothing, something, a file version. */
-enum pv_kind { PV_UNKNOWN, PV_ABSENT, PV_PRESENT, PV_FILE };
+/*
+ * What a path holds: not known, nothing, something (of a kind not known),
+ * a directory, a symlink (its target), a device node or FIFO (its type), a
+ * file version.
+ */
+enum pv_kind { PV_UNKNOWN, PV_ABSENT, PV_PRESENT, PV_DIR, PV_SYMLINK, PV_NODE, PV_FILE };
 
 struct pval {
 	size_t from;		/* the shortest prefix (operations applied) that leaves it */
 	enum pv_kind kind;
-	uint64_t size, format;
-	char xxh3[33];
+	bool moved;		/* carried by a rename or link: its bytes are those judged where
+				   they were written, so type and size suffice */
+	uint64_t size;		/* FILE: bytes; SYMLINK: the target's length; NODE: S_IFMT bits */
+	uint64_t format;	/* FILE: its mount's manifest format (0: not known) */
+	char xxh3[33];		/* FILE: its digest; SYMLINK: XXH3-64 of the target, in hex */
 };
 
 /*
@@ -61,30 +78,59 @@ struct phist {
 	char *path;
 	struct pval *v;
 	size_t nv, capv;
-	bool looked, exists, regular;
+	bool looked, exists, unknown;	/* unknown: the lookup failed, not with "no such name" */
+	mode_t mode;
 	uint64_t size;
+	char link[17];			/* a symlink's target, XXH3-64 in hex */
 	int digested;		/* bit k: digest k (backend_digest) taken in hex[k]; bit k+2: failed */
 	char hex[2][33];
 };
 
-/* lstat of a path below the backend root, through bsys; false if it cannot be reached. */
-static bool path_stat(int root_fd, const char *path, struct stat *st)
+/* XXH3-64 of a symlink's target, in hex: what a history and a lookup compare. */
+static void link_hex(const char *target, size_t len, char out[17])
 {
-	char *dup = xstrdup(path), *slash = strrchr(dup, '/');
-	bool yes = false;
-	int dir = root_fd;
+	snprintf(out, 17, "%016llx", (unsigned long long)XXH3_64bits(target, len));
+}
 
+/*
+ * What the backend holds at h->path (lstat, and a symlink's target), through
+ * bsys, once.  A name that is not there, or whose way passes something that
+ * is not a directory, is absent; any other failure (EACCES, EIO, ESTALE)
+ * leaves it unknown: no evidence either way.
+ */
+static void backend_look(int root_fd, struct phist *h)
+{
+	char *dup = xstrdup(h->path), *slash = strrchr(dup, '/');
+	const char *name = slash ? slash + 1 : dup;
+	struct stat st;
+	int dir = root_fd, r = -ENOENT;
+
+	h->looked = true;
 	if (slash) {
 		*slash = '\0';
 		dir = rec_open_beneath(root_fd, dup, O_RDONLY | O_DIRECTORY);
 	}
-	const char *name = slash ? slash + 1 : dup;
-	if (dir >= 0 && *name && strcmp(name, "..") && strcmp(name, "."))
-		yes = bsys.fstatat(dir, name, st) == 0;
+	if (dir < 0)
+		r = dir;
+	else if (*name && strcmp(name, "..") && strcmp(name, "."))
+		r = bsys.fstatat(dir, name, &st);
+	if (r == 0) {
+		h->exists = true;
+		h->mode = st.st_mode;
+		h->size = (uint64_t)st.st_size;
+		if (S_ISLNK(st.st_mode)) {
+			char target[PATH_MAX];
+			ssize_t n = bsys.readlinkat(dir, name, target, sizeof(target));
+			if (n >= 0)
+				link_hex(target, (size_t)n, h->link);
+			h->size = n >= 0 ? (uint64_t)n : UINT64_MAX;
+		}
+	} else if (r != -ENOENT && r != -ENOTDIR && r != -ELOOP) {
+		h->unknown = true;
+	}
 	if (slash && dir >= 0)
 		bsys.close(dir);
 	free(dup);
-	return yes;
 }
 
 /* ---- the histories ------------------------------------------------------------ */
@@ -124,8 +170,11 @@ static struct pval pval_now(struct rprefix *x, const char *path)
 
 static bool pval_eq(const struct pval *a, const struct pval *b)
 {
-	return a->kind == b->kind &&
-	       (a->kind != PV_FILE || (a->size == b->size && !strcmp(a->xxh3, b->xxh3)));
+	if (a->kind != b->kind)
+		return false;
+	if (a->kind == PV_FILE || a->kind == PV_SYMLINK)
+		return a->size == b->size && !strcmp(a->xxh3, b->xxh3);
+	return a->kind != PV_NODE || a->size == b->size;
 }
 
 static void phist_push(struct phist *h, const struct pval *v)
@@ -190,7 +239,7 @@ static void ancestors_exist(struct pchanges *pc, const char *path)
 
 	for (char *slash = strrchr(dup, '/'); slash; slash = strrchr(dup, '/')) {
 		*slash = '\0';
-		pchange_kind(pc, dup, PV_PRESENT);
+		pchange_kind(pc, dup, PV_DIR);
 	}
 	free(dup);
 }
@@ -203,8 +252,9 @@ static void moved_to(struct pchanges *pc, const struct pchanges *from, const cha
 		struct strbuf b = { 0 };
 		struct pval v = from->c[i].v;
 		sb_printf(&b, "%s%s", to, from->c[i].path + strlen(src));
-		if (i == 0 && v.kind != PV_FILE)
+		if (i == 0 && v.kind == PV_UNKNOWN)
 			v.kind = PV_PRESENT;
+		v.moved = true;
 		pchange_add(pc, b.s, v);
 		sb_free(&b);
 	}
@@ -234,15 +284,29 @@ void rprefix_note(struct rprefix *x, const struct rrec *r, size_t p)
 							  .format = r->format });
 		snprintf(pc.c[0].v.xxh3, sizeof(pc.c[0].v.xxh3), "%s", r->xxh3 ? r->xxh3 : "");
 		ancestors_exist(&pc, r->path);
-	} else if (!strcmp(t, "mkdir") || !strcmp(t, "symlink") || !strcmp(t, "mknod")) {
-		pchange_kind(&pc, r->path, PV_PRESENT);
+	} else if (!strcmp(t, "mkdir")) {
+		pchange_kind(&pc, r->path, PV_DIR);
+		ancestors_exist(&pc, r->path);
+	} else if (!strcmp(t, "symlink")) {
+		struct pval v = { .kind = PV_PRESENT };
+		if (r->target) {
+			v.kind = PV_SYMLINK;
+			v.size = strlen(r->target);
+			link_hex(r->target, v.size, v.xxh3);
+		}
+		pchange_add(&pc, r->path, v);
+		ancestors_exist(&pc, r->path);
+	} else if (!strcmp(t, "mknod")) {
+		struct pval v = { .kind = r->has_mode ? PV_NODE : PV_PRESENT, .size = r->mode & S_IFMT };
+		pchange_add(&pc, r->path, v);
 		ancestors_exist(&pc, r->path);
 	} else if (!strcmp(t, "unlink") || !strcmp(t, "rmdir")) {
 		pchange_kind(&pc, r->path, PV_ABSENT);	/* a file, or an empty directory */
 	} else if (!strcmp(t, "link") && r->to) {
 		struct pval v = pval_now(x, r->path);
-		if (v.kind != PV_FILE)
+		if (v.kind == PV_UNKNOWN || v.kind == PV_ABSENT)
 			v = (struct pval){ .kind = PV_PRESENT };
+		v.moved = true;
 		pchange_add(&pc, r->to, v);
 		ancestors_exist(&pc, r->to);
 	} else if (!strcmp(t, "rename") && r->to && strcmp(r->path, r->to)) {
@@ -316,27 +380,28 @@ static bool backend_version(int root_fd, struct phist *h, const struct pval *v)
 /* Does the backend hold v at h->path? */
 static bool backend_holds(int root_fd, struct phist *h, const struct pval *v)
 {
-	if (!h->looked) {
-		struct stat st;
-		h->looked = true;
-		h->exists = path_stat(root_fd, h->path, &st);
-		h->regular = h->exists && S_ISREG(st.st_mode);
-		h->size = h->exists ? (uint64_t)st.st_size : 0;
-	}
-	switch (v->kind) {
-	case PV_UNKNOWN:
+	if (!h->looked)
+		backend_look(root_fd, h);
+	if (h->unknown || v->kind == PV_UNKNOWN)
 		return true;
-	case PV_ABSENT:
-		return !h->exists;
-	case PV_PRESENT:
-		return h->exists;
+	if (v->kind == PV_ABSENT || !h->exists)
+		return v->kind == PV_ABSENT && !h->exists;
+	switch (v->kind) {
+	case PV_DIR:
+		return S_ISDIR(h->mode);
+	case PV_SYMLINK:
+		return S_ISLNK(h->mode) && h->size == v->size && !strcmp(h->link, v->xxh3);
+	case PV_NODE:
+		return (h->mode & S_IFMT) == v->size;
 	case PV_FILE:
-		return h->regular && h->size == v->size && backend_version(root_fd, h, v);
+		return S_ISREG(h->mode) && h->size == v->size &&
+		       (v->moved || backend_version(root_fd, h, v));
+	default:
+		return true;	/* PV_PRESENT */
 	}
-	return false;
 }
 
-/* Does hist_note model what this operation does to the namespace? */
+/* Does rprefix_note model what this operation does to the namespace? */
 static bool op_changes_paths(const struct rrec *r)
 {
 	static const char *const kinds[] = { "file", "mkdir", "symlink", "mknod", "unlink",
@@ -347,13 +412,20 @@ static bool op_changes_paths(const struct rrec *r)
 	return false;
 }
 
+/* Count +1 over the prefixes where h->v[k] is what the path holds. */
+static void count_value(long *diff, const struct phist *h, size_t k, size_t n)
+{
+	diff[h->v[k].from]++;
+	diff[k + 1 < h->nv ? h->v[k + 1].from : n + 1]--;
+}
+
 size_t rprefix_judge(struct rprefix *x, int root_fd, const struct rrec *ops, size_t n,
 		     const char *mount)
 {
-	size_t paths = 0, best = 0, most = 0, unexplained = 0;
-	long *diff = xcalloc(n + 2, sizeof(*diff));
+	size_t paths = 0, best = 0, unexplained = 0, capok = 0;
+	long *held = xcalloc(n + 2, sizeof(*held)), *claims = xcalloc(n + 2, sizeof(*claims));
+	long most = -1, fewest = 0;
 	bool *ok = NULL;
-	size_t capok = 0;
 
 	for (size_t i = 0; i < x->paths.nb; i++)
 		for (struct strmap_node *e = x->paths.b[i]; e; e = e->next) {
@@ -366,24 +438,37 @@ size_t rprefix_judge(struct rprefix *x, int root_fd, const struct rrec *ops, siz
 			for (size_t k = 0; k < h->nv; k++)
 				any |= ok[k] = backend_holds(root_fd, h, &h->v[k]);
 			if (!any) {
+				/*
+				 * Changed behind the mount (another node, a tool): what it held
+				 * before these operations is not known, but what they would put
+				 * there is not there.
+				 */
+				ok[0] = true;
 				if (unexplained++ < 8)
 					ckpt_log(LOG_WARNING, "recovery: %s holds what no prefix of mount "
-						 "%s's operations left there; not used to judge them",
+						 "%s's operations left there (changed behind it?)",
 						 h->path, mount);
-				continue;
 			}
 			paths++;
-			for (size_t k = 0; k < h->nv; k++)
-				if (ok[k]) {
-					diff[h->v[k].from]++;
-					diff[k + 1 < h->nv ? h->v[k + 1].from : n + 1]--;
-				}
+			for (size_t k = 0; k < h->nv; k++) {
+				if (ok[k])
+					count_value(held, h, k, n);
+				else if (k > 0 && h->v[k].kind != PV_ABSENT)
+					count_value(claims, h, k, n);	/* something made, not there */
+			}
 		}
-	long count = 0;
+	/*
+	 * The prefix most paths show; among those, the one claiming fewest
+	 * things made that are not there (only where no prefix explains every
+	 * path), then the longest.
+	 */
+	long count = 0, claimed = 0;
 	for (size_t p = 0; p <= n; p++) {
-		count += diff[p];
-		if ((size_t)count >= most) {
-			most = (size_t)count;
+		count += held[p];
+		claimed += claims[p];
+		if (count > most || (count == most && claimed <= fewest)) {
+			most = count;
+			fewest = claimed;
 			best = p;
 		}
 	}
@@ -392,14 +477,14 @@ size_t rprefix_judge(struct rprefix *x, int root_fd, const struct rrec *ops, siz
 	/* Attributes leave no trace of their own: those at the end count as not applied. */
 	while (best > 0 && !op_changes_paths(&ops[best - 1]))
 		best--;
-	if (most < paths)
+	if ((size_t)most < paths)
 		ckpt_log(LOG_WARNING, "recovery: no prefix of mount %s's operations explains all %zu "
-			 "paths they touch; taking the longest that explains %zu", mount, paths, most);
-	free(diff);
+			 "paths they touch; taking one that explains %ld", mount, paths, most);
+	free(held);
+	free(claims);
 	free(ok);
 	return best;
 }
-
 
 void rprefix_free(struct rprefix *x)
 {

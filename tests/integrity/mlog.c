@@ -135,6 +135,17 @@ uint64_t ml_mkdir(struct mlog *l, const char *path, bool apply)
 	return l->seq;
 }
 
+uint64_t ml_symlink(struct mlog *l, const char *target, const char *path, bool apply)
+{
+	l->seq++;
+	ml_rec(l, "{\"t\": \"symlink\", \"m\": \"%s\", \"seq\": %llu, \"time\": %llu, \"path\": \"%s\", "
+	       "\"target\": \"%s\"}", l->id, (unsigned long long)l->seq, (unsigned long long)ml_time(),
+	       path, target);
+	if (apply)
+		CHECK_SYS(symlink(target, at(l, path)));
+	return l->seq;
+}
+
 uint64_t ml_link(struct mlog *l, const char *from, const char *to, bool apply)
 {
 	l->seq++;

@@ -39,6 +39,7 @@ uint64_t ml_unlink(struct mlog *l, const char *path, bool apply);
 uint64_t ml_rmdir(struct mlog *l, const char *path, bool apply);
 uint64_t ml_rename(struct mlog *l, const char *from, const char *to, bool exchange, bool apply);
 uint64_t ml_mkdir(struct mlog *l, const char *path, bool apply);
+uint64_t ml_symlink(struct mlog *l, const char *target, const char *path, bool apply);
 uint64_t ml_link(struct mlog *l, const char *from, const char *to, bool apply);
 void ml_durable(struct mlog *l);
 void ml_void(struct mlog *l, uint64_t seq);

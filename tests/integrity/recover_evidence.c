@@ -20,8 +20,8 @@
  * In each case every operation must be found applied (nothing voided) and
  * verify must say OK for every file: no UNTRACKED, MISMATCH or MISSING.
  * A case keeps the rule itself: a version rewritten unchanged and not
- * applied after an applied one must not be taken for applied by mistake,
- * while one with different contents still counts.  And a shorter prefix
+ * applied, after an operation that was not applied either, must not be
+ * taken for applied, while one with different contents still counts.  And a shorter prefix
  * that leaves a path holding what a later operation would put there is no
  * evidence for that operation (backend/rprefix.c): a checkpoint directory
  * renamed away, made again and its unchanged file rewritten, none of it
@@ -30,7 +30,14 @@
  * up to the unchanged file; a marker written as DCP does (a temporary file
  * renamed into place) after a shard, with neither the temporary file nor
  * the rename applied (a name that never existed is no evidence of its
- * rename), or both applied.
+ * rename), or both applied.  Judged by every path at once, the backend
+ * must also not be outvoted: a file removed behind the mount whose next
+ * version was not applied (its directory's existence alone once counted
+ * it); a hard link's other name, relinked by the daemon to a new version
+ * the replay does not carry, then a new file and that name rewritten
+ * unchanged, neither applied (a tie once claimed the new file); a symlink
+ * marker swapped into place by rename, not applied and applied (any object
+ * at the name once counted as the new link).
  */
 #include "tests/integrity/mlog.h"
 
@@ -174,6 +181,54 @@ static void marker_written(struct mlog *l)
 	marker(l, true);
 }
 
+/* A file removed on the backend behind the mount, then a new version of it not applied. */
+static void removed_behind(struct mlog *l)
+{
+	char path[PATH_MAX];
+
+	ml_file(l, "d/f", "H1", true);
+	ml_durable(l);
+	snprintf(path, sizeof(path), "%s/d/f", l->root);
+	CHECK_SYS(unlink(path));
+	ml_file(l, "d/f", "H2", false);
+}
+
+/*
+ * A hard link's second name, given the new version the daemon relinks it
+ * to (the replay keeps its first contents), then two versions not applied:
+ * a new file, and the linked name written again with the bytes it holds.
+ */
+static void stale_link(struct mlog *l)
+{
+	ml_file(l, "a", "A", true);
+	ml_link(l, "a", "b", true);
+	ml_file(l, "a", "B", true);		/* in place: b holds B too */
+	ml_unlink(l, "a", true);
+	ml_durable(l);
+	ml_file(l, "x", "D", false);
+	ml_file(l, "b", "B", false);
+}
+
+/* A symlink marker swapped the way `ln -s T tmp; mv -T tmp latest` does. */
+static void symlink_swap(struct mlog *l, bool applied)
+{
+	ml_file(l, "base", "B", true);
+	ml_symlink(l, "step1", "latest", true);
+	ml_durable(l);
+	ml_symlink(l, "step2", "latest.tmp", applied);
+	ml_rename(l, "latest.tmp", "latest", false, applied);
+}
+
+static void symlink_unswapped(struct mlog *l)
+{
+	symlink_swap(l, false);
+}
+
+static void symlink_swapped(struct mlog *l)
+{
+	symlink_swap(l, true);
+}
+
 /* A history: up to two crashed mounts, then what the next mount must find. */
 static const struct evcase {
 	const char *name;
@@ -201,6 +256,14 @@ static const struct evcase {
 	  "a shard applied, its marker's temporary file and rename not" },
 	{ "marker-written", marker_written, NULL, 4, "OK base\nOK ck/.metadata\nOK ck/shard0\n",
 	  "a shard and its marker applied" },
+	{ "removed-behind", removed_behind, NULL, 1, "MISSING d/f\n",
+	  "a file removed behind the mount, its next version not applied" },
+	{ "stale-link", stale_link, NULL, 4, "OK b\n",
+	  "a relinked name, a new file and that name rewritten unchanged, neither applied" },
+	{ "symlink-unswapped", symlink_unswapped, NULL, 2, "OK base\n",
+	  "a symlink swapped into place by rename, not applied" },
+	{ "symlink-swapped", symlink_swapped, NULL, 4, "OK base\n",
+	  "a symlink swapped into place by rename, applied" },
 };
 
 int main(void)
