@@ -71,12 +71,11 @@ struct rprefix {
 /* Note ops[p] (in log order): what each path it touches holds from prefix p + 1 on. */
 void rprefix_note(struct rprefix *x, const struct rrec *r, size_t p);
 /*
- * How many of ops[0, n) were applied: the longest prefix whose state every
- * touched path of the backend shows (rprefix.c's comment); `mount` names
- * them in warnings.
+ * How many of the n operations noted were applied: the prefix the backend
+ * shows, judged by every touched path at once (rprefix.c's comment);
+ * `mount` names them in warnings.
  */
-size_t rprefix_judge(struct rprefix *x, int root_fd, const struct rrec *ops, size_t n,
-		     const char *mount);
+size_t rprefix_judge(struct rprefix *x, int root_fd, size_t n, const char *mount);
 void rprefix_free(struct rprefix *x);
 
 

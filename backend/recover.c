@@ -551,7 +551,7 @@ int manifest_recover(struct manifest *m, int root_fd, struct rscan *s, struct re
 			m->where, s->prev, strerror(-r));
 		return r;
 	}
-	k = rprefix_judge(&s->prefix, root_fd, s->ops, s->nops, s->prev);
+	k = rprefix_judge(&s->prefix, root_fd, s->nops, s->prev);
 	if (k > 0)
 		finish_creation(root_fd, &s->ops[k - 1]);
 	for (size_t i = 0; i < k; i++) {

@@ -13,7 +13,9 @@
  * had nothing there: a directory, or what another tool made), nothing,
  * something, a directory, a symlink and its target, a node's type, or a
  * file version (size and digest; one carried by a rename or link is judged
- * by type and size, its bytes having been judged where they were written).
+ * by type and size, its bytes having been judged where they were written,
+ * unless another version of that path has its size: an atomic replace of
+ * a same-size file shows only in the bytes).
  *
  * The judgement takes the prefix whose state most of those paths on the
  * backend show — every one of them, unless something changed behind the
@@ -28,14 +30,18 @@
  * links) counts as not known before these operations, so what they would
  * put there, being absent, still counts against them; and where no prefix
  * explains every path, the tie goes to the prefix claiming fewest things
- * made that are not there.  Attributes leave no trace of their own (those
- * at the end count as not applied).  A lookup that fails other than "no
- * such name" (EACCES, EIO) is no evidence either way.
+ * made that are not there.  A new file found by its digest where nothing
+ * was known before counts for its operation alone.  The last operation
+ * counted must show on the backend: one whose every effect cannot be
+ * observed (attributes, a rewrite that changes nothing, something of no
+ * known kind, a name that could not be looked up) counts as not applied
+ * when it comes last.  A lookup or read that fails other than "no such
+ * name" (EACCES, EIO) is no evidence either way.
  *
  * Costs: one lstat per path touched, and one read of each file whose size
  * matches a version written in its history (two kinds of digest where its
- * mount's format is not known); files a directory rename carries are not
- * read.  The operations are one batch's (a "durable" record follows every
+ * mount's format is not known); files a rename carries are read only where
+ * their size does not tell them from another version of that path.  The operations are one batch's (a "durable" record follows every
  * batch).  A rename of a directory walks both path maps, as the replay's
  * does.
  */
@@ -351,15 +357,18 @@ static bool backend_digest(int root_fd, struct phist *h, int k, const char **hex
 		int fd = rec_open_beneath(root_fd, h->path, O_RDONLY);
 		XXH128_hash_t d;
 		uint64_t size;
+		int r = fd;
 		h->digested |= 4 << k;		/* failed, until it works */
 		if (fd >= 0) {
-			if (digest_fd_kind(fd, k ? DIGEST_RUNS : DIGEST_FLAT, &d, &size) == 0 &&
-			    size == h->size) {
+			r = digest_fd_kind(fd, k ? DIGEST_RUNS : DIGEST_FLAT, &d, &size);
+			if (r == 0 && size == h->size) {
 				hash_hex(d, h->hex[k]);
 				h->digested = (h->digested & ~(4 << k)) | 1 << k;
 			}
 			bsys.close(fd);
 		}
+		if (r < 0 && r != -ENOENT)
+			h->unknown = true;	/* unreadable (EIO): no evidence either way */
 	}
 	*hex = h->hex[k];
 	return h->digested & (1 << k);
@@ -373,6 +382,21 @@ static bool backend_version(int root_fd, struct phist *h, const struct pval *v)
 	for (int k = 1; k >= 0; k--)
 		if ((v->format == 0 || (v->format == 1) == (k == 0)) &&
 		    backend_digest(root_fd, h, k, &hex) && !strcmp(hex, v->xxh3))
+			return true;
+	return false;
+}
+
+/*
+ * Must v be judged by its digest?  A version written (a "file" record), or
+ * one carried by a rename or link where another version of the path has
+ * its size (an atomic replace of a same-size file: only the bytes tell).
+ */
+static bool needs_digest(const struct phist *h, const struct pval *v)
+{
+	if (!v->moved)
+		return true;
+	for (size_t k = 0; k < h->nv; k++)
+		if (h->v[k].kind == PV_FILE && h->v[k].size == v->size && strcmp(h->v[k].xxh3, v->xxh3))
 			return true;
 	return false;
 }
@@ -395,21 +419,10 @@ static bool backend_holds(int root_fd, struct phist *h, const struct pval *v)
 		return (h->mode & S_IFMT) == v->size;
 	case PV_FILE:
 		return S_ISREG(h->mode) && h->size == v->size &&
-		       (v->moved || backend_version(root_fd, h, v));
+		       (!needs_digest(h, v) || backend_version(root_fd, h, v));
 	default:
 		return true;	/* PV_PRESENT */
 	}
-}
-
-/* Does rprefix_note model what this operation does to the namespace? */
-static bool op_changes_paths(const struct rrec *r)
-{
-	static const char *const kinds[] = { "file", "mkdir", "symlink", "mknod", "unlink",
-					     "rmdir", "link", "rename" };
-	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
-		if (!strcmp(r->t, kinds[i]))
-			return r->path != NULL;
-	return false;
 }
 
 /* Count +1 over the prefixes where h->v[k] is what the path holds. */
@@ -419,25 +432,28 @@ static void count_value(long *diff, const struct phist *h, size_t k, size_t n)
 	diff[k + 1 < h->nv ? h->v[k + 1].from : n + 1]--;
 }
 
-size_t rprefix_judge(struct rprefix *x, int root_fd, const struct rrec *ops, size_t n,
-		     const char *mount)
+size_t rprefix_judge(struct rprefix *x, int root_fd, size_t n, const char *mount)
 {
 	size_t paths = 0, best = 0, unexplained = 0, capok = 0;
 	long *held = xcalloc(n + 2, sizeof(*held)), *claims = xcalloc(n + 2, sizeof(*claims));
+	bool *seen = xcalloc(n + 1, sizeof(*seen));	/* seen[p]: the p-th operation's effect observed */
 	long most = -1, fewest = 0;
 	bool *ok = NULL;
 
 	for (size_t i = 0; i < x->paths.nb; i++)
 		for (struct strmap_node *e = x->paths.b[i]; e; e = e->next) {
 			struct phist *h = CKPT_CONTAINER_OF(e, struct phist, n);
-			bool any = false;
+			bool any = false, exact = false;
 			if (h->nv > capok) {
 				capok = h->nv;
 				ok = xrealloc(ok, capok * sizeof(*ok));
 			}
 			for (size_t k = 0; k < h->nv; k++)
 				any |= ok[k] = backend_holds(root_fd, h, &h->v[k]);
-			if (!any) {
+			if (h->unknown) {	/* a lookup or read failed: no evidence */
+				for (size_t k = 0; k < h->nv; k++)
+					ok[k] = true;
+			} else if (!any) {
 				/*
 				 * Changed behind the mount (another node, a tool): what it held
 				 * before these operations is not known, but what they would put
@@ -449,6 +465,16 @@ size_t rprefix_judge(struct rprefix *x, int root_fd, const struct rrec *ops, siz
 						 "%s's operations left there (changed behind it?)",
 						 h->path, mount);
 			}
+			for (size_t k = 1; k < h->nv && !h->unknown; k++) {
+				const struct pval *v = &h->v[k];
+				if (!ok[k] || v->kind == PV_PRESENT)
+					continue;
+				seen[v->from] = true;
+				exact |= v->kind == PV_FILE && needs_digest(h, v);
+			}
+			/* A version found by its digest where nothing was known: it came. */
+			if (exact && h->v[0].kind == PV_UNKNOWN)
+				ok[0] = false;
 			paths++;
 			for (size_t k = 0; k < h->nv; k++) {
 				if (ok[k])
@@ -474,14 +500,20 @@ size_t rprefix_judge(struct rprefix *x, int root_fd, const struct rrec *ops, siz
 	}
 	if (!paths)
 		best = 0;	/* nothing to tell prefixes apart: none is evidence */
-	/* Attributes leave no trace of their own: those at the end count as not applied. */
-	while (best > 0 && !op_changes_paths(&ops[best - 1]))
+	/*
+	 * The last operation counted must show: one whose every effect the
+	 * backend cannot observe (attributes; something of no known kind; a
+	 * rewrite that changes nothing; a name it could not look up) counts as
+	 * not applied when it comes last.
+	 */
+	while (best > 0 && !seen[best])
 		best--;
 	if ((size_t)most < paths)
 		ckpt_log(LOG_WARNING, "recovery: no prefix of mount %s's operations explains all %zu "
 			 "paths they touch; taking one that explains %ld", mount, paths, most);
 	free(held);
 	free(claims);
+	free(seen);
 	free(ok);
 	return best;
 }

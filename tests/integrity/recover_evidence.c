@@ -37,7 +37,11 @@
  * the replay does not carry, then a new file and that name rewritten
  * unchanged, neither applied (a tie once claimed the new file); a symlink
  * marker swapped into place by rename, not applied and applied (any object
- * at the name once counted as the new link).
+ * at the name once counted as the new link); a same-size file renamed over
+ * another (`save(tmp); rename`), not applied and applied (a file carried by
+ * a rename was judged by its size alone); a batch applied whole whose
+ * marker was then rewritten behind the mount (its shards, found by their
+ * digests, still count).
  */
 #include "tests/integrity/mlog.h"
 
@@ -229,6 +233,39 @@ static void symlink_swapped(struct mlog *l)
 	symlink_swap(l, true);
 }
 
+/* A file replaced atomically by a same-size one (`save(tmp); rename(tmp, last)`). */
+static void replace(struct mlog *l, bool applied)
+{
+	ml_file(l, "last", "OLD1", true);
+	ml_durable(l);
+	ml_file(l, "last.tmp", "NEW2", applied);
+	ml_rename(l, "last.tmp", "last", false, applied);
+}
+
+static void replace_not_applied(struct mlog *l)
+{
+	replace(l, false);
+}
+
+static void replace_applied(struct mlog *l)
+{
+	replace(l, true);
+}
+
+/* A batch applied whole, then its marker rewritten behind the mount. */
+static void marker_changed_behind(struct mlog *l)
+{
+	char path[PATH_MAX];
+
+	ml_file(l, "latest", "step0", true);
+	ml_durable(l);
+	ml_file(l, "s/x1", "X1", true);
+	ml_file(l, "s/x2", "X2", true);
+	ml_file(l, "latest", "step1", true);
+	snprintf(path, sizeof(path), "%s/latest", l->root);
+	write_file(path, "other!", 6);
+}
+
 /* A history: up to two crashed mounts, then what the next mount must find. */
 static const struct evcase {
 	const char *name;
@@ -264,6 +301,12 @@ static const struct evcase {
 	  "a symlink swapped into place by rename, not applied" },
 	{ "symlink-swapped", symlink_swapped, NULL, 4, "OK base\n",
 	  "a symlink swapped into place by rename, applied" },
+	{ "replace", replace_not_applied, NULL, 1, "OK last\n",
+	  "a same-size file renamed over another, not applied" },
+	{ "replace-applied", replace_applied, NULL, 3, "OK last\n",
+	  "a same-size file renamed over another, applied" },
+	{ "changed-behind", marker_changed_behind, NULL, 3, "MISMATCH latest\nOK s/x1\nOK s/x2\n",
+	  "a batch applied, its marker rewritten behind the mount: the shards still count" },
 };
 
 int main(void)
