@@ -12,38 +12,41 @@
  * history is what it holds after each prefix: not known (the settled state
  * had nothing there: a directory, or what another tool made), nothing,
  * something, a directory, a symlink and its target, a node's type, or a
- * file version (size and digest; one carried by a rename or link is judged
- * by type and size, its bytes having been judged where they were written,
- * unless another version of that path has its size: an atomic replace of
- * a same-size file shows only in the bytes).
+ * file version (size and digest).  A version carried by a rename or link
+ * is judged by type and size, its bytes having been judged where they were
+ * written, unless the bytes must tell: at a rename's or link's target where
+ * nothing was known (another node's file of that size), or where another
+ * version of the path has its size (an atomic replace of a same-size file).
  *
- * The judgement takes the prefix whose state most of those paths on the
- * backend show — every one of them, unless something changed behind the
- * mount.  No operation is judged alone: a path may hold under a shorter
- * prefix what a later operation puts there (a file rewritten unchanged; a
- * directory renamed away and made again with the same file in it), and
- * only the paths together tell the prefixes apart.  Where two prefixes
- * leave every path the same, the longer is taken: every file it names
- * holds what it says.  A path whose backend state none of its values
- * explains (removed or rewritten behind the mount, a hard link's other name
- * that the daemon relinked: the replay does not carry versions across
- * links) counts as not known before these operations, so what they would
- * put there, being absent, still counts against them; and where no prefix
- * explains every path, the tie goes to the prefix claiming fewest things
- * made that are not there.  A new file found by its digest where nothing
- * was known before counts for its operation alone.  The last operation
- * counted must show on the backend: one whose every effect cannot be
- * observed (attributes, a rewrite that changes nothing, something of no
- * known kind, a name that could not be looked up) counts as not applied
- * when it comes last.  A lookup or read that fails other than "no such
- * name" (EACCES, EIO) is no evidence either way.
+ * The judgement: no operation is judged alone.  A path may hold under a
+ * shorter prefix what a later operation puts there (a file rewritten
+ * unchanged; a directory renamed away and made again with the same file
+ * in it), and only the paths together tell the prefixes apart.  A path
+ * whose backend state none of its values explains (removed or rewritten
+ * behind the mount; a hard link's other name, which the daemon relinks to a
+ * new version the replay does not carry) is set aside; the rest must all
+ * show the prefix taken.  Among the prefixes they all show: those at or
+ * past the last new file found by its digest where nothing was known
+ * before, if any such prefix is among them (otherwise those bytes were
+ * there before: another node wrote the same file); then the one claiming
+ * fewest things made that are not there (what the set-aside paths would
+ * hold); then the longest (where prefixes leave every path the same, every
+ * file the longer names holds what it says).  Where no prefix explains
+ * every path (the model is wrong somewhere), the prefix most paths show
+ * (set-aside ones for their state before the batch), then fewest claims,
+ * then the longest.  Finally a shorter prefix as good is taken while the
+ * operations it drops left no trace the backend shows (attributes, a
+ * rewrite that changes nothing, a directory implied by what was made in
+ * it, a name removed that had not been there, something of no known kind).
+ * A lookup or read that fails other than "no such name" (EACCES, EIO) is
+ * no evidence either way.
  *
  * Costs: one lstat per path touched, and one read of each file whose size
  * matches a version written in its history (two kinds of digest where its
  * mount's format is not known); files a rename carries are read only where
- * their size does not tell them from another version of that path.  The operations are one batch's (a "durable" record follows every
- * batch).  A rename of a directory walks both path maps, as the replay's
- * does.
+ * their size does not tell them apart.  The operations are one batch's (a
+ * "durable" record follows every batch).  A rename of a directory walks
+ * both path maps, as the replay's does.
  */
 #include "backend/manifest_priv.h"
 #include "backend/bsys.h"
@@ -68,7 +71,9 @@ struct pval {
 	size_t from;		/* the shortest prefix (operations applied) that leaves it */
 	enum pv_kind kind;
 	bool moved;		/* carried by a rename or link: its bytes are those judged where
-				   they were written, so type and size suffice */
+				   they were written, so type and size suffice (needs_digest) */
+	bool inner;		/* carried below a renamed directory (not the rename's target) */
+	bool implied;		/* a directory above something made: no trace of its own */
 	uint64_t size;		/* FILE: bytes; SYMLINK: the target's length; NODE: S_IFMT bits */
 	uint64_t format;	/* FILE: its mount's manifest format (0: not known) */
 	char xxh3[33];		/* FILE: its digest; SYMLINK: XXH3-64 of the target, in hex */
@@ -85,6 +90,7 @@ struct phist {
 	struct pval *v;
 	size_t nv, capv;
 	bool looked, exists, unknown;	/* unknown: the lookup failed, not with "no such name" */
+	bool unreadable;		/* a digest could not be read (EIO) */
 	mode_t mode;
 	uint64_t size;
 	char link[17];			/* a symlink's target, XXH3-64 in hex */
@@ -245,7 +251,7 @@ static void ancestors_exist(struct pchanges *pc, const char *path)
 
 	for (char *slash = strrchr(dup, '/'); slash; slash = strrchr(dup, '/')) {
 		*slash = '\0';
-		pchange_kind(pc, dup, PV_DIR);
+		pchange_add(pc, dup, (struct pval){ .kind = PV_DIR, .implied = true });
 	}
 	free(dup);
 }
@@ -261,6 +267,8 @@ static void moved_to(struct pchanges *pc, const struct pchanges *from, const cha
 		if (i == 0 && v.kind == PV_UNKNOWN)
 			v.kind = PV_PRESENT;
 		v.moved = true;
+		v.inner = i > 0;
+		v.implied = false;
 		pchange_add(pc, b.s, v);
 		sb_free(&b);
 	}
@@ -368,7 +376,7 @@ static bool backend_digest(int root_fd, struct phist *h, int k, const char **hex
 			bsys.close(fd);
 		}
 		if (r < 0 && r != -ENOENT)
-			h->unknown = true;	/* unreadable (EIO): no evidence either way */
+			h->unreadable = true;	/* EIO: its bytes are no evidence either way */
 	}
 	*hex = h->hex[k];
 	return h->digested & (1 << k);
@@ -387,13 +395,15 @@ static bool backend_version(int root_fd, struct phist *h, const struct pval *v)
 }
 
 /*
- * Must v be judged by its digest?  A version written (a "file" record), or
- * one carried by a rename or link where another version of the path has
- * its size (an atomic replace of a same-size file: only the bytes tell).
+ * Must v be judged by its digest?  A version written (a "file" record); one
+ * a rename or link puts at its target where nothing was known there (what
+ * another node or tool left may have its size); one carried anywhere where
+ * another version of the path has its size (an atomic replace of a
+ * same-size file: only the bytes tell).
  */
 static bool needs_digest(const struct phist *h, const struct pval *v)
 {
-	if (!v->moved)
+	if (!v->moved || (!v->inner && h->v[0].kind == PV_UNKNOWN))
 		return true;
 	for (size_t k = 0; k < h->nv; k++)
 		if (h->v[k].kind == PV_FILE && h->v[k].size == v->size && strcmp(h->v[k].xxh3, v->xxh3))
@@ -401,27 +411,40 @@ static bool needs_digest(const struct phist *h, const struct pval *v)
 	return false;
 }
 
+/* What the backend shows of a value: not it, it, or nothing either way. */
+enum held { HELD_NO, HELD_YES, HELD_MAYBE };
+
+static enum held yes_no(bool yes)
+{
+	return yes ? HELD_YES : HELD_NO;
+}
+
 /* Does the backend hold v at h->path? */
-static bool backend_holds(int root_fd, struct phist *h, const struct pval *v)
+static enum held backend_holds(int root_fd, struct phist *h, const struct pval *v)
 {
 	if (!h->looked)
 		backend_look(root_fd, h);
 	if (h->unknown || v->kind == PV_UNKNOWN)
-		return true;
+		return HELD_MAYBE;
 	if (v->kind == PV_ABSENT || !h->exists)
-		return v->kind == PV_ABSENT && !h->exists;
+		return yes_no(v->kind == PV_ABSENT && !h->exists);
 	switch (v->kind) {
 	case PV_DIR:
-		return S_ISDIR(h->mode);
+		return yes_no(S_ISDIR(h->mode));
 	case PV_SYMLINK:
-		return S_ISLNK(h->mode) && h->size == v->size && !strcmp(h->link, v->xxh3);
+		return yes_no(S_ISLNK(h->mode) && h->size == v->size && !strcmp(h->link, v->xxh3));
 	case PV_NODE:
-		return (h->mode & S_IFMT) == v->size;
+		return yes_no((h->mode & S_IFMT) == v->size);
 	case PV_FILE:
-		return S_ISREG(h->mode) && h->size == v->size &&
-		       (!needs_digest(h, v) || backend_version(root_fd, h, v));
+		if (!S_ISREG(h->mode) || h->size != v->size)
+			return HELD_NO;
+		if (!needs_digest(h, v))
+			return HELD_YES;
+		if (backend_version(root_fd, h, v))
+			return HELD_YES;
+		return h->unreadable ? HELD_MAYBE : HELD_NO;
 	default:
-		return true;	/* PV_PRESENT */
+		return HELD_MAYBE;	/* PV_PRESENT: something is there */
 	}
 }
 
@@ -432,89 +455,133 @@ static void count_value(long *diff, const struct phist *h, size_t k, size_t n)
 	diff[k + 1 < h->nv ? h->v[k + 1].from : n + 1]--;
 }
 
+/* Per prefix (counts over paths, made cumulative by judge_choose). */
+struct tally {
+	long *held;	/* explained paths whose value there the backend holds */
+	long *claims;	/* values made there that the backend does not hold */
+	long *fallback;	/* unexplained paths' state before the batch, there */
+	bool *seen;	/* seen[p]: the p-th operation's effect observed */
+	size_t explained, unexplained;
+	size_t floor;	/* a new file found by its digest where nothing was known */
+};
+
+/* Judge one path: into t. */
+static void judge_path(struct tally *t, struct phist *h, enum held *res, int root_fd, size_t n,
+		       const char *mount)
+{
+	bool any = false;
+
+	for (size_t k = 0; k < h->nv; k++)
+		any |= (res[k] = backend_holds(root_fd, h, &h->v[k])) != HELD_NO;
+	for (size_t k = 1; k < h->nv; k++) {
+		const struct pval *v = &h->v[k];
+		if (res[k] == HELD_NO) {
+			if (v->kind != PV_ABSENT)
+				count_value(t->claims, h, k, n);	/* something made, not there */
+			continue;
+		}
+		if (res[k] != HELD_YES || v->implied || v->kind == PV_PRESENT)
+			continue;
+		bool before = false;	/* a removal observed only if the name was there before */
+		for (size_t j = 0; j < k && v->kind == PV_ABSENT; j++)
+			before |= res[j] != HELD_NO;
+		if (!before)
+			t->seen[v->from] = true;
+		if (v->kind == PV_FILE && needs_digest(h, v) && h->v[0].kind == PV_UNKNOWN &&
+		    v->from > t->floor)
+			t->floor = v->from;
+	}
+	if (!any) {
+		/*
+		 * Changed behind the mount (another node, a tool): what it held
+		 * before these operations is not known, but what they would put
+		 * there is not there.
+		 */
+		count_value(t->fallback, h, 0, n);
+		if (t->unexplained++ < 8)
+			ckpt_log(LOG_WARNING, "recovery: %s holds what no prefix of mount %s's "
+				 "operations left there (changed behind it?)", h->path, mount);
+		return;
+	}
+	t->explained++;
+	for (size_t k = 0; k < h->nv; k++)
+		if (res[k] != HELD_NO)
+			count_value(t->held, h, k, n);
+}
+
+/*
+ * The prefix: among those every explained path shows, the ones at or past
+ * the floor (unless none is: the bytes found were there before), then the
+ * one claiming fewest things made that are not there, then the longest.
+ * Where no prefix explains every path (the model is wrong somewhere), the
+ * one most paths show, then fewest claims, then the longest.  Then a
+ * shorter prefix as good, if every operation between left no trace the
+ * backend shows.
+ */
+static size_t judge_choose(struct tally *t, size_t n)
+{
+	long *score = xcalloc(n + 1, sizeof(*score)), held = 0, claims = 0, fb = 0;
+	bool all = false, floor_ok = false, *fit = xcalloc(n + 1, sizeof(*fit));
+	size_t best = 0;
+
+	for (size_t p = 0; p <= n; p++) {
+		held += t->held[p];
+		claims += t->claims[p];
+		fb += t->fallback[p];
+		t->claims[p] = claims;
+		all |= (size_t)held == t->explained;
+		floor_ok |= (size_t)held == t->explained && p >= t->floor;
+		score[p] = (size_t)held == t->explained ? LONG_MAX : held + fb;
+	}
+	long top = -1;
+	for (size_t p = 0; p <= n; p++) {
+		if (all && (score[p] != LONG_MAX || (floor_ok && p < t->floor)))
+			continue;
+		if (score[p] > top || (score[p] == top && t->claims[p] <= t->claims[best])) {
+			top = score[p];
+			best = p;
+		}
+	}
+	for (size_t p = 0; p <= n; p++)
+		fit[p] = score[p] == top && !(all && floor_ok && p < t->floor) &&
+			 t->claims[p] == t->claims[best];
+	for (size_t q = best; q > 0 && !t->seen[q];) {	/* op q left no trace: may go */
+		if (fit[--q])
+			best = q;
+	}
+	free(score);
+	free(fit);
+	return best;
+}
+
 size_t rprefix_judge(struct rprefix *x, int root_fd, size_t n, const char *mount)
 {
-	size_t paths = 0, best = 0, unexplained = 0, capok = 0;
-	long *held = xcalloc(n + 2, sizeof(*held)), *claims = xcalloc(n + 2, sizeof(*claims));
-	bool *seen = xcalloc(n + 1, sizeof(*seen));	/* seen[p]: the p-th operation's effect observed */
-	long most = -1, fewest = 0;
-	bool *ok = NULL;
+	struct tally t = {
+		.held = xcalloc(n + 2, sizeof(long)), .claims = xcalloc(n + 2, sizeof(long)),
+		.fallback = xcalloc(n + 2, sizeof(long)), .seen = xcalloc(n + 1, sizeof(bool)),
+	};
+	enum held *res = NULL;
+	size_t cap = 0, best;
 
 	for (size_t i = 0; i < x->paths.nb; i++)
 		for (struct strmap_node *e = x->paths.b[i]; e; e = e->next) {
 			struct phist *h = CKPT_CONTAINER_OF(e, struct phist, n);
-			bool any = false, exact = false;
-			if (h->nv > capok) {
-				capok = h->nv;
-				ok = xrealloc(ok, capok * sizeof(*ok));
+			if (h->nv > cap) {
+				cap = h->nv;
+				res = xrealloc(res, cap * sizeof(*res));
 			}
-			for (size_t k = 0; k < h->nv; k++)
-				any |= ok[k] = backend_holds(root_fd, h, &h->v[k]);
-			if (h->unknown) {	/* a lookup or read failed: no evidence */
-				for (size_t k = 0; k < h->nv; k++)
-					ok[k] = true;
-			} else if (!any) {
-				/*
-				 * Changed behind the mount (another node, a tool): what it held
-				 * before these operations is not known, but what they would put
-				 * there is not there.
-				 */
-				ok[0] = true;
-				if (unexplained++ < 8)
-					ckpt_log(LOG_WARNING, "recovery: %s holds what no prefix of mount "
-						 "%s's operations left there (changed behind it?)",
-						 h->path, mount);
-			}
-			for (size_t k = 1; k < h->nv && !h->unknown; k++) {
-				const struct pval *v = &h->v[k];
-				if (!ok[k] || v->kind == PV_PRESENT)
-					continue;
-				seen[v->from] = true;
-				exact |= v->kind == PV_FILE && needs_digest(h, v);
-			}
-			/* A version found by its digest where nothing was known: it came. */
-			if (exact && h->v[0].kind == PV_UNKNOWN)
-				ok[0] = false;
-			paths++;
-			for (size_t k = 0; k < h->nv; k++) {
-				if (ok[k])
-					count_value(held, h, k, n);
-				else if (k > 0 && h->v[k].kind != PV_ABSENT)
-					count_value(claims, h, k, n);	/* something made, not there */
-			}
+			judge_path(&t, h, res, root_fd, n, mount);
 		}
-	/*
-	 * The prefix most paths show; among those, the one claiming fewest
-	 * things made that are not there (only where no prefix explains every
-	 * path), then the longest.
-	 */
-	long count = 0, claimed = 0;
-	for (size_t p = 0; p <= n; p++) {
-		count += held[p];
-		claimed += claims[p];
-		if (count > most || (count == most && claimed <= fewest)) {
-			most = count;
-			fewest = claimed;
-			best = p;
-		}
-	}
-	if (!paths)
-		best = 0;	/* nothing to tell prefixes apart: none is evidence */
-	/*
-	 * The last operation counted must show: one whose every effect the
-	 * backend cannot observe (attributes; something of no known kind; a
-	 * rewrite that changes nothing; a name it could not look up) counts as
-	 * not applied when it comes last.
-	 */
-	while (best > 0 && !seen[best])
-		best--;
-	if ((size_t)most < paths)
-		ckpt_log(LOG_WARNING, "recovery: no prefix of mount %s's operations explains all %zu "
-			 "paths they touch; taking one that explains %ld", mount, paths, most);
-	free(held);
-	free(claims);
-	free(seen);
-	free(ok);
+	best = judge_choose(&t, n);
+	if (t.unexplained)
+		ckpt_log(LOG_WARNING, "recovery: %zu of the %zu paths mount %s's operations touch "
+			 "hold what none of them left there; judged by the rest",
+			 t.unexplained, t.unexplained + t.explained, mount);
+	free(t.held);
+	free(t.claims);
+	free(t.fallback);
+	free(t.seen);
+	free(res);
 	return best;
 }
 

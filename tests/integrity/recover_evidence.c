@@ -41,7 +41,12 @@
  * another (`save(tmp); rename`), not applied and applied (a file carried by
  * a rename was judged by its size alone); a batch applied whole whose
  * marker was then rewritten behind the mount (its shards, found by their
- * digests, still count).
+ * digests, still count).  And what another node left at a name this one
+ * never wrote: files it wrote with the very bytes of this node's next
+ * versions, after this node's missing shard (they once outvoted it); a
+ * same-size file it wrote, replaced here by rename (judged by size alone
+ * once); its file linked to a temporary name and renamed over ours (a name
+ * that never existed, gone, once counted as a trace) — none applied.
  */
 #include "tests/integrity/mlog.h"
 
@@ -266,6 +271,41 @@ static void marker_changed_behind(struct mlog *l)
 	write_file(path, "other!", 6);
 }
 
+/*
+ * Files another node wrote with the bytes this one's next versions hold
+ * (a config every node saves), after this node's shard: nothing applied.
+ */
+static void identical_elsewhere(struct mlog *l)
+{
+	ml_file(l, "base", "B", true);
+	ml_durable(l);
+	ml_put(l->root, "ck/config.json", "C");	/* another node's, no record here */
+	ml_put(l->root, "ck/tok.json", "T");
+	ml_file(l, "ck/shard_1", "S", false);
+	ml_file(l, "ck/config.json", "C", false);
+	ml_file(l, "ck/tok.json", "T", false);
+}
+
+/* `save(tmp); rename(tmp, last)` over a same-size file another node wrote: not applied. */
+static void replace_foreign(struct mlog *l)
+{
+	ml_file(l, "base", "B", true);
+	ml_durable(l);
+	ml_put(l->root, "last", "OLD1");
+	ml_file(l, "last.tmp", "NEW2", false);
+	ml_rename(l, "last.tmp", "last", false, false);
+}
+
+/* Another node's file linked to a temporary name and renamed over ours: not applied. */
+static void link_foreign(struct mlog *l)
+{
+	ml_file(l, "D", "DDD1", true);
+	ml_durable(l);
+	ml_put(l->root, "O", "OOOOO");
+	ml_link(l, "O", "tmp", false);
+	ml_rename(l, "tmp", "D", false, false);
+}
+
 /* A history: up to two crashed mounts, then what the next mount must find. */
 static const struct evcase {
 	const char *name;
@@ -307,6 +347,13 @@ static const struct evcase {
 	  "a same-size file renamed over another, applied" },
 	{ "changed-behind", marker_changed_behind, NULL, 3, "MISMATCH latest\nOK s/x1\nOK s/x2\n",
 	  "a batch applied, its marker rewritten behind the mount: the shards still count" },
+	{ "identical-elsewhere", identical_elsewhere, NULL, 1,
+	  "OK base\nUNTRACKED ck/config.json\nUNTRACKED ck/tok.json\n",
+	  "a shard not applied, then files another node wrote with the same bytes" },
+	{ "replace-foreign", replace_foreign, NULL, 1, "OK base\nUNTRACKED last\n",
+	  "a same-size file of another node replaced by rename, not applied" },
+	{ "link-foreign", link_foreign, NULL, 1, "OK D\nUNTRACKED O\n",
+	  "another node's file linked and renamed over ours, not applied" },
 };
 
 int main(void)
