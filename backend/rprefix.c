@@ -135,6 +135,8 @@ static void backend_look(int root_fd, struct phist *h)
 			ssize_t n = bsys.readlinkat(dir, name, target, sizeof(target));
 			if (n >= 0)
 				link_hex(target, (size_t)n, h->link);
+			else
+				h->unknown = true;	/* its target unread: no evidence */
 			h->size = n >= 0 ? (uint64_t)n : UINT64_MAX;
 		}
 	} else if (r != -ENOENT && r != -ENOTDIR && r != -ELOOP) {
@@ -321,6 +323,7 @@ void rprefix_note(struct rprefix *x, const struct rrec *r, size_t p)
 		if (v.kind == PV_UNKNOWN || v.kind == PV_ABSENT)
 			v = (struct pval){ .kind = PV_PRESENT };
 		v.moved = true;
+		v.inner = false;	/* the link's own target */
 		pchange_add(&pc, r->to, v);
 		ancestors_exist(&pc, r->to);
 	} else if (!strcmp(t, "rename") && r->to && strcmp(r->path, r->to)) {
@@ -482,8 +485,13 @@ static void judge_path(struct tally *t, struct phist *h, enum held *res, int roo
 		}
 		if (res[k] != HELD_YES || v->implied || v->kind == PV_PRESENT)
 			continue;
-		bool before = false;	/* a removal observed only if the name was there before */
-		for (size_t j = 0; j < k && v->kind == PV_ABSENT; j++)
+		/*
+		 * A removal leaves a trace only where no earlier state of the name
+		 * explains its absence; the first operation on a name the replay
+		 * did not know, if it removes it, found it there.
+		 */
+		bool before = false;
+		for (size_t j = k == 1 ? 1 : 0; j < k && v->kind == PV_ABSENT; j++)
 			before |= res[j] != HELD_NO;
 		if (!before)
 			t->seen[v->from] = true;

@@ -46,7 +46,9 @@
  * versions, after this node's missing shard (they once outvoted it); a
  * same-size file it wrote, replaced here by rename (judged by size alone
  * once); its file linked to a temporary name and renamed over ours (a name
- * that never existed, gone, once counted as a trace) — none applied.
+ * that never existed, gone, once counted as a trace) — none applied; its
+ * checkpoint removed at the end of a batch, applied (a removal of a name
+ * the replay did not know once left no trace, and was voided).
  */
 #include "tests/integrity/mlog.h"
 
@@ -306,6 +308,17 @@ static void link_foreign(struct mlog *l)
 	ml_rename(l, "tmp", "D", false, false);
 }
 
+/* Rotation of a checkpoint another host wrote (a job moved to new hosts): applied. */
+static void rotate_foreign(struct mlog *l)
+{
+	ml_file(l, "base", "B", true);
+	ml_durable(l);
+	ml_put(l->root, "ck100/s0", "OLD");	/* written from another host's log */
+	ml_file(l, "ck600/s0", "NEW", true);
+	ml_unlink(l, "ck100/s0", true);
+	ml_rmdir(l, "ck100", true);
+}
+
 /* A history: up to two crashed mounts, then what the next mount must find. */
 static const struct evcase {
 	const char *name;
@@ -354,6 +367,8 @@ static const struct evcase {
 	  "a same-size file of another node replaced by rename, not applied" },
 	{ "link-foreign", link_foreign, NULL, 1, "OK D\nUNTRACKED O\n",
 	  "another node's file linked and renamed over ours, not applied" },
+	{ "rotate-foreign", rotate_foreign, NULL, 4, "OK base\nOK ck600/s0\n",
+	  "a checkpoint another host wrote removed at the end of a batch, applied" },
 };
 
 int main(void)
