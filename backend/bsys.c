@@ -14,8 +14,9 @@
  *    acted on with AT_EMPTY_PATH or through its /proc/self/fd magic link,
  *    which resolves to that inode and not to a path: the object checked is
  *    the object changed, whatever is renamed meanwhile.  A symlink's own
- *    owner (BSYS_LINK) the same way, checked to be a symlink; its times
- *    and xattrs by name after a check (no call acts on a pinned symlink);
+ *    owner, times and xattrs (BSYS_LINK) the same way, checked to be a
+ *    symlink: the magic link of an O_PATH symlink fd, followed, reaches the
+ *    link itself, never its target (what open(2) documents for O_PATH);
  *  - open of an existing non-directory: the same pinned handle, checked to
  *    be a regular file, reopened through /proc/self/fd.  Not O_NONBLOCK +
  *    fstat: opening a device runs its driver's open (a tape rewinds, a
@@ -207,10 +208,10 @@ static int pin_link(int d, const char *n, const char *call)
 }
 
 /*
- * C5 for a symlink itself, changed by name (utimens, xattrs: no call takes
- * a pinned symlink for those): checked first, a narrow race left.
+ * C5 for the object at a name, checked by name (renameat2: there is no
+ * rename of a pinned inode): a narrow race left.
  */
-static int link_guard(int d, const char *n, const char *call)
+static int name_guard(int d, const char *n, const char *call)
 {
 	struct stat st;
 
@@ -308,7 +309,7 @@ static int d_ftruncate(int fd, off_t len) { RET(ftruncate(fd, len)); }
 
 static int d_renameat2(int od, const char *on, int nd, const char *nn, unsigned fl)
 {
-	int r = link_guard(od, on, "rename");	/* C5: what moves must be the owner's */
+	int r = name_guard(od, on, "rename");	/* C5: what moves must be the owner's */
 
 	if (r < 0)
 		return r;
@@ -402,11 +403,8 @@ static int d_utimensat(int d, const char *n, const struct timespec ts[2], int at
 	char p[32];
 	int h, r;
 
-	if ((at & BSYS_LINK) && (r = link_guard(d, n, "utimens")) < 0)
-		return r;
-	if (at & BSYS_LINK)
-		RET(utimensat(d, n, ts, AT_SYMLINK_NOFOLLOW));
-	if ((h = pin(d, n, "utimens", WANT_FILE_OR_DIR, &st)) < 0)
+	h = at & BSYS_LINK ? pin_link(d, n, "utimens") : pin(d, n, "utimens", WANT_FILE_OR_DIR, &st);
+	if (h < 0)
 		return h;
 	fd_path(h, p);
 	r = utimensat(AT_FDCWD, p, ts, 0) < 0 ? -errno : 0;
@@ -436,29 +434,20 @@ static ssize_t d_splice(int fd, off_t *off, int pipe_w, size_t len)
 
 /*
  * The path an xattr call takes to (d, n): the magic link of a pinned handle
- * (*h, to close after), or for a symlink itself (BSYS_LINK) the name below
- * the directory's magic link, used with the l- calls, which do not follow it.
+ * (h, to close after) — of the object, or of a symlink itself (BSYS_LINK).
+ * The xattr system calls take no O_PATH fd, AT_EMPTY_PATH or not (EBADF).
  */
 struct xpath {
-	char p[300];
+	char p[32];
 	int h;
-	bool link;
 };
 
 static int xpath_get(struct xpath *x, int d, const char *n, int at, const char *call)
 {
 	struct stat st;
 
-	x->h = -1;
-	x->link = at & BSYS_LINK;
-	if (x->link) {
-		int r = link_guard(d, n, call);
-		if (r < 0)
-			return r;
-		r = snprintf(x->p, sizeof(x->p), "/proc/self/fd/%d/%s", d, n);
-		return r < 0 || (size_t)r >= sizeof(x->p) ? -ENAMETOOLONG : 0;
-	}
-	if ((x->h = pin(d, n, call, WANT_FILE_OR_DIR, &st)) < 0)
+	x->h = at & BSYS_LINK ? pin_link(d, n, call) : pin(d, n, call, WANT_FILE_OR_DIR, &st);
+	if (x->h < 0)
 		return x->h;
 	fd_path(x->h, x->p);
 	return 0;
@@ -476,7 +465,7 @@ static int d_setxattr(int d, const char *n, const char *k, const void *v, size_t
 	int r = xpath_get(&x, d, n, at, "setxattr");
 
 	if (r == 0)
-		r = (x.link ? lsetxattr(x.p, k, v, l, fl) : setxattr(x.p, k, v, l, fl)) < 0 ? -errno : 0;
+		r = setxattr(x.p, k, v, l, fl) < 0 ? -errno : 0;
 	xpath_put(&x);
 	return r;
 }
@@ -487,7 +476,7 @@ static int d_removexattr(int d, const char *n, const char *k, int at)
 	int r = xpath_get(&x, d, n, at, "removexattr");
 
 	if (r == 0)
-		r = (x.link ? lremovexattr(x.p, k) : removexattr(x.p, k)) < 0 ? -errno : 0;
+		r = removexattr(x.p, k) < 0 ? -errno : 0;
 	xpath_put(&x);
 	return r;
 }
@@ -498,7 +487,7 @@ static ssize_t d_getxattr(int d, const char *n, const char *k, void *b, size_t l
 	ssize_t r = xpath_get(&x, d, n, at, "getxattr");
 
 	if (r == 0) {
-		r = x.link ? lgetxattr(x.p, k, b, l) : getxattr(x.p, k, b, l);
+		r = getxattr(x.p, k, b, l);
 		r = r < 0 ? -errno : r;
 	}
 	xpath_put(&x);
@@ -511,7 +500,7 @@ static ssize_t d_listxattr(int d, const char *n, char *b, size_t l, int at)
 	ssize_t r = xpath_get(&x, d, n, at, "listxattr");
 
 	if (r == 0) {
-		r = x.link ? llistxattr(x.p, b, l) : listxattr(x.p, b, l);
+		r = listxattr(x.p, b, l);
 		r = r < 0 ? -errno : r;
 	}
 	xpath_put(&x);

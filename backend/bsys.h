@@ -27,8 +27,8 @@
  *      one pinned inode, so a name swapped in between cannot take the change
  *      (a user who renames the daemon's root-owned stage file over their own
  *      file's name, then chmods "their" file, gets -EPERM, not a set-user-ID
- *      root file).  Symlinks themselves (BSYS_LINK) are checked, then
- *      changed by name.  renameat2 checks the object at the source name the
+ *      root file).  Symlinks themselves (BSYS_LINK) the same way: a pinned
+ *      O_PATH handle of the link.  renameat2 checks the object at the source name the
  *      same way, then renames by name (there is no rename of a pinned
  *      inode): an object the directory's owner swapped in before the rename
  *      is applied is refused, not carried into a directory they may not

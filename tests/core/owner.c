@@ -4,13 +4,15 @@
  * that has become uid/gid 1000 creates a file and a directory in a
  * world-writable directory, and a symlink (the daemon makes it, then gives
  * the link itself to the user, pinned: bsys.c).  Root then gives the link
- * to a third uid through the mount (lchown): the backend's link changes,
- * never its target.  Skips unless run as root.
+ * to a third uid through the mount (lchown), sets its times and a trusted
+ * xattr and removes it: the backend's link changes, never its target (each
+ * acts on the pinned link, bsys.c).  Skips unless run as root.
  */
 #include "tests/core/core_util.h"
 
 #include <grp.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 
 #define UID 1000
 #define GID 1000
@@ -21,6 +23,35 @@ static void check_owner_is(const char *path, uid_t uid, gid_t gid)
 	CHECK_SYS(lstat(path, &st));
 	ASSERT_EQ(st.st_uid, uid);
 	ASSERT_EQ(st.st_gid, gid);
+}
+
+static struct timespec mtime_of(const char *path)
+{
+	struct stat st;
+	CHECK_SYS(lstat(path, &st));
+	return st.st_mtim;
+}
+
+/* Root, through the mount: the link's own times and a trusted xattr. */
+static void link_attrs(struct tmount *m)
+{
+	static const struct timespec ts[2] = { { 1000000000, 0 }, { 1000000007, 0 } };
+	struct timespec before = mtime_of(tm_bpath(m, "pub/file"));
+	char v[8];
+
+	CHECK_SYS(utimensat(AT_FDCWD, tm_path(m, "pub/link"), ts, AT_SYMLINK_NOFOLLOW));
+	CHECK_SYS(lsetxattr(tm_path(m, "pub/link"), "trusted.ckptfs_owner", "lk", 2, 0));
+	tm_sync(m);
+	ASSERT_EQ(mtime_of(tm_bpath(m, "pub/link")).tv_sec, ts[1].tv_sec);
+	ASSERT_EQ(lgetxattr(tm_bpath(m, "pub/link"), "trusted.ckptfs_owner", v, sizeof(v)), 2);
+	ASSERT_EQ(memcmp(v, "lk", 2), 0);
+	ASSERT_EQ(mtime_of(tm_bpath(m, "pub/file")).tv_sec, before.tv_sec);
+	ASSERT_EQ(getxattr(tm_bpath(m, "pub/file"), "trusted.ckptfs_owner", v, sizeof(v)), -1);
+	ASSERT_EQ(errno, ENODATA);
+	CHECK_SYS(lremovexattr(tm_path(m, "pub/link"), "trusted.ckptfs_owner"));
+	tm_sync(m);
+	ASSERT_EQ(lgetxattr(tm_bpath(m, "pub/link"), "trusted.ckptfs_owner", v, sizeof(v)), -1);
+	ASSERT_EQ(errno, ENODATA);
 }
 
 static void check_owner(const char *path)
@@ -77,6 +108,8 @@ int main(void)
 	tm_sync(&m);
 	check_owner_is(tm_bpath(&m, "pub/link"), UID + 1, GID + 1);
 	check_owner(tm_bpath(&m, "pub/file"));	/* its target is untouched */
+	link_attrs(&m);
+	check_owner_is(tm_bpath(&m, "pub/link"), UID + 1, GID + 1);
 	tm_stop(&m);
 	tm_cleanup(&m);
 	return 0;
