@@ -48,9 +48,14 @@
  * once); its file linked to a temporary name and renamed over ours (a name
  * that never existed, gone, once counted as a trace) — none applied; its
  * checkpoint removed at the end of a batch, applied (a removal of a name
- * the replay did not know once left no trace, and was voided).
+ * the replay did not know once left no trace, and was voided).  And a
+ * backend that fails (EIO) a lookup or a read while recovery judges is no
+ * evidence either way: a version not applied whose name or bytes could not
+ * be read is never claimed, nor one applied (it is left for verify to
+ * report, not recorded as durable on no evidence).
  */
 #include "tests/integrity/mlog.h"
+#include "backend/bsys.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -71,8 +76,8 @@ static void crashed_mount(const char *root, const char *id, void (*fn)(struct ml
 	ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
-/* Mount once more (recovering the last crash), check what it found, then verify. */
-static void judge(const char *root, const char *id, uint64_t applied, const char *want)
+/* Mount once more and recover the last crash: it must find `applied`. */
+static void recover(const char *root, const char *id, uint64_t applied)
 {
 	struct mlog l;
 
@@ -80,6 +85,36 @@ static void judge(const char *root, const char *id, uint64_t applied, const char
 	ASSERT_TRUE(l.rep.unclean);
 	ASSERT_EQ(l.rep.prev_seq_applied, applied);
 	ml_close(&l);
+}
+
+/*
+ * recover(), with the backend failing as CKPTFS_FAULT rule `fault` says
+ * (backend/fault.c), in a child: the wrappers stay in that process.
+ */
+static void recover_faulty(const char *root, const char *id, uint64_t applied, const char *fault)
+{
+	pid_t pid = fork();
+	int st;
+
+	if (pid == 0) {
+		if (setenv("CKPTFS_FAULT", fault, 1) < 0 || bsys_faults_from_env() < 0)
+			_exit(3);
+		recover(root, id, applied);
+		_exit(0);
+	}
+	CHECK_SYS(waitpid(pid, &st, 0));
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		FAILF("recovery with CKPTFS_FAULT='%s' at %s: status %#x", fault, root, st);
+}
+
+/* Recover (under `fault` where not NULL), then verify with a healthy backend. */
+static void judge(const char *root, const char *id, uint64_t applied, const char *want,
+		  const char *fault)
+{
+	if (fault)
+		recover_faulty(root, id, applied, fault);
+	else
+		recover(root, id, applied);
 	char *v = ml_verdicts(root);
 	if (strcmp(v, want))
 		FAILF("verify after recovery at %s:\n%s\nwanted:\n%s", root, v, want);
@@ -319,6 +354,24 @@ static void rotate_foreign(struct mlog *l)
 	ml_rmdir(l, "ck100", true);
 }
 
+/* A shard after a durable base, applied or not (the EIO cases). */
+static void shard(struct mlog *l, bool applied)
+{
+	ml_file(l, "base", "B", true);
+	ml_durable(l);
+	ml_file(l, "ck/eioshard", "S", applied);
+}
+
+static void shard_not_applied(struct mlog *l)
+{
+	shard(l, false);
+}
+
+static void shard_applied(struct mlog *l)
+{
+	shard(l, true);
+}
+
 /* A history: up to two crashed mounts, then what the next mount must find. */
 static const struct evcase {
 	const char *name;
@@ -326,49 +379,59 @@ static const struct evcase {
 	uint64_t applied;	/* the last operation recovery finds applied */
 	const char *verdicts;	/* verify's, after it */
 	const char *what;
+	const char *fault;	/* CKPTFS_FAULT while recovering, or NULL */
 } cases[] = {
 	{ "voided", voided_first, voided_again, 3, "OK a\nOK b\nOK c\nOK p\n",
-	  "a version voided by recovery, then applied with the same contents" },
+	  "a version voided by recovery, then applied with the same contents", NULL },
 	{ "skipped", skipped, NULL, 4, "OK q\nOK r\n",
-	  "a skipped version, then the same contents applied" },
+	  "a skipped version, then the same contents applied", NULL },
 	{ "unlinked", unlinked, NULL, 3, "OK u\n",
-	  "written, unlinked, written again with the same contents" },
+	  "written, unlinked, written again with the same contents", NULL },
 	{ "dir-renamed", dir_renamed, NULL, 3, "OK step1/x\nOK tmp/x\n",
-	  "a directory renamed, its old name written again with the same contents" },
+	  "a directory renamed, its old name written again with the same contents", NULL },
 	{ "unchanged", unchanged_not_applied, NULL, 2, "OK s\nOK t\n",
-	  "an unchanged rewrite not applied is no evidence" },
+	  "an unchanged rewrite not applied is no evidence", NULL },
 	{ "renamed-away", renamed_away_none, NULL, 2, "OK D/config.json\nOK D/model.pt\n",
-	  "a directory renamed away, made again and its unchanged file rewritten: none applied" },
+	  "a directory renamed away, made again and its unchanged file rewritten: none applied", NULL },
 	{ "renamed-away-3", renamed_away_three, NULL, 5,
 	  "OK D.old/config.json\nOK D.old/model.pt\nOK D/config.json\n",
-	  "the same, applied up to the unchanged file" },
+	  "the same, applied up to the unchanged file", NULL },
 	{ "marker-unwritten", marker_unwritten, NULL, 2, "OK base\nOK ck/shard0\n",
-	  "a shard applied, its marker's temporary file and rename not" },
+	  "a shard applied, its marker's temporary file and rename not", NULL },
 	{ "marker-written", marker_written, NULL, 4, "OK base\nOK ck/.metadata\nOK ck/shard0\n",
-	  "a shard and its marker applied" },
+	  "a shard and its marker applied", NULL },
 	{ "removed-behind", removed_behind, NULL, 1, "MISSING d/f\n",
-	  "a file removed behind the mount, its next version not applied" },
+	  "a file removed behind the mount, its next version not applied", NULL },
 	{ "stale-link", stale_link, NULL, 4, "OK b\n",
-	  "a relinked name, a new file and that name rewritten unchanged, neither applied" },
+	  "a relinked name, a new file and that name rewritten unchanged, neither applied", NULL },
 	{ "symlink-unswapped", symlink_unswapped, NULL, 2, "OK base\n",
-	  "a symlink swapped into place by rename, not applied" },
+	  "a symlink swapped into place by rename, not applied", NULL },
 	{ "symlink-swapped", symlink_swapped, NULL, 4, "OK base\n",
-	  "a symlink swapped into place by rename, applied" },
+	  "a symlink swapped into place by rename, applied", NULL },
 	{ "replace", replace_not_applied, NULL, 1, "OK last\n",
-	  "a same-size file renamed over another, not applied" },
+	  "a same-size file renamed over another, not applied", NULL },
 	{ "replace-applied", replace_applied, NULL, 3, "OK last\n",
-	  "a same-size file renamed over another, applied" },
+	  "a same-size file renamed over another, applied", NULL },
 	{ "changed-behind", marker_changed_behind, NULL, 3, "MISMATCH latest\nOK s/x1\nOK s/x2\n",
-	  "a batch applied, its marker rewritten behind the mount: the shards still count" },
+	  "a batch applied, its marker rewritten behind the mount: the shards still count", NULL },
 	{ "identical-elsewhere", identical_elsewhere, NULL, 1,
 	  "OK base\nUNTRACKED ck/config.json\nUNTRACKED ck/tok.json\n",
-	  "a shard not applied, then files another node wrote with the same bytes" },
+	  "a shard not applied, then files another node wrote with the same bytes", NULL },
 	{ "replace-foreign", replace_foreign, NULL, 1, "OK base\nUNTRACKED last\n",
-	  "a same-size file of another node replaced by rename, not applied" },
+	  "a same-size file of another node replaced by rename, not applied", NULL },
 	{ "link-foreign", link_foreign, NULL, 1, "OK D\nUNTRACKED O\n",
-	  "another node's file linked and renamed over ours, not applied" },
+	  "another node's file linked and renamed over ours, not applied", NULL },
 	{ "rotate-foreign", rotate_foreign, NULL, 4, "OK base\nOK ck600/s0\n",
-	  "a checkpoint another host wrote removed at the end of a batch, applied" },
+	  "a checkpoint another host wrote removed at the end of a batch, applied", NULL },
+	{ "eio-lookup", shard_not_applied, NULL, 1, "OK base\n",
+	  "a shard not applied, its lookup failing with EIO", "op=stat,name=eioshard,err=EIO" },
+	{ "eio-lookup-applied", shard_applied, NULL, 1, "OK base\nUNTRACKED ck/eioshard\n",
+	  "a shard applied, its lookup failing with EIO", "op=stat,name=eioshard,err=EIO" },
+	{ "eio-read", replace_not_applied, NULL, 1, "OK last\n",
+	  "a same-size file renamed over another, not applied, its bytes unreadable",
+	  "op=openat,name=last,err=EIO" },
+	{ "eio-read-applied", replace_applied, NULL, 1, "MISMATCH last\n",
+	  "the same, applied, its bytes unreadable", "op=openat,name=last,err=EIO" },
 };
 
 int main(void)
@@ -382,10 +445,11 @@ int main(void)
 		crashed_mount(root, "aaaaaaaaaaa1", c->mount1);
 		if (c->mount2)		/* it recovers the first */
 			crashed_mount(root, "aaaaaaaaaaa2", c->mount2);
-		judge(root, c->mount2 ? "aaaaaaaaaaa3" : "aaaaaaaaaaa2", c->applied, c->verdicts);
+		judge(root, c->mount2 ? "aaaaaaaaaaa3" : "aaaaaaaaaaa2", c->applied, c->verdicts,
+		      c->fault);
 		if (!strcmp(c->name, "unchanged")) {	/* then a changed one after it is */
 			crashed_mount(root, "aaaaaaaaaaa3", changed);
-			judge(root, "aaaaaaaaaaa4", 2, "OK s\n");
+			judge(root, "aaaaaaaaaaa4", 2, "OK s\n", NULL);
 		}
 		printf("ok: %s\n", c->what);
 	}
