@@ -158,6 +158,15 @@ static int name_check(struct ckptfs *fs, struct fsnode *dir, const char *name)
 
 /* ---- lookups and attributes ---------------------------------------------- */
 
+/* The reply to a request that makes or finds a name: the entry, or -r. */
+static void reply_entry(fuse_req_t req, int r, const struct fuse_entry_param *e)
+{
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_entry(req, e);
+}
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct ckptfs *fs = FS(req);
@@ -180,10 +189,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		e.entry_timeout = fs->opt.attr_timeout;
 	}
 	pthread_mutex_unlock(&fs->ns);
-	if (r < 0)
-		fuse_reply_err(req, -r);
-	else
-		fuse_reply_entry(req, &e);
+	reply_entry(req, r, &e);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -426,10 +432,7 @@ static void add_named(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		fill_entry(fs, n, &e);
 	}
 	pthread_mutex_unlock(&fs->ns);
-	if (r < 0)
-		fuse_reply_err(req, -r);
-	else
-		fuse_reply_entry(req, &e);
+	reply_entry(req, r, &e);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
@@ -497,10 +500,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 		fill_entry(fs, n, &e);
 	}
 	pthread_mutex_unlock(&fs->ns);
-	if (r < 0)
-		fuse_reply_err(req, -r);
-	else
-		fuse_reply_entry(req, &e);
+	reply_entry(req, r, &e);
 }
 
 /*

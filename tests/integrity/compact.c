@@ -70,6 +70,14 @@ static char *verdicts(const char *backend)
 	return lines;
 }
 
+/* verify's verdicts v: `ok` files OK, none MISMATCH, MISSING or UNTRACKED. */
+static void all_ok(const char *v, int ok)
+{
+	ASSERT_EQ(it_verdict_count(v, "OK"), ok);
+	ASSERT_EQ(it_verdict_count(v, "MISMATCH") + it_verdict_count(v, "MISSING") +
+		  it_verdict_count(v, "UNTRACKED"), 0);
+}
+
 static size_t log_records(const char *path, int *compacted, uint64_t *bad)
 {
 	struct it_log l;
@@ -134,9 +142,7 @@ int main(void)
 	tm_mount(&m, NULL, no_compact);
 	tm_stop(&m);
 	ref = verdicts(m.backend);
-	ASSERT_EQ(it_verdict_count(ref, "OK"), 3 * (CKPT_FILES + 1) + 1);
-	ASSERT_EQ(it_verdict_count(ref, "MISMATCH") + it_verdict_count(ref, "MISSING") +
-		  it_verdict_count(ref, "UNTRACKED"), 0);
+	all_ok(ref, 3 * (CKPT_FILES + 1) + 1);
 	size_t before = log_records(it_manifest_path(&m), &compacted, &bad);
 	ASSERT_EQ(compacted, 0);
 	snprintf(copy, sizeof(copy), "%s/uncompacted", m.root);
@@ -176,9 +182,7 @@ int main(void)
 	ASSERT_EQ(it_log_count(&m, "manifest: compacted"), 2);
 	tm_stop(&m);
 	v = verdicts(m.backend);
-	ASSERT_EQ(it_verdict_count(v, "OK"), 3 * (CKPT_FILES + 1) + 1);
-	ASSERT_EQ(it_verdict_count(v, "MISMATCH") + it_verdict_count(v, "MISSING") +
-		  it_verdict_count(v, "UNTRACKED"), 0);
+	all_ok(v, 3 * (CKPT_FILES + 1) + 1);
 	struct it_log lg;
 	ASSERT_EQ(it_log_read(it_manifest_path(&m), &lg), 0);
 	ASSERT_EQ(it_log_count_type(&lg, "file", NULL), it_verdict_count(v, "OK"));
@@ -206,9 +210,7 @@ int main(void)
 	tm_mount(&m, NULL, no_compact);
 	tm_stop(&m);
 	v = verdicts(m.backend);
-	ASSERT_EQ(it_verdict_count(v, "OK"), 5 * (CKPT_FILES + 1) + 1);
-	ASSERT_EQ(it_verdict_count(v, "MISMATCH") + it_verdict_count(v, "MISSING") +
-		  it_verdict_count(v, "UNTRACKED"), 0);
+	all_ok(v, 5 * (CKPT_FILES + 1) + 1);
 	printf("compacted while mounted (%d times), crashed, recovered: verify agrees\n",
 	       it_log_count(&m, "manifest: compacted") - before_live);
 	free(v);

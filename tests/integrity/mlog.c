@@ -135,12 +135,20 @@ uint64_t ml_mkdir(struct mlog *l, const char *path, bool apply)
 	return l->seq;
 }
 
-uint64_t ml_symlink(struct mlog *l, const char *target, const char *path, bool apply)
+/* A record naming two things (next seq): "path" and key2. */
+static uint64_t ml_rec2(struct mlog *l, const char *type, const char *path, const char *key2,
+			const char *v2)
 {
 	l->seq++;
-	ml_rec(l, "{\"t\": \"symlink\", \"m\": \"%s\", \"seq\": %llu, \"time\": %llu, \"path\": \"%s\", "
-	       "\"target\": \"%s\"}", l->id, (unsigned long long)l->seq, (unsigned long long)ml_time(),
-	       path, target);
+	ml_rec(l, "{\"t\": \"%s\", \"m\": \"%s\", \"seq\": %llu, \"time\": %llu, \"path\": \"%s\", "
+	       "\"%s\": \"%s\"}", type, l->id, (unsigned long long)l->seq,
+	       (unsigned long long)ml_time(), path, key2, v2);
+	return l->seq;
+}
+
+uint64_t ml_symlink(struct mlog *l, const char *target, const char *path, bool apply)
+{
+	ml_rec2(l, "symlink", path, "target", target);
 	if (apply)
 		CHECK_SYS(symlink(target, at(l, path)));
 	return l->seq;
@@ -148,10 +156,7 @@ uint64_t ml_symlink(struct mlog *l, const char *target, const char *path, bool a
 
 uint64_t ml_link(struct mlog *l, const char *from, const char *to, bool apply)
 {
-	l->seq++;
-	ml_rec(l, "{\"t\": \"link\", \"m\": \"%s\", \"seq\": %llu, \"time\": %llu, \"path\": \"%s\", "
-	       "\"to\": \"%s\"}", l->id, (unsigned long long)l->seq, (unsigned long long)ml_time(),
-	       from, to);
+	ml_rec2(l, "link", from, "to", to);
 	if (apply)
 		CHECK_SYS(link(at(l, from), at(l, to)));
 	return l->seq;
