@@ -35,6 +35,7 @@
  */
 #include "backend/backend.h"
 #include "backend/bsys.h"
+#include "backend/safepath.h"
 #include "cache/log.h"
 
 #include <errno.h>
@@ -48,18 +49,6 @@
 int flush_copy_version(struct cver *v, int fd, XXH128_hash_t *digest);
 
 #define D bsys_direct
-
-/* May the directory `st` be on the way to the rescue directory (R1)?  NULL if so. */
-static const char *ancestor_problem(const struct stat *st)
-{
-	if (!S_ISDIR(st->st_mode))
-		return "is not a directory";
-	if (st->st_uid != 0 && st->st_uid != geteuid())
-		return "is owned by another user, who could replace what lies below it";
-	if ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX))
-		return "is writable by others without the sticky bit";
-	return NULL;
-}
 
 static const char *target_problem(const struct stat *st)
 {
@@ -89,8 +78,8 @@ static int rescue_dir_open(const char *dir, char *why, size_t wlen)
 		return -EINVAL;
 	}
 	fd = D.openat(AT_FDCWD, "/", O_RDONLY | O_DIRECTORY, 0);
-	if (fd >= 0 && (r = D.fstatat(fd, "", &st)) == 0 && ancestor_problem(&st)) {
-		snprintf(why, wlen, "/ %s", ancestor_problem(&st));
+	if (fd >= 0 && (r = D.fstatat(fd, "", &st)) == 0 && safepath_dir_problem(&st)) {
+		snprintf(why, wlen, "/ %s", safepath_dir_problem(&st));
 		r = -EPERM;
 	}
 	if (fd < 0)
@@ -140,7 +129,7 @@ static int rescue_dir_open(const char *dir, char *why, size_t wlen)
 			snprintf(why, wlen, "%s: %s", sofar, strerror(-r));
 			break;
 		}
-		const char *p = last ? target_problem(&st) : ancestor_problem(&st);
+		const char *p = last ? target_problem(&st) : safepath_dir_problem(&st);
 		if (p) {
 			snprintf(why, wlen, "%s %s", sofar, p);
 			r = -EPERM;

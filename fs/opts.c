@@ -12,6 +12,7 @@
 #include "cache/util.h"
 #include "backend/backend.h"
 #include "backend/marker.h"
+#include "backend/safepath.h"
 #include "fs/mounts.h"
 
 #include <errno.h>
@@ -467,7 +468,7 @@ static bool path_within(const char *inner, const char *outer)
 int opts_validate(struct ckptfs_opts *o)
 {
 	struct stat st;
-	char buf[PATH_MAX], sz1[32], sz2[32];
+	char buf[PATH_MAX], sz1[32], sz2[32], why[1024];
 	char *type;
 
 	if (stat(o->backend, &st) < 0)
@@ -476,16 +477,17 @@ int opts_validate(struct ckptfs_opts *o)
 		return usage_error("backend '%s' is not a directory%s", o->backend, "");
 	if (access(o->backend, R_OK | W_OK | X_OK) < 0)
 		return usage_error("backend '%s' is not writable: %s", o->backend, strerror(errno));
-	if (!realpath(o->backend, buf))
-		return usage_error("backend '%s': %s", o->backend, strerror(errno));
+	if (safepath_resolve(o->backend, 0, buf, sizeof(buf), why, sizeof(why)) < 0)
+		return usage_error("backend '%s': %s", o->backend, why);
 	o->backend_real = xstrdup(buf);
 
 	if (stat(o->mountpoint, &st) < 0)
 		return usage_error("mountpoint '%s': %s", o->mountpoint, strerror(errno));
 	if (!S_ISDIR(st.st_mode))
 		return usage_error("mountpoint '%s' is not a directory%s", o->mountpoint, "");
-	if (!realpath(o->mountpoint, buf))
-		return usage_error("mountpoint '%s': %s", o->mountpoint, strerror(errno));
+	if (safepath_resolve(o->mountpoint, SAFEPATH_UNCHANGEABLE, buf, sizeof(buf), why,
+			     sizeof(why)) < 0)
+		return usage_error("mountpoint '%s': %s", o->mountpoint, why);
 	o->mountpoint_real = xstrdup(buf);
 	if ((type = mounted_at(o->mountpoint_real)) && strcmp(o->mountpoint_real, "/") != 0) {
 		usage_error("mountpoint '%s' is already mounted (%s); unmount it first",
@@ -500,7 +502,6 @@ int opts_validate(struct ckptfs_opts *o)
 				   o->mountpoint, o->backend);
 
 	/* Checked (and made) now, so a bad one fails the mount, not the rescue. */
-	char why[1024];
 	if (backend_rescue_dir_check(o->rescue_dir, why, sizeof(why)) < 0)
 		return usage_error("rescue_dir '%s': %s", o->rescue_dir, why);
 

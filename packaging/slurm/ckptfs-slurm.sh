@@ -126,6 +126,52 @@ ckptfs_slurm_init() {
 	esac
 }
 
+# ckptfs_slurm_root_path_problem PATH: why root must not make or mount
+# PATH, or nothing.  A user who can change a directory on the way could
+# point it elsewhere (a symlink planted for a job id not yet run): root's
+# `mkdir -p` would make directories there and the daemon would refuse the
+# mount only after.  So every existing component must be reachable only by
+# root's choices: each directory looked up in owned by root and writable by
+# no one else, or sticky with the entry root's; a symlink root's; and what
+# does not exist yet is made only in a directory no one else may write.
+# The daemon checks the mount point again (backend/safepath.h), resolved.
+ckptfs_slurm_root_path_problem() {
+	_rest=${1#/} _p='' _dir=/
+	while [ -n "$_rest" ]; do
+		_c=${_rest%%/*}
+		case $_rest in */*) _rest=${_rest#*/} ;; *) _rest= ;; esac
+		case $_c in '' | .) continue ;; ..) echo "it must not contain '..'"; return ;; esac
+		_p=$_p/$_c
+		_d=$(stat -L -c '%u %a' -- "$_dir") || { echo "$_dir cannot be read"; return; }
+		_downer=${_d%% *} _dmode=0${_d#* }
+		if [ ! -e "$_p" ] && [ ! -L "$_p" ]; then	# root makes the rest, here first
+			[ "$_downer" = 0 ] && [ $((_dmode & 022)) -eq 0 ] && return 0
+			echo "$_p does not exist yet in $_dir, which others may write: one of them could make it first"
+			return
+		fi
+		_owner=$(stat -c %u -- "$_p") || { echo "$_p cannot be read"; return; }
+		if [ "$_downer" != 0 ]; then
+			echo "$_dir is owned by uid $_downer, who could replace what lies below it"
+			return
+		fi
+		if [ $((_dmode & 022)) -ne 0 ]; then
+			if [ $((_dmode & 01000)) -eq 0 ]; then
+				echo "$_dir is writable by others without the sticky bit"
+				return
+			fi
+			if [ "$_owner" != 0 ]; then
+				echo "$_p is owned by uid $_owner in a directory others may write"
+				return
+			fi
+		fi
+		if [ -L "$_p" ] && [ "$_owner" != 0 ]; then
+			echo "$_p is a symlink owned by uid $_owner"
+			return
+		fi
+		_dir=$_p
+	done
+}
+
 # ckptfs_slurm_has_word LIST WORD: WORD appears in LIST as a whole word
 # (separated by blanks, commas or the &|:*[]() of constraint expressions).
 ckptfs_slurm_has_word() {

@@ -11,6 +11,10 @@
 #    by the user, a second prolog on the same mount point is refused, the
 #    user's files reach the backend with the user's ownership, the epilog
 #    drains, unmounts and removes the mount point (0);
+#  - a mount point a user could redirect (a directory of theirs on the
+#    way, where they planted a symlink to a root directory): the prolog
+#    refuses it (1) naming why, makes nothing where the symlink points and
+#    mounts nothing; the epilog then removes nothing there either (0);
 #  - a backend that refuses every publish: the epilog finds the data in the
 #    rescue directory and exits 1 (on_drain_failure = drain) or 0 (keep),
 #    logging why either way.
@@ -119,6 +123,20 @@ for f in "$backend/step1" "$backend"/step1/*; do
 done
 [ ! -e "$mnt" ] || dt_fail "the epilog left the mount point $mnt"
 [ ! -e "$DT_SCRATCH/rescue/112" ] || dt_fail "the epilog left an empty rescue directory"
+
+# ---- a mount point a user could redirect
+mkdir -p "$DT_SCRATCH/users/$DT_USER" "$DT_SCRATCH/victim/131"
+chown "$DT_UID:$DT_GID" "$DT_SCRATCH/users/$DT_USER"
+runuser -u "$DT_USER" -- ln -s "$DT_SCRATCH/victim" "$DT_SCRATCH/users/$DT_USER/ckpt"
+write_conf "mount_point=$DT_SCRATCH/users/%u/ckpt/%j"
+run_script prolog 130 proj1
+expect "a mount point below a user's directory" 1 \
+	"job 130: mount point '$DT_SCRATCH/users/$DT_USER/ckpt/130': $DT_SCRATCH/users/$DT_USER is owned by uid $DT_UID"
+[ ! -e "$DT_SCRATCH/victim/130" ] || dt_fail "root made the mount point where the user's symlink points"
+[ -z "$(ckptfs_mounted "$DT_SCRATCH/victim/130")" ] || dt_fail "mounted through the user's symlink"
+run_script epilog 131 proj1
+dt_assert_eq 0 "$rc" "epilog of a job whose mount point was refused (output: $out)"
+[ -d "$DT_SCRATCH/victim/131" ] || dt_fail "the epilog removed a directory through the user's symlink"
 
 # ---- a backend that refuses everything
 for policy in drain keep; do
