@@ -36,11 +36,7 @@ static void refused(const char *rdir, const char *why)
 
 static char *at_root(const char *name)
 {
-	static char buf[4][PATH_MAX];
-	static int k;
-	char *p = buf[k++ % 4];
-	snprintf(p, PATH_MAX, "%s/%s", m.root, name);
-	return p;
+	return sec_root_path(&m, name);
 }
 
 /* The one entry of dir (a per-mount rescue directory). */

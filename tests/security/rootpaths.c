@@ -24,11 +24,7 @@ static struct tmount m;
 
 static char *at(const char *rel)
 {
-	static char buf[4][PATH_MAX];
-	static int k;
-	char *p = buf[k++ % 4];
-	snprintf(p, PATH_MAX, "%s/%s", m.root, rel);
-	return p;
+	return sec_root_path(&m, rel);
 }
 
 static void make_dir(const char *rel, mode_t mode, uid_t uid)

@@ -39,6 +39,9 @@ void sec_assert_unchanged(const char *what, const char *root, const char *was);
  */
 void sec_init_user_dir(struct tmount *m, const char *name, const char *dir, uid_t uid);
 
+/* m->root/rel, in one of four rotating buffers (up to four at once in one call). */
+char *sec_root_path(const struct tmount *m, const char *rel);
+
 /* Mode bits and owner of path (lstat), failing if it is missing. */
 mode_t sec_mode(const char *path);
 uid_t sec_uid(const char *path);
