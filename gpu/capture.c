@@ -272,6 +272,60 @@ static void pieces_unreserve(struct ckptfs_session *s, struct ck_capture *cap, u
 	}
 }
 
+/*
+ * Issue b's copies and the host function after them (b is then the
+ * stream's: batch_done frees it).  *landed: the end of the pieces that did
+ * or will land; those from there to b's end must be unreserved.  0 or the
+ * copy's error.  cuda_mu taken, mu not held.
+ */
+static int batch_issue(struct ckptfs_session *s, struct ck_batch *b, uint64_t off,
+		       uint64_t dptr, size_t len, uint32_t *landed)
+{
+	const struct ckcu *cu = s->cu;
+	uint32_t first = b->first, end = b->first + b->count, k;
+	ckcu_context saved;
+	ckcu_result cr = 0;
+	int r = 0;
+
+	pthread_mutex_lock(&s->cuda_mu);
+	cuda_enter(s, dptr, &saved);
+	for (k = first; k < end; k++) {
+		struct ck_piece *p = &b->cap->pieces[k];
+		uint64_t foff = (off / s->cs + k) * s->cs + p->lo;	/* where it goes */
+		cr = cu->MemcpyDtoHAsync(s->arena + (uint64_t)p->chunk * s->cs + p->lo,
+					 dptr + (foff - off), p->hi - p->lo, s->copy);
+		if (cr) {
+			r = ck_fail(-EFAULT, "ckptfs_capture: the driver rejected the copy of %zu "
+				    "bytes from %#llx: %s", len, (unsigned long long)dptr,
+				    ckcu_strerror(cu, cr));
+			break;
+		}
+	}
+	*landed = k;
+	b->count = k - first;
+	if (k == first) {
+		free(b);
+	} else if ((cr = cu->LaunchHostFunc(s->copy, batch_done, b))) {
+		/*
+		 * No callback: wait for the copies here.  If that fails too (the
+		 * context holds an error, CUDA's usual reason to refuse the
+		 * launch), nothing says they landed: they count as failed.
+		 */
+		ckcu_result sr = cu->StreamSynchronize(s->copy);
+		if (sr == CKCU_SUCCESS) {
+			batch_done(b);
+		} else {
+			free(b);
+			*landed = first;
+			r = ck_fail(-EIO, "ckptfs_capture: the copy of %zu bytes from %#llx did not "
+				    "complete: %s", len, (unsigned long long)dptr, ckcu_strerror(cu, sr));
+		}
+	}
+	cuda_leave(s, saved);
+	pthread_mutex_unlock(&s->cuda_mu);
+	return r;
+}
+
 static int capture_device(struct ckptfs_session *s, struct ck_file *f, uint64_t off,
 			  uint64_t dptr, size_t len, void *stream, int id, struct ck_capture *cap)
 {
@@ -300,7 +354,13 @@ static int capture_device(struct ckptfs_session *s, struct ck_file *f, uint64_t 
 	pthread_mutex_unlock(&s->cuda_mu);
 
 	while (i < npieces && r == 0) {
-		uint32_t first = i;
+		uint32_t first = i, landed;
+		/* Before any copy: a batch with no host function would never complete. */
+		struct ck_batch *b = malloc(sizeof(*b));
+		if (!b) {
+			r = ck_fail(-ENOMEM, "ckptfs_capture: out of memory");
+			break;
+		}
 		pthread_mutex_lock(&s->mu);
 		while (i < npieces && i - first < BATCH_MAX(s)) {
 			struct ck_piece *p = &cap->pieces[i];
@@ -321,45 +381,22 @@ static int capture_device(struct ckptfs_session *s, struct ck_file *f, uint64_t 
 			i++;
 		}
 		pthread_mutex_unlock(&s->mu);
-		if (i == first)
-			break;
-
-		struct ck_batch *b = malloc(sizeof(*b));
-		uint32_t k = first;
-		pthread_mutex_lock(&s->cuda_mu);
-		cuda_enter(s, dptr, &saved);
-		for (; k < i; k++) {
-			struct ck_piece *p = &cap->pieces[k];
-			uint64_t foff = (off / s->cs + k) * s->cs + p->lo;	/* where it goes */
-			cr = cu->MemcpyDtoHAsync(s->arena + (uint64_t)p->chunk * s->cs + p->lo,
-						 dptr + (foff - off), p->hi - p->lo, s->copy);
-			if (cr) {
-				r = ck_fail(-EFAULT, "ckptfs_capture: the driver rejected the copy of %zu "
-					    "bytes from %#llx: %s", len, (unsigned long long)dptr,
-					    ckcu_strerror(cu, cr));
-				break;
-			}
-		}
-		if (k > first && b) {
-			b->s = s;
-			b->cap = cap;
-			b->first = first;
-			b->count = k - first;
-			if ((cr = cu->LaunchHostFunc(s->copy, batch_done, b))) {
-				/* No callback: wait for the copies here and complete them ourselves. */
-				cu->StreamSynchronize(s->copy);
-				batch_done(b);
-			}
-		} else {
+		if (i == first) {
 			free(b);
+			break;
 		}
-		cuda_leave(s, saved);
-		pthread_mutex_unlock(&s->cuda_mu);
-		if (k < i) {	/* pieces reserved but never issued */
+		b->s = s;
+		b->cap = cap;
+		b->first = first;
+		b->count = i - first;
+		int e = batch_issue(s, b, off, dptr, len, &landed);
+		if (e < 0)
+			r = e;
+		if (landed < i) {	/* pieces reserved that will never land */
 			pthread_mutex_lock(&s->mu);
-			pieces_unreserve(s, cap, k, i);
+			pieces_unreserve(s, cap, landed, i);
 			pthread_mutex_unlock(&s->mu);
-			i = k;
+			i = landed;
 		}
 	}
 	capture_seal(s, cap, i);

@@ -21,7 +21,16 @@
  *     and rejects NULL and unmapped ones (CUDA_ERROR_INVALID_VALUE), as the
  *     driver rejects a pointer it does not know; cuMemcpyDtoHAsync does too;
  *   - while CKPTFS_MOCK_FAIL_COPY=1 is set, every copy fails at enqueue
- *     (CUDA_ERROR_ILLEGAL_ADDRESS), for error paths.
+ *     (CUDA_ERROR_ILLEGAL_ADDRESS), for error paths;
+ *   - CUDA's asynchronous faults, which leave the context with a sticky
+ *     error: a copy issued while CKPTFS_MOCK_FAULT=async faults when its
+ *     stream runs it; one issued while CKPTFS_MOCK_FAULT=context is
+ *     accepted and the context faults at once (before the caller's next
+ *     call).  From then on nothing runs (copies copy nothing, host
+ *     functions are never called, as cuLaunchHostFunc documents), events
+ *     and streams still reach their ends, and every call that touches a
+ *     stream or an event returns CUDA_ERROR_ILLEGAL_ADDRESS, as the
+ *     driver does until the process exits.
  * Memory (for benchmarks' dry runs): cuMemAlloc and cuMemAllocHost are
  * malloc, cuMemsetD8 is memset.
  * One device (ordinal 0, PCI bus id 0000:00:00.0), one primary context.
@@ -76,6 +85,7 @@ struct op {
 	uint64_t gen;
 	CUhostFn fn;
 	void *arg;
+	int fault;		/* CKPTFS_MOCK_FAULT=async when issued */
 };
 
 struct CUstream_st {
@@ -87,6 +97,7 @@ struct CUstream_st {
 };
 
 static double copy_gbps;	/* 0: unthrottled */
+static _Atomic int sticky;	/* the context's error after a fault (0: none) */
 static int probe[2] = { -1, -1 };
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -161,6 +172,10 @@ static void run(struct op *o)
 
 	switch (o->kind) {
 	case OP_COPY:
+		if (o->fault)
+			sticky = ERR_ILLEGAL_ADDRESS;
+		if (sticky)
+			break;
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		memcpy(o->dst, o->src, o->n);
 		throttle(o->n, &t0);
@@ -172,7 +187,8 @@ static void run(struct op *o)
 		event_wait(o->ev, o->gen);
 		break;
 	case OP_HOSTFN:
-		o->fn(o->arg);
+		if (!sticky)
+			o->fn(o->arg);
 		break;
 	case OP_STOP:
 		break;
@@ -323,7 +339,17 @@ EXPORT CUresult cuStreamSynchronize(struct CUstream_st *s)
 	while (s->done < want)
 		pthread_cond_wait(&s->cv, &s->mu);
 	pthread_mutex_unlock(&s->mu);
-	return OK;
+	return sticky;
+}
+
+EXPORT CUresult cuStreamQuery(struct CUstream_st *s)
+{
+	if (sticky || is_sync(s))
+		return sticky;
+	pthread_mutex_lock(&s->mu);
+	int done = s->done == s->queued;
+	pthread_mutex_unlock(&s->mu);
+	return done ? OK : ERR_NOT_READY;
 }
 
 EXPORT CUresult cuStreamDestroy_v2(struct CUstream_st *s)
@@ -361,9 +387,11 @@ EXPORT CUresult cuEventDestroy_v2(struct CUevent_st *e)
 
 EXPORT CUresult cuEventRecord(struct CUevent_st *e, struct CUstream_st *s)
 {
-	struct op *o = op_new(OP_RECORD);
+	struct op *o;
 
-	if (!o)
+	if (sticky)
+		return sticky;
+	if (!(o = op_new(OP_RECORD)))
 		return ERR_INVALID_VALUE;
 	pthread_mutex_lock(&e->mu);
 	o->gen = ++e->recorded;
@@ -378,7 +406,7 @@ EXPORT CUresult cuEventQuery(struct CUevent_st *e)
 	pthread_mutex_lock(&e->mu);
 	int done = e->completed >= e->recorded;
 	pthread_mutex_unlock(&e->mu);
-	return done ? OK : ERR_NOT_READY;
+	return sticky ? sticky : done ? OK : ERR_NOT_READY;
 }
 
 EXPORT CUresult cuEventSynchronize(struct CUevent_st *e)
@@ -387,15 +415,17 @@ EXPORT CUresult cuEventSynchronize(struct CUevent_st *e)
 	uint64_t gen = e->recorded;
 	pthread_mutex_unlock(&e->mu);
 	event_wait(e, gen);
-	return OK;
+	return sticky;
 }
 
 EXPORT CUresult cuStreamWaitEvent(struct CUstream_st *s, struct CUevent_st *e, unsigned int flags)
 {
-	struct op *o = op_new(OP_WAIT);
+	struct op *o;
 
 	(void)flags;
-	if (!o)
+	if (sticky)
+		return sticky;
+	if (!(o = op_new(OP_WAIT)))
 		return ERR_INVALID_VALUE;
 	pthread_mutex_lock(&e->mu);
 	o->gen = e->recorded;
@@ -413,10 +443,16 @@ EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, struc
 	if (!range_readable((const void *)(uintptr_t)src, n) || !dst)
 		return ERR_INVALID_VALUE;
 	const char *fail = getenv("CKPTFS_MOCK_FAIL_COPY");
+	const char *fault = getenv("CKPTFS_MOCK_FAULT");
 	if (fail && *fail == '1')
 		return ERR_ILLEGAL_ADDRESS;
+	if (sticky)
+		return sticky;
 	if (!(o = op_new(OP_COPY)))
 		return ERR_INVALID_VALUE;
+	o->fault = fault && !strcmp(fault, "async");
+	if (fault && !strcmp(fault, "context"))
+		sticky = ERR_ILLEGAL_ADDRESS;
 	o->dst = dst;
 	o->src = (const void *)(uintptr_t)src;
 	o->n = n;
@@ -466,9 +502,11 @@ EXPORT CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n)
 
 EXPORT CUresult cuLaunchHostFunc(struct CUstream_st *s, CUhostFn fn, void *arg)
 {
-	struct op *o = op_new(OP_HOSTFN);
+	struct op *o;
 
-	if (!o || !fn)
+	if (sticky)
+		return sticky;
+	if (!fn || !(o = op_new(OP_HOSTFN)))
 		return ERR_INVALID_VALUE;
 	o->fn = fn;
 	o->arg = arg;

@@ -1,0 +1,90 @@
+/*
+ * fault.c — CUDA's asynchronous faults (the mock's CKPTFS_MOCK_FAULT, a
+ * sticky error in the context) never publish a file whose copies did not
+ * land, and never leave a wait without an end.  A sticky error lasts as
+ * long as the process, so each case runs in a fresh one (this program
+ * again, with the case and the mount), under a watchdog:
+ *   - context: the copy is accepted, then the context faults before the
+ *     host function is launched; the launch and the stream's
+ *     synchronization fail.  The capture fails, and the file (captured
+ *     into a temporary name, renamed at close) is dropped: neither name
+ *     reaches the mount or the backend.
+ * The parent checks the mount and the backend after each case.
+ */
+#include "tests/gpu/gpu_util.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define LEN (3 * MiB)
+
+static uint64_t ptr(const void *p)
+{
+	return (uint64_t)(uintptr_t)p;
+}
+
+/* The copy is accepted, then the context faults: the host function cannot be launched. */
+static void case_context(struct tmount *m, ckptfs_session *s, const unsigned char *buf)
+{
+	int fd = gt_create(m, "fault/context.tmp");
+
+	setenv("CKPTFS_MOCK_FAULT", "context", 1);
+	GT_EXPECT_ERR(ckptfs_capture(s, fd, 0, ptr(buf), LEN, NULL), EIO, "did not complete");
+	ASSERT_EQ(ckptfs_file_close(s, fd, NULL, 0, tm_path(m, "fault/context.tmp"),
+				    tm_path(m, "fault/context")), 0);
+	GT_EXPECT_ERR(ckptfs_wait_files(s), EIO, "the file was dropped");
+}
+
+static int run_case(const char *name, const char *mnt)
+{
+	struct tmount m;
+	unsigned char *buf = it_pattern(7, LEN);
+
+	memset(&m, 0, sizeof(m));
+	snprintf(m.mnt, sizeof(m.mnt), "%s", mnt);
+	gt_watchdog(30, "HANG: a wait after an asynchronous fault did not end in 30 s");
+	ckptfs_session *s = gt_open(&m, 16 * MiB);
+	if (!strcmp(name, "context"))
+		case_context(&m, s, buf);
+	else
+		FAILF("no case %s", name);
+	ASSERT_TRUE(ckptfs_session_close(s) < 0);	/* the context is gone: it says so */
+	gt_watchdog(0, "");
+	free(buf);
+	return 0;
+}
+
+/* Run case `name` in a fresh process; none of `gone` may exist, in the mount or on the backend. */
+static void check_case(struct tmount *m, char **argv, const char *name, const char *const *gone)
+{
+	int st;
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		execl("/proc/self/exe", argv[0], name, m->mnt, (char *)NULL);
+		_exit(5);
+	}
+	waitpid(pid, &st, 0);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		FAILF("case %s: the child failed (status %#x)", name, st);
+	tm_sync(m);
+	for (size_t i = 0; gone[i]; i++) {
+		if (file_exists(tm_path(m, gone[i])) || file_exists(tm_bpath(m, gone[i])))
+			FAILF("case %s: %s was published", name, gone[i]);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	struct tmount m;
+
+	if (argc == 3)
+		return run_case(argv[1], argv[2]);
+	gt_init();
+	tm_start(&m, "gpu_fault", "cache_size=128M", NULL);
+	check_case(&m, argv, "context", (const char *const[]){ "fault/context.tmp", "fault/context",
+							       NULL });
+	tm_stop(&m);
+	tm_cleanup(&m);
+	return 0;
+}
