@@ -17,11 +17,22 @@
 
 /* Pieces (chunks) per host function: at most a quarter of the arena. */
 #define BATCH_MAX(s) ((s)->nchunks >= 64 ? 16u : (s)->nchunks >= 8 ? (s)->nchunks / 4 : 1u)
+/* How often the finisher looks at the copy stream while host functions are due. */
+#define COPY_POLL_MS 100
 
+/*
+ * A batch is on s->batches from when its copies are issued until its host
+ * function runs.  After a fault in the context CUDA never calls the
+ * host function: the batch is then lost (moved to s->lost, freed when the
+ * stream is destroyed, since a host function already running may still
+ * look at it) and its pieces fail.
+ */
 struct ck_batch {
 	struct ckptfs_session *s;
 	struct ck_capture *cap;
 	uint32_t first, count;
+	bool lost;
+	struct ck_batch *next;
 };
 
 /* ---- completion (mu held) ------------------------------------------------ */
@@ -68,18 +79,32 @@ static void capture_complete(struct ckptfs_session *s, struct ck_capture *cap)
 	pthread_cond_broadcast(&s->cv);
 }
 
-/* A piece's copy (and CRC) is done: record it, post its chunk if that was the last. */
-static void piece_done(struct ckptfs_session *s, struct ck_piece *p, uint64_t t_ns)
+/*
+ * A piece is over: its copy (and CRC) done, or, if !landed, lost to a fault.
+ * Record what landed, post its chunk if that was the last piece in it.
+ */
+static void piece_done(struct ckptfs_session *s, struct ck_piece *p, uint64_t t_ns, bool landed)
 {
 	struct ck_chunk *ch = &s->chunks[p->chunk];
 	struct ck_capture *cap = p->cap;
 
-	range_add(ch, p->lo, p->hi);
+	if (landed)
+		range_add(ch, p->lo, p->hi);
 	/* Post before the capture counts as complete: the finisher unbinds after. */
 	if (--ch->pending == 0 && ch->closing)
 		ck_chunk_post(s, p->chunk, t_ns);
 	if (++cap->done == cap->npieces && cap->issued == cap->npieces)
 		capture_complete(s, cap);
+}
+
+static void batch_unlink(struct ckptfs_session *s, struct ck_batch *b)
+{
+	for (struct ck_batch **pp = &s->batches; *pp; pp = &(*pp)->next) {
+		if (*pp == b) {
+			*pp = b->next;
+			break;
+		}
+	}
 }
 
 /* Host function at the end of a batch: its copies have completed. */
@@ -90,6 +115,11 @@ static void batch_done(void *arg)
 	uint64_t t = ck_now_ns();
 
 	pthread_mutex_lock(&s->mu);
+	if (b->lost) {		/* failed already: not ours to touch */
+		pthread_mutex_unlock(&s->mu);
+		return;
+	}
+	batch_unlink(s, b);
 	for (uint32_t k = b->first; k < b->first + b->count; k++) {
 		struct ck_piece *p = &b->cap->pieces[k];
 		if (b->cap->want_crc) {		/* to the CRC threads, in order */
@@ -100,12 +130,37 @@ static void batch_done(void *arg)
 				s->crc_head = p;
 			s->crc_tail = p;
 		} else {
-			piece_done(s, p, t);
+			piece_done(s, p, t, true);
 		}
 	}
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 	free(b);
+}
+
+/*
+ * The context holds an error (err, ckptfs_last_error() says which): no host
+ * function runs again, so every batch still waiting for one is lost, and
+ * its captures and files fail.  Returns err.
+ */
+static int copies_fail(struct ckptfs_session *s, int err)
+{
+	uint64_t now = ck_now_ns();
+
+	pthread_mutex_lock(&s->mu);
+	while (s->batches) {
+		struct ck_batch *b = s->batches;
+		s->batches = b->next;
+		b->lost = true;
+		b->next = s->lost;
+		s->lost = b;
+		ck_file_fail(b->cap->f, err);
+		for (uint32_t k = b->first; k < b->first + b->count; k++)
+			piece_done(s, &b->cap->pieces[k], now, false);
+	}
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	return err;
 }
 
 static void *crc_main(void *arg)
@@ -125,7 +180,7 @@ static void *crc_main(void *arg)
 		p->crc = ck_crc32(0, s->arena + (uint64_t)p->chunk * s->cs + p->lo, p->hi - p->lo);
 		uint64_t t = ck_now_ns();
 		pthread_mutex_lock(&s->mu);
-		piece_done(s, p, t);
+		piece_done(s, p, t, true);
 	}
 	pthread_mutex_unlock(&s->mu);
 	return NULL;
@@ -186,6 +241,11 @@ void ck_cuda_release(struct ckptfs_session *s)
 	s->cu->EventDestroy(s->ev_copy);
 	s->cu->StreamDestroy(s->copy);
 	s->cu->CtxSetCurrent(saved);
+	while (s->lost) {	/* no host function can look at them now */
+		struct ck_batch *b = s->lost;
+		s->lost = b->next;
+		free(b);
+	}
 	s->cuda_ready = false;
 	pthread_mutex_unlock(&s->cuda_mu);
 }
@@ -273,13 +333,14 @@ static void pieces_unreserve(struct ckptfs_session *s, struct ck_capture *cap, u
 }
 
 /*
- * Issue b's copies and the host function after them (b is then the
- * stream's: batch_done frees it).  *landed: the end of the pieces that did
- * or will land; those from there to b's end must be unreserved.  0 or the
- * copy's error.  cuda_mu taken, mu not held.
+ * Issue b's copies and the host function after them.  *issued: the end of
+ * the pieces whose copies were issued; those end through batch_done (which
+ * frees b) or copies_fail (b is lost); the rest of b's pieces must be
+ * unreserved, and b freed if nothing was issued.  0 or the error.
+ * cuda_mu taken, mu not held.
  */
 static int batch_issue(struct ckptfs_session *s, struct ck_batch *b, uint64_t off,
-		       uint64_t dptr, size_t len, uint32_t *landed)
+		       uint64_t dptr, size_t len, uint32_t *issued)
 {
 	const struct ckcu *cu = s->cu;
 	uint32_t first = b->first, end = b->first + b->count, k;
@@ -301,24 +362,29 @@ static int batch_issue(struct ckptfs_session *s, struct ck_batch *b, uint64_t of
 			break;
 		}
 	}
-	*landed = k;
+	*issued = k;
 	b->count = k - first;
-	if (k == first) {
-		free(b);
-	} else if ((cr = cu->LaunchHostFunc(s->copy, batch_done, b))) {
+	if (k > first) {	/* due from now on: a fault fails it */
+		pthread_mutex_lock(&s->mu);
+		if (!s->batches)	/* the finisher starts looking at the stream */
+			pthread_cond_broadcast(&s->cv);
+		b->next = s->batches;
+		s->batches = b;
+		pthread_mutex_unlock(&s->mu);
+	}
+	if (k > first && (cr = cu->LaunchHostFunc(s->copy, batch_done, b))) {
 		/*
 		 * No callback: wait for the copies here.  If that fails too (the
 		 * context holds an error, CUDA's usual reason to refuse the
-		 * launch), nothing says they landed: they count as failed.
+		 * launch), nothing says they landed, and nothing queued will.
 		 */
 		ckcu_result sr = cu->StreamSynchronize(s->copy);
 		if (sr == CKCU_SUCCESS) {
 			batch_done(b);
 		} else {
-			free(b);
-			*landed = first;
-			r = ck_fail(-EIO, "ckptfs_capture: the copy of %zu bytes from %#llx did not "
-				    "complete: %s", len, (unsigned long long)dptr, ckcu_strerror(cu, sr));
+			r = copies_fail(s, ck_fail(-EIO, "ckptfs_capture: the copy of %zu bytes from "
+						     "%#llx did not complete: %s", len,
+						     (unsigned long long)dptr, ckcu_strerror(cu, sr)));
 		}
 	}
 	cuda_leave(s, saved);
@@ -354,7 +420,7 @@ static int capture_device(struct ckptfs_session *s, struct ck_file *f, uint64_t 
 	pthread_mutex_unlock(&s->cuda_mu);
 
 	while (i < npieces && r == 0) {
-		uint32_t first = i, landed;
+		uint32_t first = i, issued;
 		/* Before any copy: a batch with no host function would never complete. */
 		struct ck_batch *b = malloc(sizeof(*b));
 		if (!b) {
@@ -385,27 +451,23 @@ static int capture_device(struct ckptfs_session *s, struct ck_file *f, uint64_t 
 			free(b);
 			break;
 		}
-		b->s = s;
-		b->cap = cap;
-		b->first = first;
-		b->count = i - first;
-		int e = batch_issue(s, b, off, dptr, len, &landed);
+		*b = (struct ck_batch){ .s = s, .cap = cap, .first = first, .count = i - first };
+		int e = batch_issue(s, b, off, dptr, len, &issued);
 		if (e < 0)
 			r = e;
-		if (landed < i) {	/* pieces reserved that will never land */
+		if (issued == first)
+			free(b);
+		if (issued < i) {	/* pieces reserved but never issued */
 			pthread_mutex_lock(&s->mu);
-			pieces_unreserve(s, cap, landed, i);
+			pieces_unreserve(s, cap, issued, i);
 			pthread_mutex_unlock(&s->mu);
-			i = landed;
+			i = issued;
 		}
 	}
 	capture_seal(s, cap, i);
 	if (r < 0 || i < npieces) {
 		pthread_mutex_lock(&s->mu);
-		if (!f->err) {
-			f->err = r < 0 ? r : -EIO;
-			snprintf(f->msg, sizeof(f->msg), "%s", ckptfs_last_error());
-		}
+		ck_file_fail(f, r < 0 ? r : -EIO);
 		pthread_mutex_unlock(&s->mu);
 		return r < 0 ? r : -EIO;
 	}
@@ -564,8 +626,10 @@ int ckptfs_wait_captured(ckptfs_session *s)
 	/* Copies and their host functions: everything queued before the record. */
 	if (recorded && !r)
 		r = s->cu->EventSynchronize(s->ev_copy);
+	/* The context holds an error: copies not landed by now never will. */
 	if (r)
-		return ck_fail(-EIO, "ckptfs_wait_captured: %s", ckcu_strerror(s->cu, r));
+		return copies_fail(s, ck_fail(-EIO, "ckptfs_wait_captured: %s",
+					      ckcu_strerror(s->cu, r)));
 	return 0;
 }
 
@@ -583,7 +647,50 @@ int ckptfs_stream_wait(ckptfs_session *s, void *stream)
 	return 0;
 }
 
+/*
+ * After a fault CUDA never calls the host functions still due, so nothing
+ * else would end their captures: ask the copy stream.  No lock held.
+ */
+static void copies_check(struct ckptfs_session *s)
+{
+	ckcu_context saved;
+	ckcu_result r = CKCU_SUCCESS;
+
+	pthread_mutex_lock(&s->cuda_mu);
+	if (s->cuda_ready) {
+		cuda_enter(s, 0, &saved);
+		r = s->cu->StreamQuery(s->copy);
+		cuda_leave(s, saved);
+	}
+	pthread_mutex_unlock(&s->cuda_mu);
+	if (r != CKCU_SUCCESS && r != CKCU_ERROR_NOT_READY)
+		copies_fail(s, ck_fail(-EIO, "ckptfs: the copy stream failed: %s",
+				       ckcu_strerror(s->cu, r)));
+}
+
 /* ---- closing files -------------------------------------------------------- */
+
+/* The finisher's wait for news: while host functions are due, at most COPY_POLL_MS.  mu held. */
+static void finisher_wait(struct ckptfs_session *s)
+{
+	struct timespec t;
+
+	if (!s->batches) {
+		pthread_cond_wait(&s->cv, &s->mu);
+		return;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	t.tv_nsec += COPY_POLL_MS * 1000000L;
+	if (t.tv_nsec >= 1000000000L) {
+		t.tv_sec++;
+		t.tv_nsec -= 1000000000L;
+	}
+	if (pthread_cond_timedwait(&s->cv, &s->mu, &t) == ETIMEDOUT && s->batches) {
+		pthread_mutex_unlock(&s->mu);
+		copies_check(s);
+		pthread_mutex_lock(&s->mu);
+	}
+}
 
 /* Fence, patches, unbind, close, rename: the file's end.  No lock held. */
 static int finish_file(struct ckptfs_session *s, struct ck_file *f, char *msg, size_t mlen)
@@ -663,12 +770,12 @@ static void *finisher_main(void *arg)
 		if (!f && s->stopping)
 			break;
 		if (!f || f->inflight) {
-			pthread_cond_wait(&s->cv, &s->mu);
+			finisher_wait(s);
 			continue;
 		}
 		ck_file_close_chunks(s, f);
 		if (f->open || f->posting) {
-			pthread_cond_wait(&s->cv, &s->mu);
+			finisher_wait(s);
 			continue;
 		}
 		pthread_mutex_unlock(&s->mu);
@@ -749,10 +856,8 @@ int ckptfs_file_close(ckptfs_session *s, int fd, const struct ckptfs_patch *patc
 	}
 	if (r == 0 && npatches && (r = patches_copy(f, patches, npatches)) < 0)
 		ck_fail(r, "ckptfs_file_close: out of memory");
-	if (r < 0 && !f->err) {
-		f->err = r;
-		snprintf(f->msg, sizeof(f->msg), "%s", ckptfs_last_error());
-	}
+	if (r < 0)
+		ck_file_fail(f, r);
 	f->from = rename_from ? strdup(rename_from) : NULL;
 	f->to = rename_to ? strdup(rename_to) : NULL;
 	f->closing = true;

@@ -256,7 +256,11 @@ ckptfs_session *ckptfs_session_open_ex(const char *path, const struct ckptfs_ses
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->ring_mu, NULL);
 	pthread_mutex_init(&s->cuda_mu, NULL);
-	pthread_cond_init(&s->cv, NULL);
+	pthread_condattr_t ca;	/* the finisher's timed waits: CLOCK_MONOTONIC */
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->cv, &ca);
+	pthread_condattr_destroy(&ca);
 	snprintf(s->path, sizeof(s->path), "%s", path ? path : "");
 	if (!path) {
 		r = ck_fail(-EINVAL, "ckptfs_session_open: no path");
@@ -403,6 +407,14 @@ void ck_file_free(struct ckptfs_session *s, struct ck_file *f)
 	free(f->from);
 	free(f->to);
 	free(f);
+}
+
+void ck_file_fail(struct ck_file *f, int err)
+{
+	if (!f->err) {
+		f->err = err;
+		snprintf(f->msg, sizeof(f->msg), "%s", ckptfs_last_error());
+	}
 }
 
 int ckptfs_file_bind(ckptfs_session *s, int fd, uint64_t size)

@@ -22,8 +22,16 @@
  *
  * Locks: s->mu guards everything here except the ring's producer index
  * (s->ring_mu, taken inside mu) and the CUDA call sequences (s->cuda_mu,
- * never held with mu: host functions take mu, and no CUDA call is made
- * with mu held).  The finisher and the CRC threads wait on s->cv.
+ * taken before mu, never inside it: host functions take mu, and no CUDA
+ * call is made with mu held).  The finisher and the CRC threads wait on
+ * s->cv.
+ *
+ * After a fault in the context (an illegal access, an ECC error) CUDA
+ * calls no more host functions.  Every batch whose host function is due is
+ * on s->batches; a driver call that reports the fault (a wait, a launch,
+ * or the finisher's look at the copy stream every COPY_POLL_MS while
+ * batches are due) fails them all, with their captures and files, so that
+ * every wait ends.
  */
 #ifndef CKPTFS_GPU_CLIENT_H
 #define CKPTFS_GPU_CLIENT_H
@@ -54,6 +62,7 @@ struct ck_chunk {
 };
 
 struct ck_capture;
+struct ck_batch;
 
 struct ck_piece {
 	struct ck_capture *cap;
@@ -118,6 +127,8 @@ struct ckptfs_session {
 	int fin_err;
 	char fin_msg[256];
 	struct ck_piece *crc_head, *crc_tail;
+	struct ck_batch *batches;	/* issued, host function not run yet */
+	struct ck_batch *lost;		/* failed after a fault; freed with the stream */
 	bool stopping, dead;
 	uint64_t captures, captured_bytes, host_bytes;
 
@@ -131,7 +142,7 @@ struct ckptfs_session {
 	ckcu_stream copy;
 	ckcu_event ev_prod, ev_copy;
 
-	pthread_t finisher;
+	pthread_t finisher;	/* also polls the copy stream after faults */
 	pthread_t *crc_threads;
 	int ncrc;
 };
@@ -162,6 +173,8 @@ void ck_file_close_chunks(struct ckptfs_session *s, struct ck_file *f);
  */
 int ck_unbind(struct ckptfs_session *s, struct ck_file *f, unsigned flags);
 void ck_file_free(struct ckptfs_session *s, struct ck_file *f);
+/* A capture of f failed (err; ckptfs_last_error() says why): f is dropped at close.  mu held. */
+void ck_file_fail(struct ck_file *f, int err);
 uint64_t ck_now_ns(void);
 
 /* ---- capture.c ------------------------------------------------------------ */

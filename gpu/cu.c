@@ -53,6 +53,7 @@ static void load(void)
 	S(StreamCreate, "cuStreamCreate");
 	S(StreamDestroy, "cuStreamDestroy_v2");
 	S(StreamSynchronize, "cuStreamSynchronize");
+	S(StreamQuery, "cuStreamQuery");
 	S(StreamWaitEvent, "cuStreamWaitEvent");
 	S(EventCreate, "cuEventCreate");
 	S(EventRecord, "cuEventRecord");

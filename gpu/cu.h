@@ -68,6 +68,7 @@ struct ckcu {
 	ckcu_result (*StreamCreate)(ckcu_stream *s, unsigned int flags);
 	ckcu_result (*StreamDestroy)(ckcu_stream s);
 	ckcu_result (*StreamSynchronize)(ckcu_stream s);
+	ckcu_result (*StreamQuery)(ckcu_stream s);
 	ckcu_result (*StreamWaitEvent)(ckcu_stream s, ckcu_event e, unsigned int flags);
 	ckcu_result (*EventCreate)(ckcu_event *e, unsigned int flags);
 	ckcu_result (*EventRecord)(ckcu_event e, ckcu_stream s);

@@ -23,6 +23,7 @@ SAME_FN(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain);
 SAME_FN(StreamCreate, cuStreamCreate);
 SAME_FN(StreamDestroy, cuStreamDestroy_v2);
 SAME_FN(StreamSynchronize, cuStreamSynchronize);
+SAME_FN(StreamQuery, cuStreamQuery);
 SAME_FN(StreamWaitEvent, cuStreamWaitEvent);
 SAME_FN(EventCreate, cuEventCreate);
 SAME_FN(EventRecord, cuEventRecord);

@@ -8,7 +8,14 @@
  *     host function is launched; the launch and the stream's
  *     synchronization fail.  The capture fails, and the file (captured
  *     into a temporary name, renamed at close) is dropped: neither name
- *     reaches the mount or the backend.
+ *     reaches the mount or the backend;
+ *   - async-files: the copy faults when the stream runs it, so its host
+ *     function is never called: ckptfs_wait_files (no wait_captured
+ *     before it) returns EIO and the file is dropped;
+ *   - async-close: the same, and the session is closed at once (what
+ *     Python's atexit does): the close returns an error;
+ *   - async-big: a capture three times the arena faults while it waits
+ *     for chunks that the lost copies hold: it fails instead of waiting.
  * The parent checks the mount and the backend after each case.
  */
 #include "tests/gpu/gpu_util.h"
@@ -35,6 +42,38 @@ static void case_context(struct tmount *m, ckptfs_session *s, const unsigned cha
 	GT_EXPECT_ERR(ckptfs_wait_files(s), EIO, "the file was dropped");
 }
 
+/* A copy faults on the stream: its host function never runs. */
+static void case_async(struct tmount *m, ckptfs_session *s, const unsigned char *buf,
+		       const char *name, bool wait_files)
+{
+	char tmp[64], final[64];
+
+	snprintf(tmp, sizeof(tmp), "fault/%s.tmp", name);
+	snprintf(final, sizeof(final), "fault/%s", name);
+	int fd = gt_create(m, tmp);
+	setenv("CKPTFS_MOCK_FAULT", "async", 1);
+	ASSERT_EQ(ckptfs_capture(s, fd, 0, ptr(buf), LEN, NULL), 0);	/* accepted: the fault comes later */
+	ASSERT_EQ(ckptfs_file_close(s, fd, NULL, 0, tm_path(m, tmp), tm_path(m, final)), 0);
+	if (wait_files)
+		GT_EXPECT_ERR(ckptfs_wait_files(s), EIO, "the file was dropped");
+}
+
+/* Larger than the arena: the capture waits for chunks its lost copies hold. */
+static void case_async_big(struct tmount *m, ckptfs_session *s)
+{
+	size_t len = 48 * MiB;
+	unsigned char *big = it_pattern(8, len);
+	int fd = gt_create(m, "fault/big");
+
+	setenv("CKPTFS_MOCK_FAULT", "async", 1);
+	int r = ckptfs_capture(s, fd, 0, ptr(big), len, NULL);
+	if (r >= 0)
+		FAILF("a capture over a faulted context returned %d", r);
+	ASSERT_TRUE(ckptfs_file_close(s, fd, NULL, 0, NULL, NULL) == 0);
+	ASSERT_TRUE(ckptfs_wait_files(s) < 0);
+	free(big);
+}
+
 static int run_case(const char *name, const char *mnt)
 {
 	struct tmount m;
@@ -46,6 +85,10 @@ static int run_case(const char *name, const char *mnt)
 	ckptfs_session *s = gt_open(&m, 16 * MiB);
 	if (!strcmp(name, "context"))
 		case_context(&m, s, buf);
+	else if (!strcmp(name, "async-files") || !strcmp(name, "async-close"))
+		case_async(&m, s, buf, name, !strcmp(name, "async-files"));
+	else if (!strcmp(name, "async-big"))
+		case_async_big(&m, s);
 	else
 		FAILF("no case %s", name);
 	ASSERT_TRUE(ckptfs_session_close(s) < 0);	/* the context is gone: it says so */
@@ -84,6 +127,11 @@ int main(int argc, char **argv)
 	tm_start(&m, "gpu_fault", "cache_size=128M", NULL);
 	check_case(&m, argv, "context", (const char *const[]){ "fault/context.tmp", "fault/context",
 							       NULL });
+	check_case(&m, argv, "async-files", (const char *const[]){ "fault/async-files.tmp",
+								   "fault/async-files", NULL });
+	check_case(&m, argv, "async-close", (const char *const[]){ "fault/async-close.tmp",
+								   "fault/async-close", NULL });
+	check_case(&m, argv, "async-big", (const char *const[]){ "fault/big", NULL });
 	tm_stop(&m);
 	tm_cleanup(&m);
 	return 0;
