@@ -24,7 +24,7 @@
  *     (CUDA_ERROR_ILLEGAL_ADDRESS), for error paths;
  *   - CUDA's asynchronous faults, which leave the context with a sticky
  *     error: a copy issued while CKPTFS_MOCK_FAULT=async faults when its
- *     stream runs it; one issued while CKPTFS_MOCK_FAULT=context is
+ *     stream has run it for as long as the copy takes; one issued while CKPTFS_MOCK_FAULT=context is
  *     accepted and the context faults at once (before the caller's next
  *     call).  From then on nothing runs (copies copy nothing, host
  *     functions are never called, as cuLaunchHostFunc documents), events
@@ -172,13 +172,14 @@ static void run(struct op *o)
 
 	switch (o->kind) {
 	case OP_COPY:
-		if (o->fault)
-			sticky = ERR_ILLEGAL_ADDRESS;
 		if (sticky)
 			break;
 		clock_gettime(CLOCK_MONOTONIC, &t0);
-		memcpy(o->dst, o->src, o->n);
+		if (!o->fault)
+			memcpy(o->dst, o->src, o->n);
 		throttle(o->n, &t0);
+		if (o->fault)	/* as it ends: nothing landed */
+			sticky = ERR_ILLEGAL_ADDRESS;
 		break;
 	case OP_RECORD:
 		event_reach(o->ev, o->gen);

@@ -16,7 +16,9 @@
  *     Python's atexit does): the close returns an error;
  *   - async-big: a capture three times the arena faults while it waits
  *     for chunks that the lost copies hold: it fails instead of waiting.
- * The parent checks the mount and the backend after each case.
+ * The parent checks the mount and the backend after each case.  Copies are
+ * throttled (CKPTFS_MOCK_COPY_GBPS) so that an asynchronous fault comes
+ * after the host function was launched, as a fault on a GPU does.
  */
 #include "tests/gpu/gpu_util.h"
 
@@ -124,6 +126,7 @@ int main(int argc, char **argv)
 	if (argc == 3)
 		return run_case(argv[1], argv[2]);
 	gt_init();
+	setenv("CKPTFS_MOCK_COPY_GBPS", "0.05", 1);	/* 3 MiB: 60 ms */
 	tm_start(&m, "gpu_fault", "cache_size=128M", NULL);
 	check_case(&m, argv, "context", (const char *const[]){ "fault/context.tmp", "fault/context",
 							       NULL });
