@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #define DEFAULT_ARENA (1ull << 30)
+/* The daemon's default drain_timeout: how long its writers wait for a backend making no progress. */
+#define DEFAULT_STALL_S 60
 
 static __thread char last_error[512];
 
@@ -82,7 +84,8 @@ static int dead_error(struct ckptfs_session *s)
 
 /* ---- opening ------------------------------------------------------------- */
 
-static uint64_t env_size(const char *name, uint64_t dflt)
+/* $name as a number (with a k, m or g suffix if `sizes`); dflt if unset or not one. */
+static double env_number(const char *name, double dflt, bool sizes)
 {
 	const char *v = getenv(name);
 	char *end;
@@ -91,12 +94,20 @@ static uint64_t env_size(const char *name, uint64_t dflt)
 	if (!v || !*v)
 		return dflt;
 	x = strtod(v, &end);
-	switch (*end) {
+	if (end == v || x < 0)
+		return dflt;
+	switch (sizes ? *end : 0) {
 	case 'k': case 'K': x *= 1024; break;
 	case 'm': case 'M': x *= 1024 * 1024; break;
 	case 'g': case 'G': x *= 1024.0 * 1024 * 1024; break;
 	default: break;
 	}
+	return x;
+}
+
+static uint64_t env_size(const char *name, uint64_t dflt)
+{
+	double x = env_number(name, (double)dflt, true);
 	return x > 0 ? (uint64_t)x : dflt;
 }
 
@@ -275,6 +286,7 @@ ckptfs_session *ckptfs_session_open_ex(const char *path, const struct ckptfs_ses
 		s->sock = -1;
 		goto fail;
 	}
+	s->stall_ns = (uint64_t)(env_number("CKPTFS_STALL_TIMEOUT", DEFAULT_STALL_S, false) * 1e9);
 	h.arena_bytes = o && o->arena_bytes ? o->arena_bytes : env_size("CKPTFS_ARENA_SIZE", DEFAULT_ARENA);
 	gpu_bus_id(s->cu, o ? o->device : -1, h.pci_bus_id, sizeof(h.pci_bus_id));
 	if (send(s->sock, &h, sizeof(h), MSG_NOSIGNAL) != (ssize_t)sizeof(h)) {
@@ -485,6 +497,23 @@ static void wait_daemon(struct ckptfs_session *s)
 	pthread_mutex_lock(&s->mu);
 }
 
+/*
+ * The daemon gave nothing back (`what`) for s->stall_ns since `since` (a
+ * ck_now_ns, 0: not waiting yet, now starts it)?  Then the error.
+ */
+static int stalled(struct ckptfs_session *s, uint64_t *since, const char *what)
+{
+	uint64_t now = ck_now_ns();
+
+	if (!*since)
+		*since = now;
+	if (!s->stall_ns || now - *since <= s->stall_ns)
+		return 0;
+	return ck_fail(-ETIMEDOUT, "ckptfs: the daemon of %s gave back no %s for %.0f s (its "
+		       "backend makes no progress?); CKPTFS_STALL_TIMEOUT sets this limit", s->path,
+		       what, (double)s->stall_ns / 1e9);
+}
+
 static void wait_done(struct ckptfs_session *s)
 {
 	atomic_store(&s->ring->client_waiting, 0);
@@ -494,6 +523,7 @@ static void wait_done(struct ckptfs_session *s)
 int ck_chunk_alloc(struct ckptfs_session *s, uint32_t *out, bool may_wait)
 {
 	bool waited = false;
+	uint64_t since = 0;
 	int r = 0;
 
 	for (;;) {
@@ -517,6 +547,8 @@ int ck_chunk_alloc(struct ckptfs_session *s, uint32_t *out, bool may_wait)
 		harvest(s);
 		if (s->nfree)
 			continue;
+		if ((r = stalled(s, &since, "arena chunk")) < 0)
+			break;
 		waited = true;
 		wait_daemon(s);
 	}
@@ -540,17 +572,31 @@ void ck_file_close_chunks(struct ckptfs_session *s, struct ck_file *f)
 	}
 }
 
-/* Room for one more entry in the ring; waits for the daemon.  mu and ring_mu held. */
-static void ring_room(struct ckptfs_session *s)
+/*
+ * Room for one more entry in the ring; waits for the daemon while it
+ * consumes entries.  0, or -ETIMEDOUT.  mu and ring_mu held.
+ */
+static int ring_room(struct ckptfs_session *s)
 {
-	while (s->tail - atomic_load_explicit(&s->ring->sq_head, memory_order_acquire) > s->sq_mask &&
-	       !ck_dead_locked(s)) {
+	uint32_t head, seen = atomic_load_explicit(&s->ring->sq_head, memory_order_acquire);
+	uint64_t since = 0;
+	int r;
+
+	while (s->tail - (head = atomic_load_explicit(&s->ring->sq_head, memory_order_acquire)) >
+	       s->sq_mask && !ck_dead_locked(s)) {
+		if (head != seen) {	/* it moves: the limit counts from here */
+			seen = head;
+			since = 0;
+		}
+		if ((r = stalled(s, &since, "ring space")) < 0)
+			return r;
 		atomic_store_explicit(&s->ring->sq_tail, s->tail, memory_order_release);
 		pthread_mutex_unlock(&s->ring_mu);
 		wait_daemon(s);
 		wait_done(s);
 		pthread_mutex_lock(&s->ring_mu);
 	}
+	return 0;
 }
 
 void ck_chunk_post(struct ckptfs_session *s, uint32_t c, uint64_t t_ns)
@@ -574,7 +620,16 @@ void ck_chunk_post(struct ckptfs_session *s, uint32_t c, uint64_t t_ns)
 	f->posting++;		/* the finisher unbinds f only after this */
 	pthread_mutex_lock(&s->ring_mu);
 	for (uint32_t i = 0; i < ch->n && !s->dead; i++) {
-		ring_room(s);
+		int r = ring_room(s);
+		if (r < 0) {
+			/*
+			 * The entries posted have no ADOPT: the daemon refuses them
+			 * at unbind.  The chunk stays out of use (the daemon may
+			 * hold some of its ranges) and the file is dropped.
+			 */
+			ck_file_fail(f, r);
+			break;
+		}
 		struct ckptfs_sqe *e = &s->sqe[s->tail & s->sq_mask];
 		e->op = CKPTFS_SQE_DATA;
 		e->flags = i + 1 == ch->n ? CKPTFS_SQE_ADOPT : 0;

@@ -116,6 +116,7 @@ struct ckptfs_session {
 	_Atomic uint64_t *bitmap;
 	int numa_node;
 	bool hugepages;
+	uint64_t stall_ns;	/* waits for the daemon with nothing back end after this (0: never) */
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -161,7 +162,10 @@ int ck_usable(const struct ckptfs_session *s, const char *what);
 bool ck_dead_locked(struct ckptfs_session *s);
 /* The file entry for fd, bound to the session (created on first use).  mu held. */
 int ck_file_get(struct ckptfs_session *s, int fd, uint64_t limit, struct ck_file **out);
-/* A free arena chunk; may wait (dropping mu) for the daemon to return one. */
+/*
+ * A free arena chunk; may wait (dropping mu) for the daemon to return one,
+ * at most s->stall_ns with none coming back (-ETIMEDOUT).
+ */
 int ck_chunk_alloc(struct ckptfs_session *s, uint32_t *out, bool may_wait);
 /* Post held chunk c (closing, nothing pending) to the daemon.  mu held. */
 void ck_chunk_post(struct ckptfs_session *s, uint32_t c, uint64_t t_ns);
