@@ -465,13 +465,9 @@ static int capture_device(struct ckptfs_session *s, struct ck_file *f, uint64_t 
 		}
 	}
 	capture_seal(s, cap, i);
-	if (r < 0 || i < npieces) {
-		pthread_mutex_lock(&s->mu);
-		ck_file_fail(f, r < 0 ? r : -EIO);
-		pthread_mutex_unlock(&s->mu);
-		return r < 0 ? r : -EIO;
-	}
-	return id;
+	if (r == 0 && i < npieces)
+		r = ck_fail(-EIO, "ckptfs_capture: %u of %u pieces could be issued", i, npieces);
+	return r < 0 ? r : id;
 }
 
 /* Host memory (or no driver): written now with pwrite(2). */
@@ -574,10 +570,20 @@ int ckptfs_capture_ex(ckptfs_session *s, int fd, uint64_t off, uint64_t dptr, si
 		capture_seal(s, cap, 0);
 		return id;
 	}
-	if (on_device(s, dptr))
-		return capture_device(s, f, off, dptr, len, stream, id, cap);
-	cap->npieces = 0;
-	return capture_host(s, f, off, (const char *)(uintptr_t)dptr, len, cap->want_crc, cap, id);
+	if (on_device(s, dptr)) {
+		r = capture_device(s, f, off, dptr, len, stream, id, cap);
+	} else {
+		cap->npieces = 0;
+		r = capture_host(s, f, off, (const char *)(uintptr_t)dptr, len, cap->want_crc, cap,
+				 id);
+	}
+	/* f is bound, and may hold part of it (a short pwrite, some copies): dropped at close. */
+	if (r < 0) {
+		pthread_mutex_lock(&s->mu);
+		ck_file_fail(f, r);
+		pthread_mutex_unlock(&s->mu);
+	}
+	return r;
 }
 
 int ckptfs_capture(ckptfs_session *s, int fd, uint64_t off, uint64_t dptr, size_t len,

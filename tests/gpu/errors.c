@@ -10,10 +10,12 @@
  *   - a range beyond the size declared at bind (EFBIG);
  *   - a pointer the driver rejects (EFAULT), and a copy it refuses: the
  *     capture fails, the file is dropped at close (not published), and
- *     ckptfs_wait_files says why;
+ *     ckptfs_wait_files says why (a refused capture of host memory too: the
+ *     file would lack its bytes);
  *   - a session the daemon ended (unmount): ENOTCONN, and closing it works;
  *   - no driver at all (CKPTFS_LIBCUDA names nothing; run in a fresh
- *     process): host memory is written with pwrite, a bogus pointer is EFAULT.
+ *     process): host memory is written with pwrite, a bogus pointer is EFAULT
+ *     and drops the file; a file of host memory alone is published.
  */
 #include "tests/gpu/gpu_util.h"
 #include "gpu/include/ckptfs_ring.h"
@@ -43,13 +45,19 @@ static int no_driver(const char *mnt)
 	ASSERT_STR_EQ(st.driver, "none");
 	int fd = gt_create(&m, "nodrv/host");
 	ASSERT_EQ(ckptfs_capture(s, fd, 0, ptr(buf), 3 * MiB + 5, NULL), 0);
-	GT_EXPECT_ERR(ckptfs_capture(s, fd, 4 * MiB, 0x10, 100, NULL), EFAULT, "no CUDA driver");
 	ASSERT_EQ(ckptfs_file_close(s, fd, NULL, 0, NULL, NULL), 0);
 	ASSERT_EQ(ckptfs_wait_files(s), 0);
+	/* A capture that fails leaves a hole where its bytes were to go: the file is dropped. */
+	int torn = gt_create(&m, "nodrv/torn");
+	ASSERT_EQ(ckptfs_capture(s, torn, 0, ptr(buf), 3 * MiB + 5, NULL), 0);
+	GT_EXPECT_ERR(ckptfs_capture(s, torn, 4 * MiB, 0x10, 100, NULL), EFAULT, "no CUDA driver");
+	ASSERT_EQ(ckptfs_file_close(s, torn, NULL, 0, NULL, NULL), 0);
+	GT_EXPECT_ERR(ckptfs_wait_files(s), EFAULT, "the file was dropped");
 	ckptfs_session_stats(s, &st);
-	ASSERT_EQ(st.host_written_bytes, 3 * MiB + 5);
+	ASSERT_EQ(st.host_written_bytes, 2 * (3 * MiB + 5));
 	ASSERT_EQ(ckptfs_session_close(s), 0);
 	cu_check_content(tm_path(&m, "nodrv/host"), buf, 3 * MiB + 5);
+	ASSERT_TRUE(!file_exists(tm_path(&m, "nodrv/torn")));
 	free(buf);
 	return 0;
 }
@@ -160,6 +168,7 @@ int main(int argc, char **argv)
 	GT_EXPECT_ERR(ckptfs_wait_files(s), EFAULT, "the file was dropped");
 	ASSERT_EQ(ckptfs_wait_files(s), 0);	/* reported once */
 	ASSERT_TRUE(!file_exists(tm_path(&m, "err/copyfail")));
+	ASSERT_TRUE(!file_exists(tm_path(&m, "err/badptr")));	/* its capture failed */
 	ASSERT_TRUE(file_exists(tm_path(&m, "err/limit")));
 	ASSERT_TRUE(file_exists(tm_path(&m, "err/twice")));
 	tm_sync(&m);

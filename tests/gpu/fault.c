@@ -8,7 +8,10 @@
  *     host function is launched; the launch and the stream's
  *     synchronization fail.  The capture fails, and the file (captured
  *     into a temporary name, renamed at close) is dropped: neither name
- *     reaches the mount or the backend;
+ *     reaches the mount or the backend.  So is a file whose first half
+ *     was captured before the fault and whose second half cannot even be
+ *     ordered after its stream (an early failure): it is not published
+ *     with a hole;
  *   - async-files: the copy faults when the stream runs it, so its host
  *     function is never called: ckptfs_wait_files (no wait_captured
  *     before it) returns EIO and the file is dropped;
@@ -36,11 +39,18 @@ static uint64_t ptr(const void *p)
 static void case_context(struct tmount *m, ckptfs_session *s, const unsigned char *buf)
 {
 	int fd = gt_create(m, "fault/context.tmp");
+	int half = gt_create(m, "fault/half.tmp");
 
+	ASSERT_EQ(ckptfs_capture(s, half, 0, ptr(buf), LEN / 2, NULL), 0);
+	ASSERT_EQ(ckptfs_wait_captured(s), 0);	/* the first half landed */
 	setenv("CKPTFS_MOCK_FAULT", "context", 1);
 	GT_EXPECT_ERR(ckptfs_capture(s, fd, 0, ptr(buf), LEN, NULL), EIO, "did not complete");
 	ASSERT_EQ(ckptfs_file_close(s, fd, NULL, 0, tm_path(m, "fault/context.tmp"),
 				    tm_path(m, "fault/context")), 0);
+	GT_EXPECT_ERR(ckptfs_capture(s, half, LEN / 2, ptr(buf + LEN / 2), LEN - LEN / 2, NULL),
+		      EINVAL, "cannot order the copy");
+	ASSERT_EQ(ckptfs_file_close(s, half, NULL, 0, tm_path(m, "fault/half.tmp"),
+				    tm_path(m, "fault/half")), 0);
 	GT_EXPECT_ERR(ckptfs_wait_files(s), EIO, "the file was dropped");
 }
 
@@ -129,6 +139,7 @@ int main(int argc, char **argv)
 	setenv("CKPTFS_MOCK_COPY_GBPS", "0.05", 1);	/* 3 MiB: 60 ms */
 	tm_start(&m, "gpu_fault", "cache_size=128M", NULL);
 	check_case(&m, argv, "context", (const char *const[]){ "fault/context.tmp", "fault/context",
+							       "fault/half.tmp", "fault/half",
 							       NULL });
 	check_case(&m, argv, "async-files", (const char *const[]){ "fault/async-files.tmp",
 								   "fault/async-files", NULL });
