@@ -149,7 +149,7 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 		struct fsnode *n = list_entry(e, struct fsnode, all);
 		if (S_ISREG(n->mode) && !n->ctl && node_state(fs, n)) {
 			files++;
-			open_writing += n->writers && node_needs_seal(n);
+			open_writing += node_open_for_writing(n);
 		}
 	}
 	unsigned nblocked = backend_blocked(be, &bl, 1);

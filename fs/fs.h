@@ -378,6 +378,8 @@ int fs_submit(struct ckptfs *fs, uid_t actor, struct op *op);
 /* Seal a file's current contents as a version of `actor`: 0 or -errno. */
 int seal_locked(struct ckptfs *fs, struct fsnode *n, uid_t actor);
 bool node_needs_seal(struct fsnode *n);
+/* Modified and still being written: open for writing, or bound to a capture session. */
+bool node_open_for_writing(struct fsnode *n);
 struct seal_report {
 	unsigned sealed;	/* versions queued */
 	unsigned open_files;	/* modified but open for writing: left out */

@@ -1219,7 +1219,16 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	int r = 0;
 
 	pthread_mutex_lock(&fs->ns);
-	if (node_needs_seal(n))
+	/*
+	 * A file bound to a capture session has no version to wait for: its
+	 * first one comes from the close after the unbind (session.c S2), and
+	 * if the session ends first it is dropped (S3).  Waiting could only end
+	 * at drain_timeout when the caller is the capturing process itself, so
+	 * say at once that it is not durable (docs/gpu.md).
+	 */
+	if (session_node_bound(n))
+		r = -EBUSY;
+	else if (node_needs_seal(n))
 		r = seal_locked(fs, n, actor_of(req));
 	int sticky = -atomic_load(&n->b->sticky_err);
 	/* Its contents wait in the order of whoever sealed its last version. */

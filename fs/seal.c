@@ -4,6 +4,8 @@
  * A version is sealed (cfile_seal) and queued for the publisher
  *   - at FLUSH, i.e. close(2), of a handle that wrote or created the file;
  *   - at fsync(2), as of the call (later writes go to copy-on-write chunks);
+ *     a file bound to a capture session is none of these: its fsync fails
+ *     (EBUSY, ops.c), and it counts as open for writing;
  *   - when truncate(2) changes a file nobody has open for writing;
  *   - before a rename or link of a file that was never sealed, so every name
  *     the backend gets refers to a published file.
@@ -24,11 +26,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+static bool node_unsealed(struct fsnode *n)
+{
+	return S_ISREG(n->mode) && !n->ctl && (n->new_file || (n->cf && cfile_dirty(n->cf)));
+}
+
 bool node_needs_seal(struct fsnode *n)
 {
 	/* A file bound to a GPU session is complete only once unbound (session.c S2). */
-	return S_ISREG(n->mode) && !n->ctl && (n->new_file || (n->cf && cfile_dirty(n->cf))) &&
-	       !session_node_bound(n);
+	return node_unsealed(n) && !session_node_bound(n);
+}
+
+bool node_open_for_writing(struct fsnode *n)
+{
+	/* A bound file is being written by its captures, whoever has it open. */
+	return node_unsealed(n) && (n->writers || session_node_bound(n));
 }
 
 int fs_submit(struct ckptfs *fs, uid_t actor, struct op *op)
@@ -84,12 +96,12 @@ uint64_t seal_all_locked(struct ckptfs *fs, struct seal_report *rep)
 	memset(rep, 0, sizeof(*rep));
 	for (struct list *e = fs->all_nodes.next; e != &fs->all_nodes; e = e->next) {
 		struct fsnode *n = list_entry(e, struct fsnode, all);
-		if (!node_needs_seal(n))
-			continue;
-		if (n->writers) {
-			rep->open_files++;	/* open for writing: not ours to publish yet */
+		if (node_open_for_writing(n)) {
+			rep->open_files++;	/* not ours to publish yet */
 			continue;
 		}
+		if (!node_needs_seal(n))
+			continue;
 		int k = seal_locked(fs, n, n->writer_uid);
 		if (k < 0 && !rep->err)
 			rep->err = k;
