@@ -77,7 +77,11 @@ struct binding {
 	int err;		/* first error of its entries */
 };
 
-/* Ranges posted for an arena chunk whose ADOPT entry has not come yet. */
+/*
+ * Ranges posted for an arena chunk whose ADOPT entry has not come yet.  At
+ * most pend_ranges_max() of them: the daemon's memory for them is bounded
+ * by the arena (1/256 of it), whatever the client posts.
+ */
 struct pend {
 	uint32_t token;
 	uint64_t index;
@@ -115,6 +119,7 @@ struct session {
 	struct ckptfs_sqe *sqe;
 	uint32_t sq_mask;
 	uint64_t wait_since;
+	bool told_ranges;	/* logged pend_overflow once */
 
 	pthread_mutex_t lock;	/* everything below */
 	bool dead;
@@ -440,6 +445,29 @@ static void entry_refused(struct session *s, struct binding *b, int err)
 		b->err = err;
 }
 
+/*
+ * Separate ranges one arena chunk may gather: a range and its gap average
+ * at least 4 KiB (1024 in a 4 MiB chunk; ckptfs.torch's zip entries are
+ * bigger), and 64 whatever the chunk size.
+ */
+static uint32_t pend_ranges_max(uint32_t chunk_size)
+{
+	return CKPT_MAX(64u, chunk_size / 4096);
+}
+
+/* A chunk's ranges would pass pend_ranges_max: refuse the file's entry (S1).  s->lock held. */
+static int pend_overflow(struct session *s, struct binding *b, uint32_t max)
+{
+	if (!s->told_ranges) {
+		s->told_ranges = true;
+		log_warn("GPU session %llu (uid %u, pid %d) posted more than %u ranges for one "
+			 "arena chunk: refused, the file is dropped", (unsigned long long)s->id,
+			 (unsigned)s->uid, (int)s->pid, max);
+	}
+	entry_refused(s, b, -E2BIG);
+	return -E2BIG;
+}
+
 /* Adopt arena chunk c with the ranges in p into b's file (S1).  s->lock held. */
 static void chunk_adopt(struct session *s, struct binding *b, uint32_t c, struct pend *p,
 			uint64_t t_ns)
@@ -511,6 +539,8 @@ static void entry_process(struct session *s, const struct ckptfs_sqe *e)
 		p->err = -EBUSY;	/* the file holds it: not the client's to post */
 	else if (p->n && e->lo < p->r[p->n - 1].hi)
 		p->err = -EINVAL;	/* ranges come sorted and disjoint */
+	else if (p->n == pend_ranges_max(cs) && e->lo != p->r[p->n - 1].hi)
+		p->err = pend_overflow(s, b, p->n);
 	if (!p->err) {
 		if (p->n == 0) {
 			p->token = e->token;

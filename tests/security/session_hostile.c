@@ -1,0 +1,271 @@
+/*
+ * session_hostile.c — the GPU session protocol (gpu/include/ckptfs_ring.h)
+ * spoken by unprivileged users through a raw client, not libckptfs: what a
+ * hostile user sends the root daemon must not cost it unbounded memory.
+ *   - ranges: a session posts one-byte ranges, never ADOPT, over every chunk
+ *     of its arena (half a chunk's bytes each): the daemon refuses the
+ *     file's entries past pend_ranges_max (counted in the ring's `rejected`,
+ *     logged once), its heap does not grow with them (it grew by 32 MiB per
+ *     4 MiB chunk), and the unbind reports the error.
+ */
+#include "tests/security/sec_util.h"
+#include "tests/integrity/integ.h"
+#include "gpu/include/ckptfs_ring.h"
+
+#include <grp.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+#define A 61911
+
+static struct tmount m;
+
+/* ---- a raw session client ------------------------------------------------ */
+
+struct raw {
+	int sock, fds[4];	/* arena, ring, submission and progress doorbells */
+	struct ckptfs_welcome w;
+	struct ckptfs_ring_hdr *hd;
+	struct ckptfs_sqe *sqe;
+	uint32_t tail, mask;
+};
+
+/* Open a session asking for arena_bytes: 0, or the welcome's -errno. */
+static int raw_open(struct raw *r, uint64_t arena_bytes)
+{
+	struct ckptfs_ioc_info info;
+	struct sockaddr_un sa;
+	struct ckptfs_hello h = { .magic = CKPTFS_HELLO_MAGIC, .version = CKPTFS_PROTO_VERSION,
+				  .numa_node = -1, .arena_bytes = arena_bytes };
+	char cbuf[CMSG_SPACE(4 * sizeof(int))];
+	struct iovec iov = { &r->w, sizeof(r->w) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	int dfd = CHECK_SYS(open(m.mnt, O_RDONLY | O_DIRECTORY));
+
+	CHECK_SYS(ioctl(dfd, CKPTFS_IOC_INFO, &info));
+	close(dfd);
+	socklen_t sl = ckptfs_sockaddr(info.addr, &sa);
+	r->sock = CHECK_SYS(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	CHECK_SYS(connect(r->sock, (struct sockaddr *)&sa, sl));
+	ASSERT_EQ(send(r->sock, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+	ASSERT_EQ(recvmsg(r->sock, &mh, MSG_WAITALL), (ssize_t)sizeof(r->w));
+	if (r->w.error)
+		return r->w.error;
+	memcpy(r->fds, CMSG_DATA(CMSG_FIRSTHDR(&mh)), sizeof(r->fds));
+	char *ring = mmap(NULL, r->w.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, r->fds[1], 0);
+	if (ring == MAP_FAILED)
+		FAILF("mmap ring: %s", strerror(errno));
+	r->hd = (struct ckptfs_ring_hdr *)ring;
+	r->sqe = (struct ckptfs_sqe *)(ring + r->hd->sq_off);
+	r->mask = r->hd->sq_entries - 1;
+	r->tail = 0;
+	return 0;
+}
+
+static void raw_kick(struct raw *r)
+{
+	uint64_t one = 1;
+	ASSERT_EQ(write(r->fds[2], &one, sizeof(one)), (ssize_t)sizeof(one));
+}
+
+/* Post e, waiting for room in the ring. */
+static void raw_post(struct raw *r, struct ckptfs_sqe e)
+{
+	while (r->tail - atomic_load(&r->hd->sq_head) > r->mask) {
+		raw_kick(r);
+		usleep(50);
+	}
+	r->sqe[r->tail & r->mask] = e;
+	atomic_store(&r->hd->sq_tail, ++r->tail);
+}
+
+/* Until the daemon consumed everything posted. */
+static void raw_sync(struct raw *r)
+{
+	raw_kick(r);
+	while (atomic_load(&r->hd->sq_head) != r->tail)
+		usleep(1000);
+}
+
+/* Bind fd: its token, or -errno. */
+static long raw_bind(struct raw *r, int fd, uint64_t limit)
+{
+	struct ckptfs_ioc_bind b = { .session = r->w.session, .key = { r->w.key[0], r->w.key[1] },
+				     .limit = limit };
+	return ioctl(fd, CKPTFS_IOC_BIND, &b) < 0 ? -errno : (long)b.token;
+}
+
+static int raw_unbind(struct raw *r, int fd, uint32_t token, struct ckptfs_ioc_unbind *u)
+{
+	*u = (struct ckptfs_ioc_unbind){ .session = r->w.session,
+					 .key = { r->w.key[0], r->w.key[1] }, .token = token };
+	return ioctl(fd, CKPTFS_IOC_UNBIND, u) < 0 ? -errno : 0;
+}
+
+/* ---- a user's process that reports and then holds on ------------------ */
+
+struct peer {
+	pid_t pid;
+	int from, to;
+};
+
+/*
+ * Run fn as uid in a child: it reports numbers (peer_say), may wait for the
+ * test (peer_wait, peer_go), and holds its session until peer_end.
+ */
+static void peer_start(struct peer *p, uid_t uid, void (*fn)(int out, int in))
+{
+	int up[2], down[2];
+
+	CHECK_SYS(pipe(up));
+	CHECK_SYS(pipe(down));
+	if ((p->pid = CHECK_SYS(fork())) == 0) {
+		char c;
+		close(up[0]);
+		close(down[1]);
+		if (setgroups(0, NULL) || setgid(uid) || setuid(uid))
+			_exit(3);
+		fn(up[1], down[0]);
+		while (read(down[0], &c, 1) > 0)
+			;
+		_exit(0);
+	}
+	close(up[1]);
+	close(down[0]);
+	p->from = up[0];
+	p->to = down[1];
+}
+
+static void peer_say(int out, long long v)
+{
+	if (write(out, &v, sizeof(v)) != sizeof(v))
+		_exit(4);
+}
+
+static void peer_wait(int in)
+{
+	char c;
+	if (read(in, &c, 1) != 1)
+		_exit(4);
+}
+
+static void peer_go(struct peer *p)
+{
+	ASSERT_EQ(write(p->to, "g", 1), 1);
+}
+
+static long long peer_read(struct peer *p)
+{
+	long long v;
+	if (read(p->from, &v, sizeof(v)) != sizeof(v)) {
+		int st;
+		waitpid(p->pid, &st, 0);
+		FAILF("the user's process ended before it reported (status 0x%x)", st);
+	}
+	return v;
+}
+
+static void peer_end(struct peer *p)
+{
+	int st;
+	close(p->to);
+	close(p->from);
+	CHECK_SYS(waitpid(p->pid, &st, 0));
+	if (!WIFEXITED(st) || WEXITSTATUS(st))
+		FAILF("the user's process failed (status 0x%x)", st);
+}
+
+/*
+ * The daemon's anonymous memory outside its cache mapping (the heap and
+ * malloc's arenas), in KiB: what a client could make it allocate.
+ */
+static long long daemon_heap_kib(void)
+{
+	char path[64], line[512];
+	long long total = 0, size = 0;
+	bool anon = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)m.pid);
+	if (!(f = fopen(path, "r")))
+		FAILF("%s: %s", path, strerror(errno));
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char name[256] = "";
+		if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %255s", &lo, &hi, name) >= 2 &&
+		    strchr(line, '-') < strchr(line, ' ')) {
+			size = (long long)(hi - lo);
+			anon = (!name[0] || !strcmp(name, "[heap]")) &&
+			       (uint64_t)size != 64 * MiB;	/* the cache (cache_size=64M) */
+		} else if (anon && !strncmp(line, "Rss:", 4)) {
+			total += atoll(line + 4);
+		}
+	}
+	fclose(f);
+	return total;
+}
+
+/* ---- ranges ------------------------------------------------------------- */
+
+static void ranges_user(int out, int in)
+{
+	struct raw r;
+	struct ckptfs_ioc_unbind u;
+
+	if (raw_open(&r, 1ull << 50))
+		_exit(5);
+	int fd = CHECK_SYS(open(tm_path(&m, "h/ranges"), O_CREAT | O_EXCL | O_WRONLY, 0600));
+	long token = raw_bind(&r, fd, 0);
+	if (token < 0)
+		_exit(6);
+	peer_say(out, r.w.nchunks);
+	peer_say(out, r.w.chunk_size);
+	raw_sync(&r);
+	peer_say(out, 0);	/* the baseline may be taken */
+	for (uint32_t c = 0; c < r.w.nchunks; c++)
+		for (uint32_t lo = 0; lo + 1 <= r.w.chunk_size; lo += 2)
+			raw_post(&r, (struct ckptfs_sqe){ .op = CKPTFS_SQE_DATA,
+				.token = (uint32_t)token, .chunk = c, .lo = lo, .hi = lo + 1 });
+	raw_sync(&r);
+	peer_say(out, r.tail);
+	peer_say(out, (long long)atomic_load(&r.hd->rejected));
+	peer_wait(in);		/* held while the test looks at the daemon */
+	if (raw_unbind(&r, fd, (uint32_t)token, &u) < 0)
+		_exit(8);
+	peer_say(out, u.error);
+}
+
+static void ranges(void)
+{
+	struct peer p;
+
+	peer_start(&p, A, ranges_user);
+	long long nchunks = peer_read(&p), cs = peer_read(&p);
+	peer_read(&p);
+	long long before = daemon_heap_kib();
+	long long posted = peer_read(&p), rejected = peer_read(&p);
+	long long after = daemon_heap_kib();
+	printf("ranges: %lld entries over %lld chunks of %lld bytes: daemon heap %lld -> %lld KiB, "
+	       "%lld refused\n", posted, nchunks, cs, before, after, rejected);
+	if (after - before > 16 * 1024)
+		FAILF("the daemon's heap grew by %lld KiB for one session's ranges", after - before);
+	ASSERT_GE(rejected, nchunks);
+	peer_go(&p);
+	ASSERT_EQ(peer_read(&p), -E2BIG);
+	peer_end(&p);
+	ASSERT_EQ(sec_log_count(&m, "ranges for one arena chunk: refused"), 1);
+	ASSERT_TRUE(!file_exists(tm_path(&m, "h/ranges")));
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IONBF, 0);
+	sec_init_user_dir(&m, "session_hostile", "h", A);
+	tm_mount(&m, "allow_other,cache_size=64M", NULL);
+	ranges();
+	tm_stop(&m);
+	tm_cleanup(&m);
+	return 0;
+}
