@@ -195,8 +195,13 @@ struct nodes {
 	bool wstop;
 	struct peer *peers;
 	unsigned npeers;
-	struct held_marker held[16];
-	unsigned nheld;
+	/*
+	 * Markers held, or released by the policy and not yet applied: one
+	 * entry each, however many (a marker without one would get no timeout
+	 * and count in T); pruned once applied or skipped.
+	 */
+	struct held_marker *held;
+	unsigned nheld, held_cap;
 	uint64_t fast_until_ns;	/* poll fast until then (a marker is held) */
 	atomic_uint_least64_t markers_held_total;
 	atomic_uint_least64_t markers_released_by_policy;
@@ -255,6 +260,8 @@ ssize_t nodes_read_file(int dirfd, const char *name, char *buf, size_t len);
 /* ---- peers.c (used by watermark.c) ---- */
 /* Is seq a marker held for peers now?  (nodes->lock held) */
 bool nodes_held_locked(struct nodes *nd, uint64_t seq);
+/* Forget markers no longer pending: applied or skipped (be->lock and nodes->lock held). */
+void nodes_held_prune_locked(struct nodes *nd);
 
 /* ---- watermark.c ---- */
 /* The clock's error bound (adjtimex), sampled into nd. */

@@ -29,7 +29,8 @@
  * wakes it after each fast poll).  A held marker holds back only what the
  * publisher's order puts after it.  After marker_timeout it is released
  * under marker_policy=release (logged), and reported again and again under
- * hold (the default).  Held markers are kept in nodes->held for stats.
+ * hold (the default).  Held markers are kept in nodes->held (for stats, the
+ * timeout and N3) until they are applied or skipped: the keeper prunes it.
  *
  * Lock order: be->lock -> nodes->lock; the watcher takes nodes->lock only
  * to copy what it read, and be->lock (alone) to wake the publisher.
@@ -302,6 +303,39 @@ static void held_remove(struct nodes *nd, struct held_marker *h)
 	*h = nd->held[--nd->nheld];
 }
 
+/* A new entry for seq (nodes->lock held): never refused, see nodes->held. */
+static struct held_marker *held_add(struct nodes *nd, uint64_t seq)
+{
+	if (nd->nheld == nd->held_cap) {
+		nd->held_cap = nd->held_cap ? nd->held_cap * 2 : 16;
+		nd->held = xrealloc(nd->held, nd->held_cap * sizeof(*nd->held));
+	}
+	struct held_marker *h = &nd->held[nd->nheld++];
+	memset(h, 0, sizeof(*h));
+	h->seq = seq;
+	return h;
+}
+
+static bool op_pending_locked(struct backend *be, uint64_t seq)
+{
+	for (struct list *e = be->ops.next; e != &be->ops; e = e->next) {
+		const struct op *op = list_entry(e, struct op, link);
+		if (op->seq == seq)
+			return !op->skipped;
+	}
+	return false;
+}
+
+void nodes_held_prune_locked(struct nodes *nd)
+{
+	for (unsigned i = 0; i < nd->nheld;) {
+		if (op_pending_locked(nd->be, nd->held[i].seq))
+			i++;
+		else		/* applied after a pass or the policy let it go, or skipped */
+			held_remove(nd, &nd->held[i]);
+	}
+}
+
 bool nodes_held_locked(struct nodes *nd, uint64_t seq)
 {
 	struct held_marker *h = held_find(nd, seq);
@@ -341,10 +375,8 @@ uint64_t nodes_hold(struct nodes *nd, const struct op *op)
 		pthread_mutex_unlock(&nd->lock);
 		blocked_fill(nd->be, op, &b);	/* takes bt_lock: not under nodes->lock */
 		pthread_mutex_lock(&nd->lock);
-		if ((h = held_find(nd, op->seq)) == NULL && nd->nheld < CKPT_ARRAY_LEN(nd->held)) {
-			h = &nd->held[nd->nheld++];
-			memset(h, 0, sizeof(*h));
-			h->seq = op->seq;
+		if ((h = held_find(nd, op->seq)) == NULL) {
+			h = held_add(nd, op->seq);
 			h->since_ns = now;
 			h->since_wall_ns = wall_ns();
 			h->sealed_wall_ns = op->sealed_wall_ns;
@@ -354,18 +386,16 @@ uint64_t nodes_hold(struct nodes *nd, const struct op *op)
 				 (unsigned long long)op->seq, why);
 		}
 	}
-	if (h) {
-		snprintf(h->waiting, sizeof(h->waiting), "%s", waiting);
-		snprintf(h->reason, sizeof(h->reason), "%s", why);
-	}
+	snprintf(h->waiting, sizeof(h->waiting), "%s", waiting);
+	snprintf(h->reason, sizeof(h->reason), "%s", why);
 	bool wake = now >= nd->fast_until_ns;
 	nd->fast_until_ns = now + FAST_FOR_NS;
 	if (wake)
 		pthread_cond_signal(&nd->wcond);
 	double timeout = nd->opt.marker_timeout;
-	if (h && timeout > 0 && (double)(now - h->since_ns) / 1e9 >= timeout) {
+	if (timeout > 0 && (double)(now - h->since_ns) / 1e9 >= timeout) {
 		if (nd->opt.marker_policy == MARKER_RELEASE) {
-			log_warn("marker %s (operation %llu) released after %.0f s although node %s has "
+			log_warn("marker %s (operation %llu) released after %g s although node %s has "
 				 "not confirmed it (marker_policy=release): %s", h->path,
 				 (unsigned long long)op->seq, timeout, waiting, why);
 			atomic_fetch_add(&nd->markers_released_by_policy, 1);
@@ -374,7 +404,7 @@ uint64_t nodes_hold(struct nodes *nd, const struct op *op)
 			return 0;
 		}
 		if (now - h->since_ns >= (uint64_t)(timeout * 1e9) * ((uint64_t)h->warned + 1)) {
-			log_warn("marker %s (operation %llu) still held for node %s after %.0f s "
+			log_warn("marker %s (operation %llu) still held for node %s after %.1f s "
 				 "(marker_policy=hold): %s", h->path, (unsigned long long)op->seq, waiting,
 				 (double)(now - h->since_ns) / 1e9, why);
 			h->warned++;
@@ -394,24 +424,15 @@ bool nodes_held_report(struct nodes *nd, struct held_marker *out, unsigned *coun
 	*count = 0;
 	pthread_mutex_lock(&be->lock);
 	pthread_mutex_lock(&nd->lock);
-	for (unsigned i = 0; i < nd->nheld;) {
-		struct held_marker *h = &nd->held[i];
-		bool pending = false;
-		for (struct list *e = be->ops.next; e != &be->ops && !pending; e = e->next) {
-			const struct op *op = list_entry(e, struct op, link);
-			pending = op->seq == h->seq && !op->skipped;
-		}
-		if (!pending) {		/* applied after the policy released it, or skipped */
-			held_remove(nd, h);
+	nodes_held_prune_locked(nd);
+	for (unsigned i = 0; i < nd->nheld; i++) {
+		const struct held_marker *h = &nd->held[i];
+		if (h->released)
 			continue;
-		}
-		if (!h->released) {
-			(*count)++;
-			if (!any || h->seq < out->seq)
-				*out = *h;
-			any = true;
-		}
-		i++;
+		(*count)++;
+		if (!any || h->seq < out->seq)
+			*out = *h;
+		any = true;
 	}
 	pthread_mutex_unlock(&nd->lock);
 	pthread_mutex_unlock(&be->lock);

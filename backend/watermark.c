@@ -110,6 +110,7 @@ static uint64_t durable_wall_locked(struct nodes *nd, uint64_t *seq)
 	uint64_t wall = UINT64_MAX;
 
 	pthread_mutex_lock(&nd->lock);
+	nodes_held_prune_locked(nd);	/* released markers applied since: their entries go */
 	for (struct list *e = be->ops.next; e != &be->ops; e = e->next) {
 		const struct op *op = list_entry(e, struct op, link);
 		if (!nd->nheld || !nodes_held_locked(nd, op->seq))
@@ -349,6 +350,9 @@ void nodes_stop(struct nodes *nd, bool clean)
 	nd->nodes_fd = -1;
 	free(nd->peers);
 	nd->peers = NULL;
+	free(nd->held);
+	nd->held = NULL;
+	nd->nheld = nd->held_cap = 0;
 	nodes_opts_free(&nd->opt);
 	pthread_mutex_destroy(&nd->lock);
 	pthread_mutex_destroy(&nd->klock);
