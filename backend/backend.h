@@ -286,6 +286,8 @@ struct backend {
 	struct list waiters;		/* sequence order */
 	uint64_t last_seq;		/* last assigned */
 	uint64_t wall_floor;		/* no seal is stamped before it (nodes.h N3) */
+	uint64_t skipped_ops;		/* skipped by the administrator since the mount (N6) */
+	uint64_t skipped_from_wall;	/* the earliest seal time among them */
 	atomic_uint_least64_t durable_seq;
 	struct list intents;		/* versions whose intent record is not written yet */
 	struct order_state *order;	/* the last scheduling pass (order.c) */

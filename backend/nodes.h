@@ -15,7 +15,7 @@
  *   watermark.json  "every operation sealed on this node before wall time
  *                   T is durable (seq N)", with the clock's error bound and,
  *                   after an unclean stop, the window whose operations may
- *                   have been lost;
+ *                   have been lost, and what an administrator skipped;
  *   manifest.log, state.json  the manifest (manifest.c).
  * Records are written whole: temporary name, write, fsync, rename,
  * directory fsync — all through bsys.
@@ -45,6 +45,11 @@
  *  N5  a peer that stopped uncleanly reports the window of seal times its
  *      lost incarnation had not confirmed (from 0 when its last record
  *      cannot be read); a marker sealed inside that window is never
+ *      released by a watermark, only by the policy.
+ *  N6  a node on which an administrator skipped operations (they never
+ *      reach the backend, and T passes them) reports how many and the
+ *      earliest one's seal time, carried on by every later mount; a peer's
+ *      marker sealed at or after that time less the margin is never
  *      released by a watermark, only by the policy.
  *
  * Threads: the node keeper (watermark.c: watermarks and lease heartbeats)
@@ -109,6 +114,8 @@ struct wm_record {
 	uint64_t gap_from_ns, gap_to_ns;	/* N5: seal times possibly lost (0, 0: none) */
 	char gap_mount[24];
 	uint64_t lost_files;
+	uint64_t skipped;	/* N6: operations skipped by the administrator (0: none) */
+	uint64_t skipped_from_ns;	/* the earliest one's seal time */
 };
 /* Parse a watermark record (a flat JSON object): true if it is one. */
 bool wm_parse(const char *text, size_t len, struct wm_record *r);

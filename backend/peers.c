@@ -23,7 +23,9 @@
  * record says it stopped cleanly, which a caching client may show after
  * the peer's next mount.  It never passes while its record reports an
  * unclean stop whose unconfirmed window
- * [gap_from, gap_to) overlaps [Tm - margin, Tm + margin) (N5).  With
+ * [gap_from, gap_to) overlaps [Tm - margin, Tm + margin) (N5), nor while
+ * it reports operations an administrator skipped from a seal time before
+ * Tm + margin on (N6).  With
  * peers=N, N - 1 peers must pass.  Otherwise the marker is held: the hook
  * returns HOLD_RECHECK_NS and the publisher asks again (the watcher also
  * wakes it after each fast poll).  A held marker holds back only what the
@@ -228,6 +230,14 @@ static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, cha
 			 "sealed from %.3f s before the marker on (%llu files lost): only "
 			 "marker_policy=release lets it go", p->name, w->gap_mount,
 			 secs(tm, w->gap_from_ns), (unsigned long long)w->lost_files);
+		return false;
+	}
+	if (w->skipped && w->skipped_from_ns < tm + m) {
+		snprintf(why, len, "an administrator skipped %llu operation%s on node %s, sealed from "
+			 "%.3f s before the marker on: they never reach the backend, and the marker "
+			 "may name them: only marker_policy=release lets it go",
+			 (unsigned long long)w->skipped, w->skipped == 1 ? "" : "s", p->name,
+			 secs(tm, w->skipped_from_ns));
 		return false;
 	}
 	if (w->before_ns >= tm + m)

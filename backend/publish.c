@@ -373,6 +373,18 @@ void backend_retry(struct backend *be)
 	pthread_mutex_unlock(&be->lock);
 }
 
+/*
+ * Mark op skipped, and remember its seal time for the node's watermark
+ * record (nodes.h N6): the op leaves be->ops, so T passes it, but it never
+ * reaches the backend, and a peer's marker may name its checkpoint.
+ */
+static void skip_note_locked(struct backend *be, struct op *op)
+{
+	op->skipped = true;
+	if (!be->skipped_ops++ || op->sealed_wall_ns < be->skipped_from_wall)
+		be->skipped_from_wall = op->sealed_wall_ns;
+}
+
 long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report)
 {
 	struct fpset gone = { 0 };
@@ -409,7 +421,7 @@ long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report)
 		sb_printf(report, "%s%s\n", op == first ? "skipped " : "skipped with it ",
 			  line + 0);
 		fpset_add_op(&gone, op, NULL);
-		op->skipped = true;
+		skip_note_locked(be, op);
 		if (op->state == OPS_QUEUED)
 			list_del(&op->qlink);
 		n++;

@@ -9,7 +9,8 @@
  * (adjtimex(2) maxerror, and whether the clock is synchronized) so peers can
  * add it to their margin, the boot id (two nodes on one machine share a
  * clock), and, after an unclean stop, the window of seal times the lost
- * incarnation never confirmed (N5).
+ * incarnation never confirmed (N5), and what an administrator skipped on
+ * this node, ever (N6).
  *
  * When it is written:
  *  - after publish groups, coalesced: at most every WM_COALESCE_NS;
@@ -53,16 +54,16 @@
 #define WM_PREV_WINDOW_NS (3ull * 1000000000)
 #define WM_PREV_RETRY_US (100 * 1000)
 
-#define WM_FMT "{\"format\": 1, \"node\": \"%s\", \"mount_id\": \"%s\", \"boot_id\": \"%s\", "   \
+#define WM_FMT "{\"format\": 2, \"node\": \"%s\", \"mount_id\": \"%s\", \"boot_id\": \"%s\", "   \
 	       "\"state\": \"%s\", \"seq\": %llu, \"durable_before_ns\": %llu, "              \
 	       "\"written_ns\": %llu, \"maxerror_ns\": %llu, \"clock_synced\": %s, "          \
 	       "\"gap_mount\": \"%s\", \"gap_from_ns\": %llu, \"gap_to_ns\": %llu, "          \
-	       "\"lost_files\": %llu}\n"
+	       "\"lost_files\": %llu, \"skipped\": %llu, \"skipped_from_ns\": %llu}\n"
 
 bool wm_parse(const char *text, size_t len, struct wm_record *r)
 {
 	char state[16], synced[8];
-	unsigned long long seq, before, written, maxerr, gf, gt, lost;
+	unsigned long long seq, before, written, maxerr, gf, gt, lost, skipped, skipped_from;
 	int fmt;
 
 	memset(r, 0, sizeof(*r));
@@ -72,9 +73,10 @@ bool wm_parse(const char *text, size_t len, struct wm_record *r)
 		   "\"boot_id\": \"%39[^\"]\", \"state\": \"%15[a-z]\", \"seq\": %llu, "
 		   "\"durable_before_ns\": %llu, \"written_ns\": %llu, \"maxerror_ns\": %llu, "
 		   "\"clock_synced\": %7[a-z], \"gap_mount\": \"%23[^\"]\", \"gap_from_ns\": %llu, "
-		   "\"gap_to_ns\": %llu, \"lost_files\": %llu}",
+		   "\"gap_to_ns\": %llu, \"lost_files\": %llu, \"skipped\": %llu, "
+		   "\"skipped_from_ns\": %llu}",
 		   &fmt, r->node, r->mount_id, r->boot_id, state, &seq, &before, &written, &maxerr,
-		   synced, r->gap_mount, &gf, &gt, &lost) != 14 || fmt != 1)
+		   synced, r->gap_mount, &gf, &gt, &lost, &skipped, &skipped_from) != 16 || fmt != 2)
 		return false;
 	r->seq = seq;
 	r->before_ns = before;
@@ -85,6 +87,8 @@ bool wm_parse(const char *text, size_t len, struct wm_record *r)
 	r->gap_from_ns = gf;
 	r->gap_to_ns = gt;
 	r->lost_files = lost;
+	r->skipped = skipped;
+	r->skipped_from_ns = skipped ? skipped_from : 0;
 	if (!strcmp(r->gap_mount, "-"))
 		r->gap_mount[0] = '\0';
 	r->valid = true;
@@ -121,12 +125,28 @@ static uint64_t durable_wall_locked(struct nodes *nd, uint64_t *seq)
 	return wall != UINT64_MAX ? wall : backend_wall_stamp_locked(be);
 }
 
+/*
+ * N6: what was skipped on this node, by earlier mounts (carried on in
+ * nd->gap) and by this one (be->lock held).
+ */
+static void skipped_locked(struct nodes *nd, uint64_t *count, uint64_t *from)
+{
+	const struct backend *be = nd->be;
+
+	*count = nd->gap.skipped + be->skipped_ops;
+	*from = nd->gap.skipped ? nd->gap.skipped_from_ns : UINT64_MAX;
+	if (be->skipped_ops)
+		*from = CKPT_MIN(*from, be->skipped_from_wall);
+	if (!*count)
+		*from = 0;
+}
+
 /* Write this node's record; `stopped` at a clean stop.  0 or -errno. */
 static int wm_write(struct nodes *nd, bool stopped)
 {
 	struct backend *be = nd->be;
 	char buf[1024];
-	uint64_t seq, before;
+	uint64_t seq, before, skipped, skipped_from;
 	int r;
 
 	/* N2: not ours to write any more.  Without flock, a stopped daemon may have lost it. */
@@ -135,6 +155,7 @@ static int wm_write(struct nodes *nd, bool stopped)
 	nodes_clock_sample(nd);
 	pthread_mutex_lock(&be->lock);
 	before = durable_wall_locked(nd, &seq);
+	skipped_locked(nd, &skipped, &skipped_from);
 	pthread_mutex_unlock(&be->lock);
 	int n = snprintf(buf, sizeof(buf), WM_FMT, nd->node, be->mount_id, nd->boot_id,
 			 stopped ? "stopped" : "running", (unsigned long long)seq,
@@ -143,7 +164,8 @@ static int wm_write(struct nodes *nd, bool stopped)
 			 atomic_load(&nd->synced) ? "true" : "false",
 			 nd->gap.valid ? nd->gap.gap_mount : "-",
 			 (unsigned long long)nd->gap.gap_from_ns, (unsigned long long)nd->gap.gap_to_ns,
-			 (unsigned long long)nd->gap.lost_files);
+			 (unsigned long long)nd->gap.lost_files, (unsigned long long)skipped,
+			 (unsigned long long)skipped_from);
 	r = manifest_write_file(nd->dirfd, WM_FILE, WM_TMP, buf, (size_t)n);
 	int was = atomic_exchange(&nd->wm_err, r);
 	if (r < 0 && was != r)
@@ -230,6 +252,8 @@ static void gap_init(struct nodes *nd)
 		nd->gap = *p;
 		nd->gap.valid = true;
 	}
+	nd->gap.skipped = p->skipped;	/* N6: carried on, whatever the stop */
+	nd->gap.skipped_from_ns = p->skipped_from_ns;
 	bool older = unclean[0] && strcmp(p->mount_id, unclean) != 0;
 	if (!p->stopped || older) {
 		uint64_t from = p->before_ns;
