@@ -12,6 +12,8 @@ pointers), judged by plain torch.load and by the backend:
   - wait semantics: after ckptfs.wait() changing the tensors does not
     change the file; wait_before_step runs the wait before optimizer.step();
   - the DeepSpeed engine: save, commit, then `latest`, load;
+  - a save interrupted once the library has the file hands its descriptor
+    over once (a second ckptfs_file_close closed the fd twice);
   - a mount with sessions=off: save falls back to torch.save; strict=True
     raises EOPNOTSUPP.
 """
@@ -139,6 +141,27 @@ def test_deepspeed_engine(mount):
     ckptfs.close_all()
     mount.drain()
     mount.verify(expect=["ds/latest", "ds/%s/mp_rank_00_model_states.pt" % tag])
+
+
+def test_interrupted_save_hands_fd_over_once(mount, monkeypatch):
+    handed = []
+    real = ckptfs.Session.file_close
+
+    def interrupted(self, fd, *args, **kw):
+        handed.append(fd)
+        real(self, fd, *args, **kw)
+        raise KeyboardInterrupt  # after the library took fd over
+
+    monkeypatch.setattr(ckptfs.Session, "file_close", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ckptfs.torch.save({"t": torch.ones(1 << 16)}, mount.path("int.pt"))
+    monkeypatch.undo()
+    assert len(handed) == 1, "fd %d handed to ckptfs_file_close %d times" % (handed[0], len(handed))
+    try:
+        ckptfs.wait(files=True)  # the rename may meet the temporary name unlinked
+    except ckptfs.CkptfsError:
+        pass
+    assert [n for n in os.listdir(mount.mnt) if n.startswith(".~")] == []
 
 
 @pytest.mark.parametrize("mount", [{"opts": "cache_size=128M,sessions=off"}], indirect=True)

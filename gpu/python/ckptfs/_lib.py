@@ -159,18 +159,25 @@ class Session:
         _check(library().ckptfs_stream_wait(self._live(), stream or None))
 
     def file_close(self, fd, patches=(), rename_from=None, rename_to=None):
-        """Hand fd over; patches: (offset, bytes) or (offset, "crc", capture)."""
-        arr = (_Patch * max(1, len(patches)))()
-        keep = []
-        for k, p in enumerate(patches):
-            if len(p) == 3:
-                arr[k] = _Patch(p[0], PATCH_CRC32_LE, p[2], None, 0)
-            else:
-                buf = ctypes.create_string_buffer(bytes(p[1]), len(p[1]))
-                keep.append(buf)
-                arr[k] = _Patch(p[0], PATCH_BYTES, -1, ctypes.cast(buf, ctypes.c_void_p), len(p[1]))
+        """Hand fd over; patches: (offset, bytes) or (offset, "crc", capture).
+        Afterwards fd is the library's (or closed), even if this raises."""
+        try:
+            s = self._live()
+            arr = (_Patch * max(1, len(patches)))()
+            keep = []
+            for k, p in enumerate(patches):
+                if len(p) == 3:
+                    arr[k] = _Patch(p[0], PATCH_CRC32_LE, p[2], None, 0)
+                else:
+                    buf = ctypes.create_string_buffer(bytes(p[1]), len(p[1]))
+                    keep.append(buf)
+                    arr[k] = _Patch(p[0], PATCH_BYTES, -1, ctypes.cast(buf, ctypes.c_void_p),
+                                    len(p[1]))
+        except BaseException:
+            os.close(fd)  # never handed over: a bound file is dropped with the session
+            raise
         return _check(library().ckptfs_file_close(
-            self._live(), fd, arr, len(patches),
+            s, fd, arr, len(patches),
             os.fsencode(rename_from) if rename_from else None,
             os.fsencode(rename_to) if rename_to else None))
 

@@ -144,18 +144,29 @@ def save(obj, f, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL,
         regions = [(e.header_offset, e.local + (e.data or b"")) for e in entries]
         regions.append((cd_offset, central))
         # Headers first, then the CRCs that go into them.
-        s.file_close(fd, _coalesce(regions) + crcs, tmp, path)
+        patches = _coalesce(regions) + crcs
     except BaseException:
         try:
             s.file_close(fd)  # the library owns fd once it has seen it: it drops the file
         except _lib.CkptfsError:
             pass
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink(tmp)
+        raise
+    # fd is the library's from this call on, even if it raises (or we are
+    # interrupted after it): handing it over twice would close it twice.
+    try:
+        s.file_close(fd, patches, tmp, path)
+    except BaseException:
+        _unlink(tmp)
         raise
     return None
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def wait_before_step(optimizer, stream=False):
