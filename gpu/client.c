@@ -194,8 +194,11 @@ static int recv_welcome(int sock, struct ckptfs_welcome *w, int fds[4])
 	return 0;
 }
 
+/* Map the arena and the ring; the doorbells (fds[2], fds[3]) are the session's, whatever happens. */
 static int session_map(struct ckptfs_session *s, const struct ckptfs_welcome *w, int fds[4])
 {
+	s->sq_efd = fds[2];
+	s->cq_efd = fds[3];
 	s->cs = w->chunk_size;
 	s->nchunks = w->nchunks;
 	s->arena_bytes = (size_t)w->nchunks * w->chunk_size;
@@ -216,8 +219,6 @@ static int session_map(struct ckptfs_session *s, const struct ckptfs_welcome *w,
 	s->sq_mask = h->sq_entries - 1;
 	s->bitmap = (_Atomic uint64_t *)((char *)s->ring + h->bitmap_off);
 	s->tail = atomic_load(&h->sq_tail);
-	s->sq_efd = fds[2];
-	s->cq_efd = fds[3];
 	s->numa_node = w->numa_node;
 	s->hugepages = w->flags & CKPTFS_WELCOME_HUGEPAGES;
 	s->chunks = calloc(s->nchunks, sizeof(*s->chunks));

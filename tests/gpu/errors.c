@@ -13,6 +13,8 @@
  *     ckptfs_wait_files says why (a refused capture of host memory too: the
  *     file would lack its bytes);
  *   - a session the daemon ended (unmount): ENOTCONN, and closing it works;
+ *   - a session whose arena cannot be mapped (RLIMIT_AS, in a child) fails
+ *     with ENOMEM and leaves no descriptor behind;
  *   - no driver at all (CKPTFS_LIBCUDA names nothing; run in a fresh
  *     process): host memory is written with pwrite, a bogus pointer is EFAULT
  *     and drops the file; a file of host memory alone is published.
@@ -20,7 +22,9 @@
 #include "tests/gpu/gpu_util.h"
 #include "gpu/include/ckptfs_ring.h"
 
+#include <dirent.h>
 #include <grp.h>
+#include <sys/resource.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -59,6 +63,58 @@ static int no_driver(const char *mnt)
 	cu_check_content(tm_path(&m, "nodrv/host"), buf, 3 * MiB + 5);
 	ASSERT_TRUE(!file_exists(tm_path(&m, "nodrv/torn")));
 	free(buf);
+	return 0;
+}
+
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	while (d && readdir(d))
+		n++;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* In a child: the arena (64 MiB) cannot be mapped within the address space left. */
+static int no_room(struct tmount *m)
+{
+	struct ckptfs_session_opts o = { .arena_bytes = 64 * MiB, .device = -1 };
+	struct rlimit rl;
+	size_t vm = 0;
+	char line[256];
+	FILE *f = fopen("/proc/self/status", "r");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmSize: %zu kB", &vm) == 1)
+			break;
+	if (f)
+		fclose(f);
+	if (!vm)
+		return 77;
+	ckptfs_session_close(ckptfs_session_open_ex(m->mnt, &o));	/* load what it loads first */
+	int before = open_fds();
+	rl.rlim_cur = rl.rlim_max = vm * 1024 + 32 * MiB;
+	if (setrlimit(RLIMIT_AS, &rl) < 0)
+		return 77;
+	for (int i = 0, tries = 0; i < 3; i++) {
+		if (ckptfs_session_open_ex(m->mnt, &o))
+			return 2;
+		if (errno == ENOSPC && ++tries < 100) {	/* the last arena is not back yet */
+			usleep(50000);
+			i--;
+		} else if (errno != ENOMEM) {
+			fprintf(stderr, "no_room: session %d: %s\n", i, ckptfs_last_error());
+			return 2;
+		}
+	}
+	if (open_fds() != before) {
+		fprintf(stderr, "no_room: %d descriptors open after three failed session opens, %d "
+			"before\n", open_fds(), before);
+		return 1;
+	}
 	return 0;
 }
 
@@ -185,6 +241,15 @@ int main(int argc, char **argv)
 	waitpid(pid, &st, 0);
 	ASSERT_TRUE(WIFEXITED(st));
 	ASSERT_EQ(WEXITSTATUS(st), 0);
+
+	/* No room to map the arena: ENOMEM, and nothing left open. */
+	pid = fork();
+	if (pid == 0)
+		_exit(no_room(&m));
+	waitpid(pid, &st, 0);
+	ASSERT_TRUE(WIFEXITED(st));
+	if (WEXITSTATUS(st) != 77)
+		ASSERT_EQ(WEXITSTATUS(st), 0);
 
 	/* The daemon goes away: the session is dead, and says so. */
 	tm_stop(&m);
