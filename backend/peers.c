@@ -198,13 +198,19 @@ void peers_stop(struct nodes *nd)
 
 /* ---- the verdict --------------------------------------------------------------- */
 
+/* a + b, or UINT64_MAX: a margin must never wrap around into a small one. */
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
 static uint64_t margin_ns(struct nodes *nd, const struct wm_record *w)
 {
 	if (nd->opt.peer_skew >= 0)
 		return (uint64_t)(nd->opt.peer_skew * 1e9);
 	if (strcmp(w->boot_id, "-") != 0 && !strcmp(w->boot_id, nd->boot_id))
 		return MARGIN_FLOOR_NS;		/* one machine, one clock */
-	return MARGIN_FLOOR_NS + atomic_load(&nd->maxerror_ns) + w->maxerror_ns;
+	return sat_add(sat_add(MARGIN_FLOOR_NS, atomic_load(&nd->maxerror_ns)), w->maxerror_ns);
 }
 
 static double secs(uint64_t a, uint64_t b)
@@ -219,20 +225,25 @@ static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, cha
 	const struct wm_record *w = &p->wm;
 	uint64_t now = wall_ns();
 
+	if (!w->valid && p->read_err == -EBADMSG) {
+		snprintf(why, len, "node %s's watermark record is damaged or not one a daemon wrote "
+			 "(rejected): markers wait until it writes a good one", p->name);
+		return false;
+	}
 	if (!w->valid) {
 		snprintf(why, len, "no watermark from node %s yet%s%s", p->name,
 			 p->read_err ? ": " : "", p->read_err ? strerror(-p->read_err) : "");
 		return false;
 	}
-	uint64_t m = margin_ns(nd, w);
-	if (w->gap_mount[0] && w->gap_from_ns < tm + m && w->gap_to_ns + m > tm) {
+	uint64_t m = margin_ns(nd, w), tm_m = sat_add(tm, m);
+	if (w->gap_mount[0] && w->gap_from_ns < tm_m && sat_add(w->gap_to_ns, m) > tm) {
 		snprintf(why, len, "node %s stopped uncleanly (mount %s) without confirming what it "
 			 "sealed from %.3f s before the marker on (%llu files lost): only "
 			 "marker_policy=release lets it go", p->name, w->gap_mount,
 			 secs(tm, w->gap_from_ns), (unsigned long long)w->lost_files);
 		return false;
 	}
-	if (w->skipped && w->skipped_from_ns < tm + m) {
+	if (w->skipped && w->skipped_from_ns < tm_m) {
 		snprintf(why, len, "an administrator skipped %llu operation%s on node %s, sealed from "
 			 "%.3f s before the marker on: they never reach the backend, and the marker "
 			 "may name them: only marker_policy=release lets it go",
@@ -240,7 +251,7 @@ static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, cha
 			 secs(tm, w->skipped_from_ns));
 		return false;
 	}
-	if (w->before_ns >= tm + m)
+	if (w->before_ns >= tm_m)
 		return true;
 	/*
 	 * A record saying the peer stopped cleanly proves nothing about seals
@@ -254,10 +265,10 @@ static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, cha
 	else if (l->valid && !l->released && now > l->heartbeat_ns && now - l->heartbeat_ns > l->ttl_ns)
 		snprintf(why, len, "node %s's durable watermark is %.3f s short of the marker, and "
 			 "its lease expired %.1f s ago (is its daemon dead?)", p->name,
-			 secs(tm + m, w->before_ns), secs(now, l->heartbeat_ns + l->ttl_ns));
+			 secs(tm_m, w->before_ns), secs(now, l->heartbeat_ns + l->ttl_ns));
 	else
 		snprintf(why, len, "node %s's durable watermark is %.3f s short of the marker (margin "
-			 "%.3f s)", p->name, secs(tm + m, w->before_ns), (double)m / 1e9);
+			 "%.3f s)", p->name, secs(tm_m, w->before_ns), (double)m / 1e9);
 	return false;
 }
 

@@ -53,6 +53,8 @@
  */
 #define WM_PREV_WINDOW_NS (3ull * 1000000000)
 #define WM_PREV_RETRY_US (100 * 1000)
+/* The kernel's cap on maxerror (NTP_PHASE_LIMIT, 16 s): what an unsynchronized clock reports. */
+#define WM_MAXERROR_MAX_NS (16ull * 1000000000)
 
 #define WM_FMT "{\"format\": 2, \"node\": \"%s\", \"mount_id\": \"%s\", \"boot_id\": \"%s\", "   \
 	       "\"state\": \"%s\", \"seq\": %llu, \"durable_before_ns\": %llu, "              \
@@ -60,39 +62,68 @@
 	       "\"gap_mount\": \"%s\", \"gap_from_ns\": %llu, \"gap_to_ns\": %llu, "          \
 	       "\"lost_files\": %llu, \"skipped\": %llu, \"skipped_from_ns\": %llu}\n"
 
+/*
+ * One number of a record: digits only (sscanf's %llu would take "-1" for
+ * 2^64 - 1, and wrap on overflow), at most 20, within 64 bits.
+ */
+static bool wm_num(const char *digits, uint64_t *v)
+{
+	char *end;
+
+	errno = 0;
+	unsigned long long x = strtoull(digits, &end, 10);
+	if (!*digits || *end || errno)
+		return false;
+	*v = x;
+	return true;
+}
+
+/*
+ * Is a parsed record one a daemon could have written?  Peers' records are
+ * untrusted input (a bit flip, a foreign or buggy writer, a half-applied
+ * restore): T is never later than the writer's clock when it wrote it,
+ * nor is a window it reports, and no clock's error exceeds the kernel's cap.
+ */
+static bool wm_sane(const struct wm_record *r)
+{
+	if (r->before_ns > r->written_ns || r->maxerror_ns > WM_MAXERROR_MAX_NS)
+		return false;
+	if (r->gap_mount[0] && (r->gap_from_ns > r->gap_to_ns || r->gap_to_ns > r->written_ns))
+		return false;
+	return !r->skipped || r->skipped_from_ns <= r->written_ns;
+}
+
 bool wm_parse(const char *text, size_t len, struct wm_record *r)
 {
-	char state[16], synced[8];
-	unsigned long long seq, before, written, maxerr, gf, gt, lost, skipped, skipped_from;
+	char state[16], synced[8], n[9][21];
 	int fmt;
 
 	memset(r, 0, sizeof(*r));
 	if (!len || text[len] != '\0')
 		return false;
 	if (sscanf(text, "{\"format\": %d, \"node\": \"%255[^\"]\", \"mount_id\": \"%23[^\"]\", "
-		   "\"boot_id\": \"%39[^\"]\", \"state\": \"%15[a-z]\", \"seq\": %llu, "
-		   "\"durable_before_ns\": %llu, \"written_ns\": %llu, \"maxerror_ns\": %llu, "
-		   "\"clock_synced\": %7[a-z], \"gap_mount\": \"%23[^\"]\", \"gap_from_ns\": %llu, "
-		   "\"gap_to_ns\": %llu, \"lost_files\": %llu, \"skipped\": %llu, "
-		   "\"skipped_from_ns\": %llu}",
-		   &fmt, r->node, r->mount_id, r->boot_id, state, &seq, &before, &written, &maxerr,
-		   synced, r->gap_mount, &gf, &gt, &lost, &skipped, &skipped_from) != 16 || fmt != 2)
+		   "\"boot_id\": \"%39[^\"]\", \"state\": \"%15[a-z]\", \"seq\": %20[0-9], "
+		   "\"durable_before_ns\": %20[0-9], \"written_ns\": %20[0-9], "
+		   "\"maxerror_ns\": %20[0-9], \"clock_synced\": %7[a-z], "
+		   "\"gap_mount\": \"%23[^\"]\", \"gap_from_ns\": %20[0-9], \"gap_to_ns\": %20[0-9], "
+		   "\"lost_files\": %20[0-9], \"skipped\": %20[0-9], \"skipped_from_ns\": %20[0-9]}",
+		   &fmt, r->node, r->mount_id, r->boot_id, state, n[0], n[1], n[2], n[3], synced,
+		   r->gap_mount, n[4], n[5], n[6], n[7], n[8]) != 16 || fmt != 2)
 		return false;
-	r->seq = seq;
-	r->before_ns = before;
-	r->written_ns = written;
-	r->maxerror_ns = maxerr;
+	uint64_t *const to[9] = { &r->seq, &r->before_ns, &r->written_ns, &r->maxerror_ns,
+				  &r->gap_from_ns, &r->gap_to_ns, &r->lost_files, &r->skipped,
+				  &r->skipped_from_ns };
+	for (unsigned i = 0; i < 9; i++)
+		if (!wm_num(n[i], to[i]))
+			return false;
 	r->synced = !strcmp(synced, "true");
 	r->stopped = !strcmp(state, "stopped");
-	r->gap_from_ns = gf;
-	r->gap_to_ns = gt;
-	r->lost_files = lost;
-	r->skipped = skipped;
-	r->skipped_from_ns = skipped ? skipped_from : 0;
+	if (!r->skipped)
+		r->skipped_from_ns = 0;
 	if (!strcmp(r->gap_mount, "-"))
 		r->gap_mount[0] = '\0';
-	r->valid = true;
-	return true;
+	r->valid = wm_sane(r);
+	return r->valid;
 }
 
 void nodes_clock_sample(struct nodes *nd)
@@ -101,10 +132,9 @@ void nodes_clock_sample(struct nodes *nd)
 	int st = adjtimex(&tx);
 
 	/* maxerror is in microseconds; unsynchronized, the kernel reports its cap (16 s). */
-	atomic_store(&nd->maxerror_ns, (uint64_t)(tx.maxerror < 0 ? 0 : tx.maxerror) * 1000);
+	uint64_t e = (uint64_t)(tx.maxerror < 0 ? 0 : tx.maxerror) * 1000;
+	atomic_store(&nd->maxerror_ns, st < 0 ? WM_MAXERROR_MAX_NS : CKPT_MIN(e, WM_MAXERROR_MAX_NS));
 	atomic_store(&nd->synced, st >= 0 && st != TIME_ERROR && !(tx.status & STA_UNSYNC));
-	if (st < 0)
-		atomic_store(&nd->maxerror_ns, 16ull * 1000000000);
 }
 
 /* N3: T for this node's record (be->lock held). */
@@ -157,9 +187,15 @@ static int wm_write(struct nodes *nd, bool stopped)
 	before = durable_wall_locked(nd, &seq);
 	skipped_locked(nd, &skipped, &skipped_from);
 	pthread_mutex_unlock(&be->lock);
+	/*
+	 * Seal times are floored (they never go back when the clock does), and
+	 * peers reject a record whose times are later than its writing (wm_sane).
+	 */
+	uint64_t written = CKPT_MAX(CKPT_MAX(wall_ns(), before),
+				    CKPT_MAX(nd->gap.gap_to_ns, skipped_from));
 	int n = snprintf(buf, sizeof(buf), WM_FMT, nd->node, be->mount_id, nd->boot_id,
 			 stopped ? "stopped" : "running", (unsigned long long)seq,
-			 (unsigned long long)before, (unsigned long long)wall_ns(),
+			 (unsigned long long)before, (unsigned long long)written,
 			 (unsigned long long)atomic_load(&nd->maxerror_ns),
 			 atomic_load(&nd->synced) ? "true" : "false",
 			 nd->gap.valid ? nd->gap.gap_mount : "-",

@@ -1,0 +1,111 @@
+/*
+ * records.c — a peer's watermark record is untrusted input: one that no
+ * daemon could have written holds markers, as an unreadable one does, and
+ * no value makes the margin wrap around (nodes.h N4).
+ *
+ * Only node a runs (peers=a:b); node b's record is written by the test.
+ * For each bad record: `latest` is written through a, must stay off the
+ * backend for SETTLE_MS, held for b; then b's record is replaced by a good
+ * one (T two minutes ahead) and the same `latest` must reach the backend
+ * (so each case also shows that the record alone held it).  Fails on the
+ * old code at the first case: "durable_before_ns": -1 was read as 2^64 - 1
+ * and released the marker; so did a maxerror of 2^64 - 1 (the margin
+ * wrapped to a few ms), T later than the record's own time, and a lost
+ * window ending at 2^64 - 1 (its end plus the margin wrapped).
+ */
+#include "tests/multinode/mn_util.h"
+
+#include <sys/stat.h>
+#include <time.h>
+
+#define SETTLE_MS 1500
+#define AHEAD_NS 120000000000ull
+
+static unsigned long long wall_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+/* b's record with these fields as text (numbers, or what a damaged one holds). */
+static void b_record(struct mcluster *c, const char *before, const char *written,
+		     const char *maxerror, const char *gap)
+{
+	char text[1024];
+
+	snprintf(text, sizeof(text),
+		 "{\"format\": 2, \"node\": \"b\", \"mount_id\": \"000000000001\", \"boot_id\": \"-\", "
+		 "\"state\": \"running\", \"seq\": 5, \"durable_before_ns\": %s, \"written_ns\": %s, "
+		 "\"maxerror_ns\": %s, \"clock_synced\": false, %s, \"lost_files\": 0, "
+		 "\"skipped\": 0, \"skipped_from_ns\": 0}\n", before, written, maxerror, gap);
+	cu_write_text(mn_bpath(c, ".ckptfs/nodes/b/watermark.json"), text);
+}
+
+static void b_record_good(struct mcluster *c)
+{
+	char t[32];
+	snprintf(t, sizeof(t), "%llu", wall_now() + AHEAD_NS);
+	b_record(c, t, t, "1000000", "\"gap_mount\": \"-\", \"gap_from_ns\": 0, \"gap_to_ns\": 0");
+}
+
+static void held_then_released(struct mcluster *c, const char *name, unsigned k)
+{
+	char text[64], why[600] = "";
+
+	snprintf(text, sizeof(text), "case%u", k);
+	usleep(1500 * 1000);	/* a's watcher has read the bad record (it polls every second) */
+	cu_write_text(mn_path(c, 0, "latest"), text);
+	for (uint64_t t0 = mono_ms(); mono_ms() - t0 < SETTLE_MS; usleep(20000)) {
+		if (!strcmp(cu_slurp(mn_bpath(c, "latest")), text))
+			FAILF("%s: b's record released the marker", name);
+		snprintf(why, sizeof(why), "%s", mn_stat(c, 0, "marker_held_reason"));
+	}
+	if (!strstr(why, "node b's watermark record is damaged or not one a daemon wrote"))
+		FAILF("%s: the marker is not reported held for b's bad record: '%s'", name, why);
+	b_record_good(c);
+	uint64_t t0 = mono_ms();
+	while (strcmp(cu_slurp(mn_bpath(c, "latest")), text) && mono_ms() - t0 < 5000)
+		usleep(20000);
+	if (strcmp(cu_slurp(mn_bpath(c, "latest")), text))
+		FAILF("%s: the marker was not released once b's record was good: %s", name,
+		      mn_stat(c, 0, "marker_held_reason"));
+	fprintf(stderr, "%s: held, then released by a good record\n", name);
+}
+
+int main(void)
+{
+	struct mcluster c;
+	char now[32], ahead[32], gap[160];
+
+	tm_require_fuse();
+	cu_require_root();
+	mn_init(&c, "mn-records", 2);
+	mn_mount(&c, 0, NULL, NULL);
+	CHECK_SYS(mkdir(mn_bpath(&c, ".ckptfs/nodes/b"), 0755));
+	const char *nogap = "\"gap_mount\": \"-\", \"gap_from_ns\": 0, \"gap_to_ns\": 0";
+	unsigned k = 0;
+
+	snprintf(now, sizeof(now), "%llu", wall_now());
+	b_record(&c, "-1", now, "1000000", nogap);
+	held_then_released(&c, "T of -1", ++k);
+
+	snprintf(now, sizeof(now), "%llu", wall_now());
+	snprintf(ahead, sizeof(ahead), "%llu", wall_now() + 30000000000ull);
+	b_record(&c, ahead, ahead, "18446744073709551615", nogap);
+	held_then_released(&c, "maxerror of 2^64 - 1", ++k);
+
+	b_record(&c, ahead, now, "1000000", nogap);
+	held_then_released(&c, "T later than the record was written", ++k);
+
+	snprintf(ahead, sizeof(ahead), "%llu", wall_now() + AHEAD_NS);
+	snprintf(gap, sizeof(gap), "\"gap_mount\": \"000000000000\", \"gap_from_ns\": %llu, "
+		 "\"gap_to_ns\": 18446744073709551615", wall_now() - 10000000000ull);
+	b_record(&c, ahead, ahead, "1000000", gap);
+	held_then_released(&c, "lost window ending at 2^64 - 1", ++k);
+
+	b_record(&c, ahead, ahead, "99999999999999999999999", nogap);
+	held_then_released(&c, "a number past 64 bits", ++k);
+	mn_cleanup(&c);
+	return 0;
+}
