@@ -7,8 +7,9 @@
  *                      copy_file_range), "meta" (rename, unlink,
  *                      mkdir, symlink, link, mknod, chmod, chown, utimens,
  *                      fchmod, fchown, futimens), "any"
- *   err=ERRNO|short|kill  error to return (EIO, ENOSPC, EDQUOT, ...) or, for
- *                      writes, write only half; kill: the process SIGKILLs
+ *   err=ERRNO|short|zero|kill  error to return (EIO, ENOSPC, EDQUOT, ...) or,
+ *                      for writes, write only half (short) or nothing and
+ *                      return 0 (zero: appends only); kill: the process SIGKILLs
  *                      itself instead of making the call (a crash at that
  *                      exact step)
  *   delay_ms=N         sleep before the call (a slow backend)
@@ -36,6 +37,7 @@
 
 #define FAULT_SHORT (-1)
 #define FAULT_KILL (-2)
+#define FAULT_ZERO (-3)
 
 struct fault_rule {
 	uint32_t ops;		/* bit per enum bsys_op */
@@ -108,8 +110,8 @@ static int parse_rule(char *spec, struct fault_rule *r)
 				return -EINVAL;
 		} else if (!strcmp(kv, "err")) {
 			unsigned i;
-			if (!strcmp(eq, "short") || !strcmp(eq, "kill")) {
-				r->err = eq[0] == 's' ? FAULT_SHORT : FAULT_KILL;
+			if (!strcmp(eq, "short") || !strcmp(eq, "kill") || !strcmp(eq, "zero")) {
+				r->err = eq[0] == 's' ? FAULT_SHORT : eq[0] == 'z' ? FAULT_ZERO : FAULT_KILL;
 				continue;
 			}
 			for (i = 0; i < CKPT_ARRAY_LEN(errnames); i++)
@@ -240,6 +242,8 @@ static ssize_t f_append(int fd, const void *b, size_t n, off_t o)
 	CHECK(BOP_APPEND, NULL);
 	if (f_ == FAULT_SHORT && n > 1)
 		n /= 2;
+	if (f_ == FAULT_ZERO)
+		return 0;
 	return real.append(fd, b, n, o);
 }
 static int f_fallocate(int fd, int m, off_t o, off_t l) { CHECK(BOP_FALLOCATE, NULL); return real.fallocate(fd, m, o, l); }

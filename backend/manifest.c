@@ -436,9 +436,11 @@ int manifest_write_file(int dirfd, const char *name, const char *tmp, const char
 		return fd;
 	for (size_t done = 0; done < len && r == 0;) {
 		ssize_t n = bsys.append(fd, buf + done, len - done, (off_t)done);
-		if (n < 0 && n != -EINTR)
-			r = (int)n;
-		else if (n > 0)
+		if (n == -EINTR)
+			continue;
+		if (n <= 0)	/* 0: nothing written and no error; retrying at once would spin */
+			r = n < 0 ? (int)n : -EIO;
+		else
 			done += (size_t)n;
 	}
 	if (r == 0)
