@@ -13,7 +13,8 @@
  *
  * A pattern is a file name in which '*' matches any characters (fnmatch(3),
  * no '?' or brackets), matched against the name an operation
- * gives a file: a version's name, or a rename's destination; a pattern
+ * gives a file: a version's name, a rename's destination, a symlink's or
+ * a hard link's new name; a pattern
  * written "from=GLOB" matches a rename by its *source* name (Orbax's
  * temporary directory).  `-o markers=` replaces the list ("p1:p2:..."),
  * adds to it ("+p1:p2"), or empties it ("none").
@@ -147,6 +148,10 @@ bool op_is_marker(const struct op *op)
 		return name_matches(op->name, false);
 	case OP_RENAME:
 		return name_matches(op->name2, false) || name_matches(op->name, true);
+	case OP_SYMLINK:	/* Lightning's save_last="link": last.ckpt names the checkpoint */
+		return name_matches(op->name, false);
+	case OP_LINK:		/* a hard link is a name given too */
+		return name_matches(op->name2, false);
 	default:
 		return false;
 	}

@@ -322,9 +322,13 @@ void blocked_fill(struct backend *be, const struct op *op, struct backend_blocke
 	b->actor = op->actor;
 	b->since_ns = op->blocked_ns;
 	b->attempts = op->attempts;
+	/* A link has no dir/name: it is named by the name it gives (a marker's, say). */
+	struct bnode *dir = op->kind == OP_LINK ? op->dir2 : op->dir;
+	const char *name_in = op->kind == OP_LINK ? op->name2 : op->name;
+
 	if (op->path_hint) {	/* versions: where the mount had it at seal */
 		snprintf(b->path, sizeof(b->path), "%s", op->path_hint);
-	} else if (!op->dir || bnode_path(be, op->dir, op->name, b->path, sizeof(b->path)) < 0) {
+	} else if (!dir || bnode_path(be, dir, name_in, b->path, sizeof(b->path)) < 0) {
 		struct bnode *at = NULL;
 		char name[256];
 		if (op->node && bnode_locate(be, op->node, &at, name, sizeof(name)) == 0) {
