@@ -301,7 +301,8 @@ static void gap_init(struct nodes *nd)
 		snprintf(nd->gap.gap_mount, sizeof(nd->gap.gap_mount), "%s", older ? unclean : p->mount_id);
 		log_warn("node %s: mount %s stopped uncleanly; operations it sealed after %s "
 			 "watermark (%.3f s before this mount) are reported to peers as unconfirmed, "
-			 "so markers they sealed since are not released by watermarks", nd->node,
+			 "so markers they sealed from then until this mount are not released by "
+			 "watermarks (later ones wait for this mount's)", nd->node,
 			 nd->gap.gap_mount, older ? "the last readable" : "its last",
 			 (double)(nd->started_wall_ns - CKPT_MIN(from, nd->started_wall_ns)) / 1e9);
 	}
