@@ -148,12 +148,12 @@ uint32_t cpool_move_out(struct cpool *p, uint32_t max)
 			continue;
 		/* The owner is stable while cache->lock is held and ch is owned. */
 		pthread_mutex_lock(&c->lock);
-		if (ch->owner && ch->state == CH_DIRTY && ch->in_map && !ch->vrefs && !ch->pins)
+		if (ch->owner)
 			cf = cfile_tryget(ch->owner);
 		pthread_mutex_unlock(&c->lock);
 		if (!cf)
 			continue;
-		if (cfile_unpool_chunk(cf, ch) == 0)
+		if (cfile_chunk_movable(cf, ch) && cfile_unpool_chunk(cf, ch) == 0)
 			moved++;
 		cfile_put(cf);
 	}

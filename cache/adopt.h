@@ -112,5 +112,12 @@ int cfile_adopt(struct cfile *cf, uint64_t index, struct chunk *nc, const struct
  * 0, or -EBUSY if it could not be moved now.
  */
 int cfile_unpool_chunk(struct cfile *cf, struct chunk *ch);
+/*
+ * Would cfile_unpool_chunk move ch now?  Judged under cf->lock, where the
+ * fields it reads are written (a check under cache->lock raced the
+ * publisher's release of a version: TSan, gpu_concurrent): a cheap look
+ * before it takes a chunk of cache space.
+ */
+bool cfile_chunk_movable(struct cfile *cf, struct chunk *ch);
 
 #endif

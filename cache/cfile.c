@@ -1250,6 +1250,20 @@ int cfile_write_chunk(struct cfile *cf, uint64_t off, size_t len, struct chunk *
 	return 0;
 }
 
+/* May ch, a chunk of cf's map, be moved out now?  Under cf->lock: its writers hold it. */
+static bool chunk_movable_locked(struct cfile *cf, struct chunk *ch)
+{
+	return ch->owner == cf && ch->in_map && ch->state == CH_DIRTY && !ch->vrefs && !ch->pins;
+}
+
+bool cfile_chunk_movable(struct cfile *cf, struct chunk *ch)
+{
+	pthread_mutex_lock(&cf->lock);
+	bool ok = chunk_movable_locked(cf, ch);
+	pthread_mutex_unlock(&cf->lock);
+	return ok;
+}
+
 int cfile_unpool_chunk(struct cfile *cf, struct chunk *ch)
 {
 	struct chunk *n;
@@ -1260,8 +1274,7 @@ int cfile_unpool_chunk(struct cfile *cf, struct chunk *ch)
 		return r;	/* a bounded wait gave up (shutdown, stalled backend) */
 	r = -EBUSY;
 	pthread_mutex_lock(&cf->lock);
-	if (ch->owner == cf && ch->in_map && ch->state == CH_DIRTY && !ch->vrefs && !ch->pins &&
-	    map_get(cf, ch->index, &pos) == ch) {
+	if (chunk_movable_locked(cf, ch) && map_get(cf, ch->index, &pos) == ch) {
 		n->index = ch->index;
 		n->lo = ch->lo;
 		n->hi = ch->hi;
