@@ -267,11 +267,13 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		 * in it (a writer's handle may still be open: the kernel releases
 		 * handles after close(2) returns): that is its new version, in the
 		 * order the caller made it — a marker written next comes after it.
+		 * Not a file bound to a capture session: what landed so far is no
+		 * version (session.c S2), and it changes the file as a write does.
 		 */
-		bool unsealed = node_needs_seal(n);
+		bool unsealed = node_needs_seal(n), bound = session_node_bound(n);
 		cfile_truncate(node_cfile(fs, n), (uint64_t)attr->st_size);
 		touch_mtime(n);
-		if (!fi && (n->writers == 0 || !unsealed) &&
+		if (!fi && !bound && (n->writers == 0 || !unsealed) &&
 		    (r = seal_locked(fs, n, actor_of(req))) < 0)
 			goto out;
 	}

@@ -6,7 +6,8 @@
  *   - at fsync(2), as of the call (later writes go to copy-on-write chunks);
  *     a file bound to a capture session is none of these: its fsync fails
  *     (EBUSY, ops.c), and it counts as open for writing;
- *   - when truncate(2) changes a file nobody has open for writing;
+ *   - when truncate(2) changes a file nobody has open for writing (and no
+ *     capture session has bound);
  *   - before a rename or link of a file that was never sealed, so every name
  *     the backend gets refers to a published file.
  * Drain, `ctl sync`, unmount and signals seal only files that are *closed*
