@@ -1076,6 +1076,21 @@ void session_free(struct ckptfs *fs)
 
 /* ---- the ioctls ---------------------------------------------------------- */
 
+/*
+ * Only the file's owner, or root, may bind it: a bound file's fate is its
+ * session's (a drop removes its names, S3), and write access to a file is
+ * no right to have it removed.  s->lock held.
+ */
+static bool session_may_bind(struct session *s, struct fsnode *n)
+{
+	uid_t owner;
+
+	pthread_mutex_lock(&n->alock);
+	owner = n->uid;
+	pthread_mutex_unlock(&n->alock);
+	return s->uid == 0 || owner == s->uid;
+}
+
 static int ioc_bind(struct ckptfs *fs, fuse_req_t req, struct fshandle *h,
 		    const struct ckptfs_ioc_bind *in, struct ckptfs_ioc_bind *out)
 {
@@ -1098,6 +1113,8 @@ static int ioc_bind(struct ckptfs *fs, fuse_req_t req, struct fshandle *h,
 	pthread_mutex_lock(&s->lock);
 	if (r == 0)
 		r = session_check(s, in->key, fuse_req_ctx(req)->uid);
+	if (r == 0 && !session_may_bind(s, n))
+		r = -EPERM;
 	if (r == 0 && session_node_bound(n))
 		r = -EBUSY;
 	if (r == 0) {

@@ -6,7 +6,10 @@
  *     of its arena (half a chunk's bytes each): the daemon refuses the
  *     file's entries past pend_ranges_max (counted in the ring's `rejected`,
  *     logged once), its heap does not grow with them (it grew by 32 MiB per
- *     4 MiB chunk), and the unbind reports the error.
+ *     4 MiB chunk), and the unbind reports the error;
+ *   - another user's file: a user who may write a file (mode 0666) but does
+ *     not own it cannot bind it (EPERM), so cannot have it dropped with
+ *     their session; its owner's close publishes it.
  */
 #include "tests/security/sec_util.h"
 #include "tests/integrity/integ.h"
@@ -18,6 +21,7 @@
 #include <sys/wait.h>
 
 #define A 61911
+#define B 61912
 
 static struct tmount m;
 
@@ -259,12 +263,56 @@ static void ranges(void)
 	ASSERT_TRUE(!file_exists(tm_path(&m, "h/ranges")));
 }
 
+/* ---- another user's file ---------------------------------------------- */
+
+static void victim_user(int out, int in)
+{
+	umask(0);
+	int fd = CHECK_SYS(open(tm_path(&m, "h/victim"), O_CREAT | O_EXCL | O_WRONLY, 0666));
+	ASSERT_EQ(write(fd, "mine", 4), 4);
+	peer_say(out, 0);
+	peer_wait(in);		/* open, never closed: still a new file, bindable */
+	peer_say(out, close(fd) < 0 ? -errno : 0);
+}
+
+static void binder_user(int out, int in)
+{
+	struct raw r;
+
+	(void)in;
+	if (raw_open(&r, 8 * MiB))
+		_exit(5);
+	int fd = open(tm_path(&m, "h/victim"), O_WRONLY);
+	peer_say(out, fd < 0 ? -errno : raw_bind(&r, fd, 0));
+}
+
+static void foreign_file(void)
+{
+	struct peer v, b;
+
+	peer_start(&v, A, victim_user);
+	peer_read(&v);
+	peer_start(&b, B, binder_user);
+	long long r = peer_read(&b);
+	peer_end(&b);		/* its session ends: a bound file would be dropped */
+	printf("foreign: uid %d binding uid %d's file: %lld\n", B, A, r);
+	if (r != -EPERM)
+		FAILF("uid %d bound uid %d's file: %lld, expected -EPERM", B, A, r);
+	ASSERT_TRUE(file_exists(tm_path(&m, "h/victim")));
+	peer_go(&v);
+	ASSERT_EQ(peer_read(&v), 0);
+	peer_end(&v);
+	tm_sync(&m);
+	cu_check_content(tm_bpath(&m, "h/victim"), "mine", 4);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
 	sec_init_user_dir(&m, "session_hostile", "h", A);
 	tm_mount(&m, "allow_other,cache_size=64M", NULL);
 	ranges();
+	foreign_file();
 	tm_stop(&m);
 	tm_cleanup(&m);
 	return 0;
