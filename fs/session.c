@@ -114,6 +114,7 @@ struct session {
 	pid_t pid;
 	int sock, sq_efd, cq_efd, ring_fd;
 	struct arena *arena;
+	uint32_t arena_held;	/* ss->lock: chunks reserved for its arena */
 	struct ckptfs_ring_hdr *ring;
 	size_t ring_bytes;
 	struct ckptfs_sqe *sqe;
@@ -621,6 +622,28 @@ static int refuse(struct session *s, struct ckptfs_welcome *w, int err, const ch
 	return err;
 }
 
+/*
+ * Arena chunks a new session of uid may reserve: all arenas together hold
+ * at most half of the cache, and one user's sessions at most half of that,
+ * so one user's sessions can never refuse another user's.  *why says which
+ * bound is spent.  ss->lock held.
+ */
+static uint32_t arena_budget_locked(struct sessions *ss, uid_t uid, const char **why)
+{
+	uint32_t all = ss->fs->cache.nchunks / 2, mine = 0;
+
+	for (struct list *e = ss->all.next; e != &ss->all; e = e->next) {
+		struct session *t = list_entry(e, struct session, link);
+		mine += t->uid == uid ? t->arena_held : 0;
+	}
+	uint32_t left = all > ss->arena_chunks ? all - ss->arena_chunks : 0;
+	uint32_t cap = CKPT_MAX(2u, all / 2);	/* a tiny cache: one arena */
+	uint32_t share = cap > mine ? cap - mine : 0;
+	*why = share < left ? "this user's GPU arenas already use a quarter of cache_size"
+			    : "GPU arenas already use half of cache_size";
+	return CKPT_MIN(left, share);
+}
+
 /* Credentials, arena, ring, doorbells; registers s.  0 or -errno (refused). */
 static int handshake(struct session *s)
 {
@@ -636,6 +659,7 @@ static int handshake(struct session *s)
 	struct chunk **reserved = NULL;
 	struct arena *a;
 	unsigned same_uid = 0;
+	const char *why;
 	int r;
 
 	if (getsockopt(s->sock, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) < 0)
@@ -655,16 +679,18 @@ static int handshake(struct session *s)
 	pthread_mutex_lock(&ss->lock);
 	for (struct list *e = ss->all.next; e != &ss->all; e = e->next)
 		same_uid += list_entry(e, struct session, link)->uid == cr.uid;
-	uint32_t budget = c->nchunks / 2 > ss->arena_chunks ? c->nchunks / 2 - ss->arena_chunks : 0;
+	uint32_t budget = arena_budget_locked(ss, cr.uid, &why);
 	uint64_t want = h.arena_bytes ? h.arena_bytes / c->chunk_size : 0;
 	want = CKPT_MAX(2, CKPT_MIN(want, budget));
-	if (same_uid < SESSIONS_PER_UID && budget >= 2)
+	if (same_uid < SESSIONS_PER_UID && budget >= 2) {
 		ss->arena_chunks += (uint32_t)want;	/* held while we reserve */
+		s->arena_held = (uint32_t)want;
+	}
 	pthread_mutex_unlock(&ss->lock);
 	if (same_uid >= SESSIONS_PER_UID)
 		return refuse(s, &w, -EMFILE, "too many sessions for this user");
 	if (budget < 2)
-		return refuse(s, &w, -ENOSPC, "GPU arenas already use half of cache_size");
+		return refuse(s, &w, -ENOSPC, why);
 
 	a = xcalloc(1, sizeof(*a));
 	a->ss = ss;
@@ -674,12 +700,14 @@ static int handshake(struct session *s)
 	if (r < 0) {
 		pthread_mutex_lock(&ss->lock);
 		ss->arena_chunks -= (uint32_t)want;
+		s->arena_held = 0;
 		pthread_mutex_unlock(&ss->lock);
 		free(a);
 		return refuse(s, &w, -ENOSPC, "the cache is full of unsaved data; try again later");
 	}
 	pthread_mutex_lock(&ss->lock);
 	ss->arena_chunks -= (uint32_t)want - (uint32_t)r;
+	s->arena_held = (uint32_t)r;
 	pthread_mutex_unlock(&ss->lock);
 	w.nchunks = (uint32_t)r;
 	w.chunk_size = c->chunk_size;

@@ -9,7 +9,10 @@
  *     4 MiB chunk), and the unbind reports the error;
  *   - another user's file: a user who may write a file (mode 0666) but does
  *     not own it cannot bind it (EPERM), so cannot have it dropped with
- *     their session; its owner's close publishes it.
+ *     their session; its owner's close publishes it;
+ *   - arena shares: a session asking for a petabyte gets at most a quarter
+ *     of the cache (one user's share of the half arenas may use), and
+ *     another user's session opens meanwhile (it was refused, ENOSPC).
  */
 #include "tests/security/sec_util.h"
 #include "tests/integrity/integ.h"
@@ -306,6 +309,50 @@ static void foreign_file(void)
 	cu_check_content(tm_bpath(&m, "h/victim"), "mine", 4);
 }
 
+/* ---- arena shares ------------------------------------------------------- */
+
+static void greedy_user(int out, int in)
+{
+	struct raw r, again;
+
+	ASSERT_EQ(raw_open(&r, 1ull << 50), 0);
+	peer_say(out, (long long)r.w.nchunks * r.w.chunk_size);
+	peer_wait(in);
+	peer_say(out, raw_open(&again, 1ull << 50));
+}
+
+static void other_user(int out, int in)
+{
+	struct raw r;
+
+	(void)in;
+	int e = raw_open(&r, 8 * MiB);
+	peer_say(out, e);
+	peer_say(out, e ? 0 : (long long)r.w.nchunks * r.w.chunk_size);
+}
+
+static void arena_shares(void)
+{
+	struct peer a, b;
+
+	peer_start(&a, A, greedy_user);
+	long long got_a = peer_read(&a);
+	peer_start(&b, B, other_user);
+	long long err_b = peer_read(&b), got_b = peer_read(&b);
+	printf("shares: uid %d asked for 1 PiB and got %lld bytes; uid %d then: %lld (%lld bytes)\n",
+	       A, got_a, B, err_b, got_b);
+	if (err_b)
+		FAILF("uid %d's session was refused (%lld) while uid %d holds %lld bytes of arena",
+		      B, err_b, A, got_a);
+	ASSERT_LE(got_a, 16 * MiB);	/* a quarter of cache_size=64M */
+	ASSERT_EQ(got_b, 8 * MiB);
+	peer_go(&a);
+	ASSERT_EQ(peer_read(&a), -ENOSPC);	/* A's share is spent, not B's */
+	peer_end(&b);		/* first: it holds a copy of a's pipe */
+	peer_end(&a);
+	ASSERT_EQ(sec_log_count(&m, "GPU arenas already use a quarter of cache_size"), 1);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
@@ -313,6 +360,7 @@ int main(void)
 	tm_mount(&m, "allow_other,cache_size=64M", NULL);
 	ranges();
 	foreign_file();
+	arena_shares();
 	tm_stop(&m);
 	tm_cleanup(&m);
 	return 0;
