@@ -532,8 +532,10 @@ static void entry_process(struct session *s, const struct ckptfs_sqe *e)
 	p = &s->pend[e->chunk];
 	if (p->n && (p->token != e->token || p->index != e->index))
 		p->err = -EINVAL;	/* one chunk, one file chunk */
-	else if (e->lo >= e->hi || e->hi > cs || e->index > UINT64_MAX / cs - 1)
+	else if (e->lo >= e->hi || e->hi > cs)
 		p->err = -EINVAL;
+	else if (e->index > ((uint64_t)INT64_MAX - e->hi) / cs)
+		p->err = -EFBIG;	/* past any file offset (off_t): no backend takes it */
 	else if (b->limit && e->index * cs + e->hi > b->limit)
 		p->err = -EFBIG;	/* beyond the size declared at bind */
 	else if (atomic_load(&s->arena->pool->state[e->chunk]) != CPOOL_LENT)

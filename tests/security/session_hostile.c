@@ -12,7 +12,10 @@
  *     their session; its owner's close publishes it;
  *   - arena shares: a session asking for a petabyte gets at most a quarter
  *     of the cache (one user's share of the half arenas may use), and
- *     another user's session opens meanwhile (it was refused, ENOSPC).
+ *     another user's session opens meanwhile (it was refused, ENOSPC);
+ *   - offsets past INT64_MAX: a chunk posted at index ~2^64 / chunk_size is
+ *     refused (EFBIG at unbind, the file dropped), and a drain is ok (the
+ *     file's version used to fail its ftruncate and block the user's order).
  */
 #include "tests/security/sec_util.h"
 #include "tests/integrity/integ.h"
@@ -214,6 +217,13 @@ static long long daemon_heap_kib(void)
 	return total;
 }
 
+/* Until the earlier cases' sessions ended and their arenas went back. */
+static void sessions_gone(void)
+{
+	ASSERT_TRUE(it_wait_stat(&m, "gpu_sessions_active", "0", 10000));
+	ASSERT_TRUE(it_wait_stat(&m, "gpu_arena_bytes", "0", 10000));
+}
+
 /* ---- ranges ------------------------------------------------------------- */
 
 static void ranges_user(int out, int in)
@@ -353,14 +363,59 @@ static void arena_shares(void)
 	ASSERT_EQ(sec_log_count(&m, "GPU arenas already use a quarter of cache_size"), 1);
 }
 
+/* ---- offsets past off_t ------------------------------------------------ */
+
+static void huge_user(int out, int in)
+{
+	struct raw r;
+	struct ckptfs_ioc_unbind u;
+
+	(void)in;
+	ASSERT_EQ(raw_open(&r, 8 * MiB), 0);
+	int fd = CHECK_SYS(open(tm_path(&m, "h/huge"), O_CREAT | O_EXCL | O_WRONLY, 0600));
+	long token = raw_bind(&r, fd, 0);
+	ASSERT_GE(token, 1);
+	raw_post(&r, (struct ckptfs_sqe){ .op = CKPTFS_SQE_DATA, .flags = CKPTFS_SQE_ADOPT,
+		.token = (uint32_t)token, .chunk = 0, .lo = 0, .hi = r.w.chunk_size,
+		.index = UINT64_MAX / r.w.chunk_size - 1 });
+	raw_kick(&r);
+	ASSERT_EQ(raw_unbind(&r, fd, (uint32_t)token, &u), 0);
+	peer_say(out, u.error);
+	peer_say(out, (long long)u.adopted);
+	close(fd);
+	size_t len;
+	char *d = read_file(tm_path(&m, ".ckptfs/drain"), &len);
+	peer_say(out, d && strstr(d, "\"ok\": true"));
+}
+
+static void huge_offset(void)
+{
+	struct peer p;
+
+	peer_start(&p, A, huge_user);
+	long long err = peer_read(&p), adopted = peer_read(&p), drained = peer_read(&p);
+	printf("huge: a chunk at file offset ~2^64: unbind error %lld, %lld bytes adopted, "
+	       "drain %s\n", err, adopted, drained ? "ok" : "NOT ok");
+	if (err != -EFBIG || adopted)
+		FAILF("a chunk past INT64_MAX: unbind error %lld, %lld bytes adopted; expected -EFBIG, 0",
+		      err, adopted);
+	ASSERT_TRUE(drained);
+	peer_end(&p);
+	ASSERT_TRUE(!file_exists(tm_path(&m, "h/huge")));
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
 	sec_init_user_dir(&m, "session_hostile", "h", A);
 	tm_mount(&m, "allow_other,cache_size=64M", NULL);
 	ranges();
+	sessions_gone();
 	foreign_file();
+	sessions_gone();
 	arena_shares();
+	sessions_gone();
+	huge_offset();
 	tm_stop(&m);
 	tm_cleanup(&m);
 	return 0;
