@@ -22,18 +22,24 @@
  *  S1  only ranges the client posted after their copy completed are adopted,
  *      each into the file its token names, within the limit it was bound
  *      with; anything else is refused and counted, never guessed at;
- *  S2  a bound file is never sealed (ops.c asks session_node_bound): its
- *      first version comes from the close after CKPTFS_IOC_UNBIND, which
- *      consumes every entry posted before it;
+ *  S2  a bound file is never sealed, nor reported durable (ops.c and seal.c
+ *      ask session_node_bound: close, truncate and drain seal nothing, fsync
+ *      fails with EBUSY): its first version comes from the close after
+ *      CKPTFS_IOC_UNBIND, which consumes every entry posted before it;
  *  S3  a session that ends with files bound abandons them: files never
  *      sealed lose their names, so no part of them reaches the backend;
  *  S4  arena bytes count in cache_used_bytes from the handshake until the
  *      arena is freed, and never twice (cache/adopt.h);
  *  S5  the daemon reads nothing from shared memory twice: entries are copied
- *      before they are checked, and its consumer index is its own.
+ *      before they are checked, and its consumer index is its own;
+ *  S6  only a file's owner (or root) binds it, so only they can have it
+ *      dropped (S3);
+ *  S7  what a client sends costs the daemon bounded resources: at most
+ *      pend_ranges_max ranges per arena chunk, file offsets within off_t,
+ *      a quarter of the cache for one user's arenas and half for all.
  *
  * Lock order: fs->ns -> session->lock -> cfile->lock -> cache->lock ->
- * ss->lock, ss->reap_lock (leaves).  The consumer (session->lock) adopts;
+ * ss->lock, ss->reap_lock (leaves); node->alock, a leaf, under s->lock.  The consumer (session->lock) adopts;
  * the bind and unbind ioctls take fs->ns first, as every handler does.
  * cpool callbacks run under cache->lock and only set bits, write eventfds
  * and queue arenas for the reaper.
