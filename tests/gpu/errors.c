@@ -96,7 +96,8 @@ static int no_room(struct tmount *m)
 		return 77;
 	ckptfs_session_close(ckptfs_session_open_ex(m->mnt, &o));	/* load what it loads first */
 	int before = open_fds();
-	rl.rlim_cur = rl.rlim_max = vm * 1024 + 32 * MiB;
+	/* Less than the smallest arena (two chunks): whatever share the user has left. */
+	rl.rlim_cur = rl.rlim_max = vm * 1024 + 4 * MiB;
 	if (setrlimit(RLIMIT_AS, &rl) < 0)
 		return 77;
 	for (int i = 0, tries = 0; i < 3; i++) {

@@ -25,7 +25,8 @@ int main(void)
 	snprintf(gate, sizeof(gate), "%s/gate", m.root);
 	const char *env[] = { cu_fault_env("op=pwrite|fdatasync|fallocate,err=EIO,while=%s", gate),
 			      NULL };
-	tm_mount(&m, "cache_size=64M,drain_timeout=3", env);
+	/* 128M: one user's sessions get a quarter of the cache, the 32 MiB arena asked for. */
+	tm_mount(&m, "cache_size=128M,drain_timeout=3", env);
 	it_gate_set(gate, true);
 	setenv("CKPTFS_STALL_TIMEOUT", "2", 1);
 	ckptfs_session *s = gt_open(&m, 32 * MiB);
