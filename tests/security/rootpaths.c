@@ -84,7 +84,7 @@ int main(void)
 
 	make_dir("victim", 0700, 0);		/* root's: no user may have the daemon act there */
 	cu_write_text(at("victim/secret"), "root only\n");
-	const char *victim_was = sec_tree_state(at("victim"));
+	char *victim_was = sec_tree_state(at("victim"));
 	make_dir("u", 0755, USER_A);		/* a user's directory (a job directory) */
 	make_link(at("victim"), "u/backend", USER_A);
 	make_link(at("victim"), "u/mnt", USER_A);
@@ -116,6 +116,7 @@ int main(void)
 
 	accepted("a backend through root's symlink", "rootlink", "mnt", "backend");
 	accepted("root's mount point in a sticky directory", "backend2", "sticky/rmnt", "backend2");
+	free(victim_was);
 	tm_cleanup(&m);
 	return 0;
 }
