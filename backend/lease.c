@@ -5,16 +5,21 @@
  * Two locks, because parallel file systems differ:
  *   lock        an flock(2) on this file, held for the daemon's life.  Where
  *               the backend's flock reaches every client (local disks,
- *               GlusterFS, Lustre with -o flock, GPFS, NFSv4) a second
- *               daemon is refused at once, and the lock goes with the dead;
+ *               GlusterFS, Lustre with -o flock, GPFS, NFS with its lock
+ *               protocol) a second daemon is refused at once, and the lock
+ *               goes with the dead;
  *   lease.json  who holds the node — mount id, pid, host, boot id — with a
  *               heartbeat (wall clock) renewed every ttl/4 and a ttl.  Where
- *               flock is missing or local to one client (NFS with nolock,
- *               Lustre without flock), a fresh lease refuses a second daemon.
+ *               flock is missing or local to one client (NFS with nolock or
+ *               local_lock, Lustre with localflock, types not known to share
+ *               it: fs/mounts.c), a fresh lease refuses a second daemon.
+ * flock succeeding proves nothing about other clients (a client-local lock
+ * succeeds too), so whether it reaches them is judged from the backend's
+ * type and mount options (opt.flock_local), never from the call.
  * Taking the node:
  *   1. flock LOCK_EX|LOCK_NB: held elsewhere -> refused (the holder is alive);
- *      unsupported (ENOLCK, EOPNOTSUPP, ...) -> the lease alone decides, and
- *      the log says so;
+ *      unsupported (ENOLCK, EOPNOTSUPP, ...), or local to this client -> the
+ *      lease decides across clients, and the log says so;
  *   2. read lease.json.  Released, or ours, or absent: free.  Otherwise the
  *      holder is dead, and the node taken over, when (a) it ran on this host
  *      and either its boot ended (boot id) or, flock working, we got the
@@ -47,7 +52,7 @@
 
 #define LEASE_FILE "lease.json"
 #define LOCK_FILE "lock"
-#define RACE_SETTLE_US (200 * 1000)	/* without flock: read our lease back after this */
+#define RACE_SETTLE_US (200 * 1000)	/* without a lock for every client: read our lease back after this */
 
 /* ---- names and options ---------------------------------------------------- */
 
@@ -217,7 +222,7 @@ static bool holder_dead(struct nodes *nd, const struct lease_record *r, char *wh
 			snprintf(why, len, "its host %s has rebooted since", r->host);
 			return true;
 		}
-		if (nd->flock_ok) {
+		if (nd->flock_held) {	/* even a client-local lock is this host's */
 			snprintf(why, len, "it no longer holds the node's lock");
 			return true;
 		}
@@ -278,7 +283,8 @@ int lease_acquire(struct nodes *nd, const char *mount_id)
 		refuse_line(nd, &cur, "; it holds the node's lock");
 		return -EADDRINUSE;
 	}
-	nd->flock_ok = r == 0;
+	nd->flock_held = r == 0;
+	nd->flock_ok = nd->flock_held && !nd->opt.flock_local[0];
 	int flock_err = r;
 	if (lease_read(nd, &cur) == 0 && !cur.released && strcmp(cur.mount_id, mount_id) != 0) {
 		if (!holder_dead(nd, &cur, why, sizeof(why))) {
@@ -294,10 +300,11 @@ int lease_acquire(struct nodes *nd, const char *mount_id)
 	atomic_store(&nd->lease_ok_ns, nd->last_lease_ns);
 	if (nd->flock_ok)	/* the lock keeps others out: the record waits for lease_record() */
 		return 0;
-	/* Without flock the record itself must exclude, before recovery runs. */
+	/* Without a lock that reaches every client the record itself must exclude,
+	 * before recovery runs. */
 	if ((r = lease_write(nd, mount_id, false)) < 0) {
-		fprintf(stderr, "ckptfs: cannot write the lease of node '%s' on the backend, which "
-			"has no working flock either: %s\n", nd->node, strerror(-r));
+		fprintf(stderr, "ckptfs: cannot write the lease of node '%s' on the backend, whose "
+			"flock does not keep other clients out: %s\n", nd->node, strerror(-r));
 		return r;
 	}
 	usleep(RACE_SETTLE_US);
@@ -306,8 +313,14 @@ int lease_acquire(struct nodes *nd, const char *mount_id)
 		return -EADDRINUSE;
 	}
 	/* Said once the node is ours: a refusal is one line. */
-	log_warn("node %s: the backend has no working flock (%s): exclusivity rests on the "
-		 "lease alone (ttl %.0f s)", nd->node, strerror(-flock_err), nd->opt.lease_ttl);
+	if (nd->flock_held)
+		log_warn("node %s: the backend's flock may not reach other clients (%s): across "
+			 "clients, exclusivity rests on the lease (ttl %.0f s)", nd->node,
+			 nd->opt.flock_local, nd->opt.lease_ttl);
+	else
+		log_warn("node %s: the backend has no working flock (%s): exclusivity rests on "
+			 "the lease alone (ttl %.0f s)", nd->node, strerror(-flock_err),
+			 nd->opt.lease_ttl);
 	return 0;
 }
 
@@ -321,7 +334,7 @@ void lease_record(struct nodes *nd)
 	bsys.readdir(nd->dirfd, tmp_sweep_one, nd);
 }
 
-/* Without flock: past the ttl since the last heartbeat that reached the backend? */
+/* Without a lock for every client: past the ttl since the last heartbeat that reached the backend? */
 static bool lease_expired(struct nodes *nd, double *silent_s)
 {
 	uint64_t ok = atomic_load(&nd->lease_ok_ns), now = now_ns();
@@ -398,7 +411,7 @@ void lease_release(struct nodes *nd)
 	if (nd->taken && !atomic_load(&nd->lease_lost))
 		lease_write(nd, nd->be->mount_id, true);
 	if (nd->lock_fd >= 0) {
-		if (nd->flock_ok)
+		if (nd->flock_held)
 			bsys.flock(nd->lock_fd, LOCK_UN);
 		bsys.close(nd->lock_fd);
 		nd->lock_fd = -1;

@@ -85,6 +85,8 @@ struct nodes_opts {
 	double marker_timeout;		/* seconds; 0: never */
 	enum marker_policy marker_policy;
 	double lease_ttl;		/* seconds */
+	char flock_local[256];		/* "": the backend's flock reaches every client;
+					 * else why it may not (fs/opts.c finds out) */
 };
 
 static inline bool nodes_opts_have_peers(const struct nodes_opts *o)
@@ -168,7 +170,8 @@ struct nodes {
 	int dirfd;		/* BACKEND/.ckptfs/nodes/<node> */
 	int nodes_fd;		/* BACKEND/.ckptfs/nodes */
 	int lock_fd;
-	bool flock_ok;
+	bool flock_held;	/* the lock is ours: no other daemon on this host has it */
+	bool flock_ok;		/* ... and none on any other client (opt.flock_local "") */
 	bool taken;		/* the lease was taken: only then is anything written */
 	atomic_bool lease_lost;
 	uint64_t started_wall_ns;

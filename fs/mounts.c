@@ -50,6 +50,8 @@ int mounts_read(struct mountent **out)
 		v[n].target = xstrdup(fields[4]);
 		v[n].fstype = xstrdup(fields[sep + 1]);
 		v[n].source = xstrdup(fields[sep + 2]);
+		v[n].options = xmalloc(strlen(fields[5]) + (sep + 3 < k ? strlen(fields[sep + 3]) : 0) + 2);
+		sprintf(v[n].options, "%s,%s", fields[5], sep + 3 < k ? fields[sep + 3] : "");
 		n++;
 	}
 	fclose(f);
@@ -63,6 +65,7 @@ void mounts_free(struct mountent *m, int n)
 		free(m[i].target);
 		free(m[i].fstype);
 		free(m[i].source);
+		free(m[i].options);
 	}
 	free(m);
 }
@@ -92,4 +95,71 @@ int mounts_containing(const struct mountent *m, int n, const char *path)
 		}
 	}
 	return best;
+}
+
+/* Is word one of options' comma-separated entries (the whole entry)? */
+static bool has_option(const char *options, const char *word)
+{
+	size_t n = strlen(word);
+
+	for (const char *p = options; p; p = strchr(p, ',')) {
+		p += *p == ',';
+		if (!strncmp(p, word, n) && (p[n] == ',' || p[n] == '\0'))
+			return true;
+	}
+	return false;
+}
+
+bool mounts_flock_global(const char *fstype, const char *options, char *why, size_t len)
+{
+	static const char *const one_host[] = {	/* this host is every client there is */
+		"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "zfs", "bcachefs", "jfs",
+		"reiserfs", "ramfs", "overlay",
+	};
+	static const char *const cluster[] = {	/* their flock goes through the cluster */
+		"fuse.glusterfs", "glusterfs", "gpfs", "ceph", "gfs2", "ocfs2",
+	};
+
+	for (size_t i = 0; i < CKPT_ARRAY_LEN(one_host); i++)
+		if (!strcmp(fstype, one_host[i]))
+			return true;
+	for (size_t i = 0; i < CKPT_ARRAY_LEN(cluster); i++)
+		if (!strcmp(fstype, cluster[i]))
+			return true;
+	if (!strcmp(fstype, "nfs") || !strcmp(fstype, "nfs4")) {
+		const char *local = has_option(options, "nolock") ? "nolock"
+				  : has_option(options, "local_lock=flock") ? "local_lock=flock"
+				  : has_option(options, "local_lock=all") ? "local_lock=all" : NULL;
+		if (!local)
+			return true;
+		snprintf(why, len, "%s mounted with %s: its flock is local to each client", fstype, local);
+		return false;
+	}
+	if (!strcmp(fstype, "lustre")) {
+		if (has_option(options, "flock"))
+			return true;
+		snprintf(why, len, "lustre mounted %s: its flock is local to each client, or missing",
+			 has_option(options, "localflock") ? "with localflock" : "without flock");
+		return false;
+	}
+	snprintf(why, len, "%s: its flock is not known to reach other clients", fstype);
+	return false;
+}
+
+bool mounts_flock_global_at(const char *path, char *why, size_t len)
+{
+	struct mountent *m;
+	int n = mounts_read(&m), i;
+	bool global = false;
+
+	if (n < 0) {
+		snprintf(why, len, "cannot read /proc/self/mountinfo: %s", strerror(-n));
+		return false;
+	}
+	if ((i = mounts_containing(m, n, path)) >= 0)
+		global = mounts_flock_global(m[i].fstype, m[i].options, why, len);
+	else
+		snprintf(why, len, "no mount holds it in /proc/self/mountinfo");
+	mounts_free(m, n);
+	return global;
 }

@@ -480,6 +480,12 @@ int opts_validate(struct ckptfs_opts *o)
 	if (safepath_resolve(o->backend, 0, buf, sizeof(buf), why, sizeof(why)) < 0)
 		return usage_error("backend '%s': %s", o->backend, why);
 	o->backend_real = xstrdup(buf);
+	/* Where flock stays on this client, the lease decides across clients (lease.c). */
+	char *fl = o->nodes.flock_local;
+	if (getenv("CKPTFS_FLOCK_LOCAL"))	/* tests: such a backend, on a local disk */
+		snprintf(fl, sizeof(o->nodes.flock_local), "CKPTFS_FLOCK_LOCAL is set");
+	else if (mounts_flock_global_at(o->backend_real, fl, sizeof(o->nodes.flock_local)))
+		fl[0] = '\0';
 
 	if (stat(o->mountpoint, &st) < 0)
 		return usage_error("mountpoint '%s': %s", o->mountpoint, strerror(errno));

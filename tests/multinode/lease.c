@@ -14,9 +14,16 @@
  *    resumes: it says so and publishes nothing more; the same when nobody
  *    took it, and when it ran all along but the backend refused its
  *    heartbeats past the ttl (said at once in the log, the stats and
- *    ckptfs-stat; lost stays lost when the backend takes writes again).
+ *    ckptfs-stat; lost stays lost when the backend takes writes again);
+ *  - a backend whose flock succeeds but stays on each client (NFS with
+ *    local_lock, Lustre with localflock: judged from the type and mount
+ *    options, here forced with CKPTFS_FLOCK_LOCAL) is run by the lease as
+ *    well: a daemon stopped past its ttl, whose node a daemon on "another
+ *    client" took over, publishes nothing more although its flock held and
+ *    its client cannot show it the new holder's lease.
  */
 #include "tests/multinode/mn_util.h"
+#include "fs/mounts.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -102,12 +109,44 @@ static void write_fake_lease(struct mcluster *c, const char *node, const char *h
 			FAILF("%s does not show the lease written through the first client", path);
 }
 
+/* Which mounts' flock is judged to reach every client (fs/mounts.c). */
+static void flock_scope(void)
+{
+	static const struct { const char *type, *options; bool global; } cases[] = {
+		{ "ext4", "rw,relatime,rw,errors=remount-ro", true },
+		{ "xfs", "rw,noatime,rw,attr2", true },
+		{ "fuse.glusterfs", "rw,relatime,rw,user_id=0", true },
+		{ "nfs4", "rw,relatime,rw,vers=4.2,rsize=1048576,local_lock=none,addr=10.0.0.1", true },
+		{ "nfs4", "rw,relatime,rw,vers=4.2,local_lock=flock,addr=10.0.0.1", false },
+		{ "nfs", "rw,relatime,rw,vers=3,nolock,local_lock=all", false },
+		{ "nfs", "rw,relatime,rw,vers=3,local_lock=all", false },
+		{ "nfs", "rw,nolockd,rw,vers=3,local_lock=none", true },	/* not "nolock" */
+		{ "lustre", "rw,rw,flock,lazystatfs", true },
+		{ "lustre", "rw,rw,localflock,lazystatfs", false },
+		{ "lustre", "rw,rw,lazystatfs", false },
+		{ "beegfs", "rw,relatime,rw,cfgFile=/etc/beegfs/beegfs-client.conf", false },
+		{ "fuse.sshfs", "rw,relatime,rw,user_id=0", false },
+	};
+	char why[256];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		why[0] = '\0';
+		bool g = mounts_flock_global(cases[i].type, cases[i].options, why, sizeof(why));
+		if (g != cases[i].global)
+			FAILF("%s (%s): flock judged %s", cases[i].type, cases[i].options,
+			      g ? "to reach every client" : "local to a client");
+		if (!g && !strstr(why, cases[i].type))
+			FAILF("%s: the reason does not name the type: '%s'", cases[i].type, why);
+	}
+}
+
 int main(void)
 {
 	struct mcluster c;
 	char out[4096];
 	int st;
 
+	flock_scope();
 	tm_require_fuse();
 	mn_init(&c, "mn-lease", 2);
 
@@ -164,6 +203,40 @@ int main(void)
 	if (file_exists(mn_bpath(&c, "after-loss")))
 		FAILF("a daemon that lost its lease still published");
 	mn_kill(&c, 0);		/* its drain could never finish */
+	mn_stop(&c, 1);
+
+	/*
+	 * flock that succeeds on each client alone: the lease decides across
+	 * clients.  The second daemon stands for one on another client, where
+	 * the first one's lock is not seen (ENOLCK is the nearest this host can
+	 * show: its own lock would refuse it).
+	 */
+	char stale[PATH_MAX], senv[PATH_MAX + 128];
+	snprintf(stale, sizeof(stale), "%s/stale-lease", c.node[0].m.root);
+	snprintf(senv, sizeof(senv), "CKPTFS_FAULT=op=openat,err=EIO,name=lease.json,while=%s", stale);
+	const char *const local_env[] = { "CKPTFS_FLOCK_LOCAL=1", senv, NULL };
+	mn_mount_raw(&c, 0, "node=u,lease_ttl=4", local_env);
+	ASSERT_GE(mn_log_count(&c, 0, "flock may not reach other clients (CKPTFS_FLOCK_LOCAL"), 1);
+	ASSERT_STR_EQ(mn_stat(&c, 0, "node_flock"), "false");
+	cu_write_text(mn_path(&c, 0, "u-before"), "x");
+	if (!mn_wait_file(mn_bpath(&c, "u-before"), 1, 5000))
+		FAILF("node u did not publish while it held its lease");
+	st = second(&c, 1, "node=u,lease_ttl=4", noflock, out, sizeof(out));
+	expect_refused(st, out, "node 'u' is held by a live daemon", "client-local flock, a live lease");
+	/* Its client no longer shows it the lease file (a stale cache, a partition). */
+	cu_write_text(stale, "");
+	kill(c.node[0].m.pid, SIGSTOP);
+	usleep(5000 * 1000);
+	mn_mount_raw(&c, 1, "node=u,lease_ttl=4", env);
+	ASSERT_GE(mn_log_count(&c, 1, "its lease expired"), 1);
+	kill(c.node[0].m.pid, SIGCONT);
+	if (!wait_lease_lost(&c, 0, 15000))
+		FAILF("a resumed daemon whose flock is client-local does not say its lease is lost");
+	cu_write_text(mn_path(&c, 0, "u-after"), "x");
+	usleep(1000 * 1000);
+	if (file_exists(mn_bpath(&c, "u-after")))
+		FAILF("a daemon whose node was taken on another client still published (its flock held)");
+	mn_kill(&c, 0);
 	mn_stop(&c, 1);
 
 	/* Stopped past the ttl, nobody took the node: the lease is still lost (it expired). */
