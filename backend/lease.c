@@ -210,6 +210,31 @@ static bool pid_alive(long pid)
 }
 
 /*
+ * How far the holder's heartbeat stamp and this node's clock may disagree:
+ * nothing on one host (one clock); -o peer_skew when given; else both
+ * clocks' error bounds, the holder's from the watermark record its mount
+ * left (the kernel's cap when it left none).  Its lease ends after ttl by
+ * its own clock, where it stops publishing (lease_valid); here only after
+ * ttl plus this margin by ours.
+ */
+static uint64_t lease_skew_ns(struct nodes *nd, const struct lease_record *r)
+{
+	struct wm_record w;
+	char buf[1024];
+	uint64_t theirs = NODES_MAXERROR_MAX_NS;
+
+	if (!strcmp(r->host, nd->host) && !strcmp(r->boot_id, nd->boot_id))
+		return 0;
+	if (nd->opt.peer_skew >= 0)
+		return (uint64_t)(nd->opt.peer_skew * 1e9);
+	nodes_clock_sample(nd);
+	ssize_t n = nodes_read_file(nd->dirfd, NODES_WM_FILE, buf, sizeof(buf));
+	if (n > 0 && wm_parse(buf, (size_t)n, &w) && !strcmp(w.mount_id, r->mount_id))
+		theirs = w.maxerror_ns;
+	return atomic_load(&nd->maxerror_ns) + theirs;
+}
+
+/*
  * Is the holder described by r provably gone, or its lease expired?  why
  * gets how we know, for the log.
  */
@@ -231,9 +256,11 @@ static bool holder_dead(struct nodes *nd, const struct lease_record *r, char *wh
 			return true;
 		}
 	}
-	if (now > r->heartbeat_ns && now - r->heartbeat_ns > r->ttl_ns) {
-		snprintf(why, len, "its lease expired %.1f s ago",
-			 (double)(now - r->heartbeat_ns - r->ttl_ns) / 1e9);
+	uint64_t skew = lease_skew_ns(nd, r);
+	if (now > r->heartbeat_ns && now - r->heartbeat_ns > r->ttl_ns &&
+	    now - r->heartbeat_ns - r->ttl_ns > skew) {
+		snprintf(why, len, "its lease expired %.1f s ago, beyond the clocks' margin of "
+			 "%.1f s", (double)(now - r->heartbeat_ns - r->ttl_ns) / 1e9, (double)skew / 1e9);
 		return true;
 	}
 	return false;

@@ -102,6 +102,10 @@ void nodes_opts_free(struct nodes_opts *o);
 
 /* ---- a peer's watermark record, as read from the backend ---------------- */
 
+#define NODES_WM_FILE "watermark.json"
+/* The kernel's cap on a clock's maxerror (NTP_PHASE_LIMIT, 16 s): an unsynchronized clock's. */
+#define NODES_MAXERROR_MAX_NS (16ull * 1000000000)
+
 struct wm_record {
 	bool valid;
 	char node[NODE_NAME_MAX + 1];

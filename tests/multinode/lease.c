@@ -4,8 +4,10 @@
  *  - a second daemon with a node name already live is refused: exit 2 and
  *    one line naming the node and the holder (its flock, then its lease);
  *  - bad node names are refused with exit 2 and one line;
- *  - a lease left by a daemon on another host is honoured while fresh and
- *    taken over once it has expired (logged);
+ *  - a lease left by a daemon on another host is honoured while fresh, and
+ *    past its ttl while within the margin the two clocks may disagree by
+ *    (-o peer_skew, or both clocks' error bounds), and taken over once it
+ *    has expired beyond it (logged);
  *  - a node whose daemon was SIGKILLed is taken over at once (same host,
  *    the lock went with the process), and recovery runs;
  *  - without a working flock (CKPTFS_FAULT op=flock,err=ENOLCK) the lease
@@ -166,9 +168,19 @@ int main(void)
 	write_fake_lease(&c, "y", "otherhost", 1);
 	st = second(&c, 1, "node=y", NULL, out, sizeof(out));
 	expect_refused(st, out, "on host otherhost", "a fresh lease of another host");
+	/* Past its ttl (30 s) but not the clocks' margin: the holder left no
+	 * watermark record, so its clock's error is the kernel's cap (16 s). */
 	write_fake_lease(&c, "y", "otherhost", 40);
+	st = second(&c, 1, "node=y", NULL, out, sizeof(out));
+	expect_refused(st, out, "on host otherhost", "a lease within the clocks' margin");
+	/* With the margin given: 40 s > 30 s + 5 s. */
+	mn_mount_raw(&c, 1, "node=y,peer_skew=5", NULL);
+	ASSERT_GE(mn_log_count(&c, 1, "beyond the clocks' margin of 5.0 s"), 1);
+	mn_stop(&c, 1);
+	write_fake_lease(&c, "y", "otherhost", 70);	/* > 30 + 16 + 16 */
 	mn_mount_raw(&c, 1, "node=y", NULL);
 	ASSERT_GE(mn_log_count(&c, 1, "taking over from mount 0123456789ab (pid 4242 on otherhost): its lease expired"), 1);
+	ASSERT_GE(mn_log_count(&c, 1, "its lease expired 40.0 s ago, beyond the clocks' margin of"), 1);
 	mn_stop(&c, 1);
 
 	/* A killed daemon's node is taken over at once, and recovered. */
