@@ -22,9 +22,10 @@
  *      a symlink; every ancestor is a directory owned by root or the daemon's
  *      user that no one else may rename entries in (not group/other-writable,
  *      or sticky); RESCUE_DIR itself is owned by the daemon's user and
- *      writable by no one else.  It is created 0700 if missing.  The mount
- *      checks this (backend_rescue_dir_check) and refuses to start otherwise;
- *      the rescue checks it again.
+ *      writable by no one else.  It is created 0700 if missing.  The walk is
+ *      safepath's (safepath_open_private), each directory judged as opened.
+ *      The mount checks this (backend_rescue_dir_check) and refuses to start
+ *      otherwise; the rescue checks it again.
  *  R2  The per-mount directory is created fresh (mkdirat 0700; one that
  *      exists is refused, never reused) and everything inside it by
  *      mkdirat/openat relative to directory fds, O_NOFOLLOW, files 0600
@@ -50,103 +51,9 @@ int flush_copy_version(struct cver *v, int fd, XXH128_hash_t *digest);
 
 #define D bsys_direct
 
-static const char *target_problem(const struct stat *st)
-{
-	if (!S_ISDIR(st->st_mode))
-		return "is not a directory";
-	if (st->st_uid != geteuid())
-		return "is not owned by the daemon's user";
-	if (st->st_mode & (S_IWGRP | S_IWOTH))
-		return "is writable by its group or others";
-	return NULL;
-}
-
-/*
- * Open the rescue directory by an R1 walk, creating its last component 0700
- * if missing.  fd, or -errno with the reason in why ("<path> is ...").
- */
-static int rescue_dir_open(const char *dir, char *why, size_t wlen)
-{
-	char *dup = xstrdup(dir), *save = NULL, *comp, *next;
-	char sofar[4096] = "";
-	struct stat st;
-	int fd, r = 0;
-
-	if (dir[0] != '/') {
-		snprintf(why, wlen, "%s is not an absolute path", dir);
-		free(dup);
-		return -EINVAL;
-	}
-	fd = D.openat(AT_FDCWD, "/", O_RDONLY | O_DIRECTORY, 0);
-	if (fd >= 0 && (r = D.fstatat(fd, "", &st)) == 0 && safepath_dir_problem(&st)) {
-		snprintf(why, wlen, "/ %s", safepath_dir_problem(&st));
-		r = -EPERM;
-	}
-	if (fd < 0)
-		r = fd;
-	for (comp = strtok_r(dup, "/", &save); r == 0 && comp; comp = next) {
-		bool last;
-		int sub;
-
-		next = strtok_r(NULL, "/", &save);
-		last = next == NULL;
-		snprintf(sofar + strlen(sofar), sizeof(sofar) - strlen(sofar), "/%s", comp);
-		if (!strcmp(comp, ".") || !strcmp(comp, "..")) {
-			snprintf(why, wlen, "%s must not contain '.' or '..'", dir);
-			r = -EINVAL;
-			break;
-		}
-		r = D.fstatat(fd, comp, &st);
-		if (r == -ENOENT && last) {
-			if ((r = D.mkdirat(fd, comp, 0700)) == -EEXIST)
-				r = 0;
-			if (r == 0)
-				r = D.fstatat(fd, comp, &st);
-		}
-		if (r < 0) {
-			snprintf(why, wlen, "%s: %s", sofar, strerror(-r));
-			break;
-		}
-		if (S_ISLNK(st.st_mode)) {
-			snprintf(why, wlen, "%s is a symlink; give the real path", sofar);
-			r = -ELOOP;
-			break;
-		}
-		if (!S_ISDIR(st.st_mode)) {
-			snprintf(why, wlen, "%s is not a directory", sofar);
-			r = -ENOTDIR;
-			break;
-		}
-		if ((sub = D.openat(fd, comp, O_RDONLY | O_DIRECTORY, 0)) < 0) {
-			snprintf(why, wlen, "%s: %s", sofar, strerror(-sub));
-			r = sub;
-			break;
-		}
-		D.close(fd);
-		fd = sub;
-		/* Judge what was opened, not what was looked at before. */
-		if ((r = D.fstatat(fd, "", &st)) < 0) {
-			snprintf(why, wlen, "%s: %s", sofar, strerror(-r));
-			break;
-		}
-		const char *p = last ? target_problem(&st) : safepath_dir_problem(&st);
-		if (p) {
-			snprintf(why, wlen, "%s %s", sofar, p);
-			r = -EPERM;
-		}
-	}
-	free(dup);
-	if (r < 0) {
-		if (fd >= 0)
-			D.close(fd);
-		return r;
-	}
-	return fd;
-}
-
 int backend_rescue_dir_check(const char *dir, char *why, size_t wlen)
 {
-	int fd = rescue_dir_open(dir, why, wlen);
+	int fd = safepath_open_private(dir, why, wlen);
 
 	if (fd < 0)
 		return fd;
@@ -229,7 +136,7 @@ long backend_rescue(struct backend *be, const char *dir, const struct rescue_ite
 			*c = '_';
 	snprintf(name, sizeof(name), "%s-%s", host, be->mount_id);
 	snprintf(where, wlen, "%s/%s", dir, name);
-	if ((top = rescue_dir_open(dir, why, sizeof(why))) < 0) {
+	if ((top = safepath_open_private(dir, why, sizeof(why))) < 0) {
 		log_err("rescue directory: %s", why);
 		return top;
 	}

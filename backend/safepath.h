@@ -44,4 +44,15 @@ const char *safepath_dir_problem(const struct stat *st);
 int safepath_resolve(const char *path, unsigned flags, char *out, size_t len, char *why,
 		     size_t wlen);
 
+/*
+ * Open the rescue directory `path` (absolute) by the same walk, whatever the
+ * daemon's user, under stricter rules (rescue.c R1): it follows no symlink,
+ * root's neither, and takes no '.' or '..'; "/" and every directory on the
+ * way pass safepath_dir_problem; the last component, made 0700 if missing,
+ * must be a directory the daemon's user owns that its group and others may
+ * not write.  Each directory is judged as opened, not as looked at.  Its fd,
+ * or -errno with one line in why naming the component at fault.
+ */
+int safepath_open_private(const char *path, char *why, size_t wlen);
+
 #endif
