@@ -90,13 +90,7 @@ static void smap_link(struct smap *m, struct sent *e)
 /* The entry for key, created (val NULL) if absent. */
 static struct sent *smap_get(struct smap *m, const char *key)
 {
-	struct sent *e = smap_find(m, key);
-	if (!e) {
-		e = xcalloc(1, sizeof(*e));
-		e->key = xstrdup(key);
-		smap_link(m, e);
-	}
-	return e;
+	return STRMAP_GET_OR_NEW(&m->map, key, true, struct sent, node, key);
 }
 
 static void smap_unlink(struct smap *m, struct sent *e)

@@ -135,15 +135,7 @@ static void rscan_reset_ops(struct rscan *s)
 
 static struct hnode *hash_of(struct rscan *s, const char *path, bool create)
 {
-	struct strmap_node *e = strmap_get(&s->hashes, path);
-
-	if (e || !create)
-		return e ? CKPT_CONTAINER_OF(e, struct hnode, n) : NULL;
-	struct hnode *h = xcalloc(1, sizeof(*h));
-	h->path = xstrdup(path);
-	h->n.key = h->path;
-	strmap_insert(&s->hashes, &h->n);
-	return h;
+	return STRMAP_GET_OR_NEW(&s->hashes, path, create, struct hnode, n, path);
 }
 
 /* Take out what `path` and everything below it hold (a list through ->next). */

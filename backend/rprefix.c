@@ -152,15 +152,7 @@ static void backend_look(int root_fd, struct phist *h)
 /* The path's history, made (empty) if `create`. */
 static struct phist *phist_of(struct rprefix *x, const char *path, bool create)
 {
-	struct strmap_node *e = strmap_get(&x->paths, path);
-
-	if (e || !create)
-		return e ? CKPT_CONTAINER_OF(e, struct phist, n) : NULL;
-	struct phist *h = xcalloc(1, sizeof(*h));
-	h->path = xstrdup(path);
-	h->n.key = h->path;
-	strmap_insert(&x->paths, &h->n);
-	return h;
+	return STRMAP_GET_OR_NEW(&x->paths, path, create, struct phist, n, path);
 }
 
 /* What `path` holds after the operations replayed so far. */

@@ -32,6 +32,24 @@ struct strmap_node *strmap_get(const struct strmap *m, const char *key)
 	return NULL;
 }
 
+/* STRMAP_GET_OR_NEW: the object of `size` bytes, its node node_off bytes in, its key's copy key_off. */
+void *strmap_get_or_new(struct strmap *m, const char *key, bool create, size_t size,
+			size_t node_off, size_t key_off)
+{
+	struct strmap_node *e = strmap_get(m, key);
+	char *obj, *copy;
+
+	if (e || !create)
+		return e ? (char *)e - node_off : NULL;
+	obj = xcalloc(1, size);
+	copy = xstrdup(key);
+	*(char **)(obj + key_off) = copy;
+	e = (struct strmap_node *)(obj + node_off);
+	e->key = copy;
+	strmap_insert(m, e);
+	return obj;
+}
+
 void strmap_insert(struct strmap *m, struct strmap_node *e)
 {
 	if (m->n + 1 > m->nb) {

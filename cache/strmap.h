@@ -4,7 +4,8 @@
  * beyond get/insert/remove: taking a name and everything below it.
  *
  * The node points at a key the owner stores (and keeps stable while the
- * node is in the map); the map owns only its bucket table.  Not
+ * node is in the map); the map owns only its bucket table (the nodes
+ * STRMAP_GET_OR_NEW makes, and their keys, are the owner's too).  Not
  * thread-safe: each user keeps its map private (verify's replay, a
  * manifest compaction).
  */
@@ -26,6 +27,17 @@ struct strmap {
 
 /* The node with this key, or NULL. */
 struct strmap_node *strmap_get(const struct strmap *m, const char *key);
+/*
+ * The object of `type` whose strmap_node member `node` has this key in the
+ * map m; if there is none and `create`, a new zeroed one, inserted, keyed by
+ * a copy of key that it holds in its `char *` member `keyf` (its owner frees
+ * both).  NULL if there is none and not `create`.
+ */
+#define STRMAP_GET_OR_NEW(m, key, create, type, node, keyf)                                 \
+	((type *)strmap_get_or_new((m), (key), (create), sizeof(type), offsetof(type, node), \
+				   offsetof(type, keyf)))
+void *strmap_get_or_new(struct strmap *m, const char *key, bool create, size_t size,
+			size_t node_off, size_t key_off);
 /* Insert a node whose key is not in the map (the table grows as needed). */
 void strmap_insert(struct strmap *m, struct strmap_node *e);
 /* Take a node that is in the map out of it. */
