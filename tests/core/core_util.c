@@ -244,15 +244,20 @@ int cu_unmount(const char *path)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+void cu_unmount_busy(const char *path)
+{
+	for (int tries = 0; cu_unmount(path) != 0; tries++) {
+		if (tries > 100)
+			FAILF("fusermount3 -u %s keeps failing", path);
+		usleep(50000);
+	}
+}
+
 int cu_stop_any(struct tmount *m)
 {
 	int st;
 
-	for (int tries = 0; cu_unmount(m->mnt) != 0; tries++) {
-		if (tries > 100)
-			FAILF("fusermount3 -u %s keeps failing", m->mnt);
-		usleep(50000);
-	}
+	cu_unmount_busy(m->mnt);
 	for (uint64_t t0 = mono_ms(); waitpid(m->pid, &st, WNOHANG) != m->pid;) {
 		if (mono_ms() - t0 > 60000)
 			FAILF("daemon did not exit within 60 s of unmount");

@@ -77,6 +77,8 @@ int cu_mount_count(const char *path);
 uint64_t cu_stat(struct tmount *m, const char *key);
 /* fusermount3 -u path: its exit status. */
 int cu_unmount(const char *path);
+/* The same, tried again while the mount is busy for a moment (EBUSY just after use); fails after 5 s. */
+void cu_unmount_busy(const char *path);
 /*
  * Unmount and wait for the daemon to exit, whatever its status (returned):
  * for tests where a failing drain is acceptable.  Fails after 60 s.
