@@ -45,7 +45,13 @@
  *  N5  a peer that stopped uncleanly reports the window of seal times its
  *      lost incarnation had not confirmed (from 0 when its last record
  *      cannot be read); a marker sealed inside that window is never
- *      released by a watermark, only by the policy.
+ *      released by a watermark, only by the policy.  The window ends at
+ *      the restart when recovery found nothing lost; when files were lost
+ *      (sealed, never published) it stays open — every later marker is
+ *      held too, since one sealed after the restart may still name a lost
+ *      file — until an administrator acknowledges the loss (ckptfs-ctl
+ *      ack-lost): then it ends at the acknowledgement.  Every later mount
+ *      carries the window on, open or acknowledged, whatever its stop.
  *  N6  a node on which an administrator skipped operations (they never
  *      reach the backend, and T passes them) reports how many and the
  *      earliest one's seal time, carried on by every later mount; a peer's
@@ -119,7 +125,13 @@ struct wm_record {
 	bool stopped;		/* the daemon stopped cleanly after writing it */
 	uint64_t gap_from_ns, gap_to_ns;	/* N5: seal times possibly lost (0, 0: none) */
 	char gap_mount[24];
-	uint64_t lost_files;
+	/*
+	 * N5: the window has no end: files were lost and no administrator has
+	 * acknowledged it (format 3: gap_to_ns 0; a format-2 record reporting
+	 * lost files is read as open: those daemons ended it at the restart).
+	 */
+	bool gap_open;
+	uint64_t lost_files;	/* lost in the window's unclean stops, summed */
 	uint64_t skipped;	/* N6: operations skipped by the administrator (0: none) */
 	uint64_t skipped_from_ns;	/* the earliest one's seal time */
 };
@@ -152,6 +164,7 @@ struct held_marker {
 	uint64_t since_wall_ns;
 	uint64_t sealed_wall_ns;
 	bool released;		/* released by the timeout policy */
+	bool lost_logged;	/* held now for a peer's open window of lost files, logged */
 	unsigned warned;	/* times the timeout was logged */
 };
 
@@ -181,7 +194,9 @@ struct nodes {
 	uint64_t started_wall_ns;
 	char took_over[24];	/* the unreleased lease's mount taken over ("" : none) */
 	struct wm_record prev;	/* this node's record left by the previous mount */
-	struct wm_record gap;	/* what this incarnation reports about the last (N5) */
+	struct wm_record gap;	/* what this incarnation reports about the last (N5);
+				 * changed later only by the keeper (ack-lost), under
+				 * nodes->lock */
 
 	/* the node keeper (watermark.c) */
 	pthread_t keeper;
@@ -194,6 +209,9 @@ struct nodes {
 	atomic_int lease_err;	/* -errno of the last heartbeat's write, 0 */
 	uint64_t last_activity_ns;
 	uint64_t last_seen_seq;
+	/* ack-lost requests, answered by the keeper once the record is written */
+	uint64_t ack_asked, ack_done;
+	int ack_err;		/* of the last one answered: 0, -ENOENT, -errno */
 	atomic_uint_least64_t wm_before_ns;	/* the last watermark written */
 	atomic_uint_least64_t wm_seq;
 	atomic_uint_least64_t wm_writes;
@@ -240,6 +258,16 @@ void nodes_stop(struct nodes *nd, bool clean);
 /* The backend's hooks (backend.h), called through the front end's. */
 uint64_t nodes_hold(struct nodes *nd, const struct op *op);
 void nodes_published(struct nodes *nd);
+
+/*
+ * N5: an administrator acknowledges the files lost in this node's unclean
+ * stop: its open window ends now, in a record written before this returns.
+ * 0 (*out: the window as written), -ENOENT (no open window), or -errno (the
+ * record could not be written: the window stays open).
+ */
+int nodes_ack_lost(struct nodes *nd, struct wm_record *out);
+/* For stats: the window this node reports (N5); out->gap_mount "" : none. */
+void nodes_gap_report(struct nodes *nd, struct wm_record *out);
 
 /* For stats: the held marker (lowest seq) still pending; false if none. */
 bool nodes_held_report(struct nodes *nd, struct held_marker *out, unsigned *count);

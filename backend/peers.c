@@ -23,7 +23,8 @@
  * record says it stopped cleanly, which a caching client may show after
  * the peer's next mount.  It never passes while its record reports an
  * unclean stop whose unconfirmed window
- * [gap_from, gap_to) overlaps [Tm - margin, Tm + margin) (N5), nor while
+ * [gap_from, gap_to) overlaps [Tm - margin, Tm + margin) — an open window
+ * (files lost, not acknowledged) has no end — (N5), nor while
  * it reports operations an administrator skipped from a seal time before
  * Tm + margin on (N6).  With
  * peers=N, N - 1 peers must pass.  Otherwise the marker is held: the hook
@@ -218,9 +219,12 @@ static double secs(uint64_t a, uint64_t b)
 	return a > b ? (double)(a - b) / 1e9 : -(double)(b - a) / 1e9;
 }
 
-/* Does peer p let a marker sealed at tm go?  If not, why (nodes->lock held). */
+/*
+ * Does peer p let a marker sealed at tm go?  If not, why, and *lost: for a
+ * window of lost files still open (nodes->lock held).
+ */
 static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, char *why,
-			size_t len)
+			size_t len, bool *lost)
 {
 	const struct wm_record *w = &p->wm;
 	uint64_t now = wall_ns();
@@ -236,7 +240,17 @@ static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, cha
 		return false;
 	}
 	uint64_t m = margin_ns(nd, w), tm_m = sat_add(tm, m);
-	if (w->gap_mount[0] && w->gap_from_ns < tm_m && sat_add(w->gap_to_ns, m) > tm) {
+	if (w->gap_mount[0] && w->gap_open && w->gap_from_ns < tm_m) {
+		snprintf(why, len, "node %s stopped uncleanly (mount %s), %llu file%s lost; its "
+			 "seals from %.3f s before the marker on stay unconfirmed (it may name a "
+			 "lost file) until `ckptfs-ctl ack-lost` on that node, or marker_policy=release",
+			 p->name, w->gap_mount, (unsigned long long)w->lost_files,
+			 w->lost_files == 1 ? "" : "s", secs(tm, w->gap_from_ns));
+		*lost = true;
+		return false;
+	}
+	if (w->gap_mount[0] && !w->gap_open && w->gap_from_ns < tm_m &&
+	    sat_add(w->gap_to_ns, m) > tm) {
 		snprintf(why, len, "node %s stopped uncleanly (mount %s) without confirming what it "
 			 "sealed from %.3f s before the marker on (%llu files lost): only "
 			 "marker_policy=release lets it go", p->name, w->gap_mount,
@@ -272,17 +286,22 @@ static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, cha
 	return false;
 }
 
-/* Do the peers let a marker sealed at tm go?  waiting/why: the first peer it waits for. */
+/*
+ * Do the peers let a marker sealed at tm go?  waiting/why/lost: the first
+ * peer it waits for (peer_passes).
+ */
 static bool peers_pass(struct nodes *nd, uint64_t tm, char *waiting, size_t wlen, char *why,
-		       size_t len)
+		       size_t len, bool *lost)
 {
 	unsigned passed = 0, need;
 	char one[512];
+	bool l;
 
 	waiting[0] = why[0] = '\0';
+	*lost = false;
 	if (!count_mode(nd)) {
 		for (unsigned i = 0; i < nd->npeers; i++) {
-			if (peer_passes(nd, &nd->peers[i], tm, one, sizeof(one)))
+			if (peer_passes(nd, &nd->peers[i], tm, one, sizeof(one), lost))
 				continue;
 			snprintf(waiting, wlen, "%s", nd->peers[i].name);
 			snprintf(why, len, "%s", one);
@@ -292,9 +311,11 @@ static bool peers_pass(struct nodes *nd, uint64_t tm, char *waiting, size_t wlen
 	}
 	need = nd->opt.peers_count - 1;
 	for (unsigned i = 0; i < nd->npeers; i++) {
-		if (peer_passes(nd, &nd->peers[i], tm, one, sizeof(one))) {
+		l = false;
+		if (peer_passes(nd, &nd->peers[i], tm, one, sizeof(one), &l)) {
 			passed++;
 		} else if (!waiting[0]) {
+			*lost = l;
 			snprintf(waiting, wlen, "%s", nd->peers[i].name);
 			snprintf(why, len, "%s", one);
 		}
@@ -373,7 +394,9 @@ uint64_t nodes_hold(struct nodes *nd, const struct op *op)
 	if (!nodes_opts_have_peers(&nd->opt) || !op_is_marker(op))
 		return 0;
 	pthread_mutex_lock(&nd->lock);
-	bool pass = peers_pass(nd, op->sealed_wall_ns, waiting, sizeof(waiting), why, sizeof(why));
+	bool lost;
+	bool pass = peers_pass(nd, op->sealed_wall_ns, waiting, sizeof(waiting), why, sizeof(why),
+			       &lost);
 	struct held_marker *h = held_find(nd, op->seq);
 	if (pass) {
 		if (h) {
@@ -405,8 +428,13 @@ uint64_t nodes_hold(struct nodes *nd, const struct op *op)
 			atomic_fetch_add(&nd->markers_held_total, 1);
 			log_info("marker %s (operation %llu) held: %s", h->path,
 				 (unsigned long long)op->seq, why);
+			h->lost_logged = lost;
 		}
 	}
+	if (lost && !h->lost_logged)	/* the first reason may have been another */
+		log_warn("marker %s (operation %llu) held for node %s: %s", h->path,
+			 (unsigned long long)op->seq, waiting, why);
+	h->lost_logged = lost;
 	snprintf(h->waiting, sizeof(h->waiting), "%s", waiting);
 	snprintf(h->reason, sizeof(h->reason), "%s", why);
 	bool wake = now >= nd->fast_until_ns;

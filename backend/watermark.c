@@ -9,8 +9,9 @@
  * (adjtimex(2) maxerror, and whether the clock is synchronized) so peers can
  * add it to their margin, the boot id (two nodes on one machine share a
  * clock), and, after an unclean stop, the window of seal times the lost
- * incarnation never confirmed (N5), and what an administrator skipped on
- * this node, ever (N6).
+ * incarnation never confirmed (N5) — open (no end, "gap_to_ns": 0) while
+ * files it lost are not acknowledged by an administrator (ack-lost) — and
+ * what an administrator skipped on this node, ever (N6).
  *
  * When it is written:
  *  - after publish groups, coalesced: at most every WM_COALESCE_NS;
@@ -21,7 +22,9 @@
  *    record is kept true but not fresh;
  *  - at mount, before the mount serves anything (so a peer that reads this
  *    node's record after one of its seals sees this incarnation), and at a
- *    clean stop, marked "stopped".
+ *    clean stop, marked "stopped";
+ *  - when an administrator acknowledges lost files (nodes_ack_lost): the
+ *    keeper ends the open window and writes the record before answering.
  * The lease's heartbeat rides on the same thread, every ttl/4.
  *
  * Records are written whole (temp, write, fsync, rename, directory fsync)
@@ -56,7 +59,12 @@
 /* The kernel's cap on maxerror (NTP_PHASE_LIMIT, 16 s): what an unsynchronized clock reports. */
 #define WM_MAXERROR_MAX_NS (16ull * 1000000000)
 
-#define WM_FMT "{\"format\": 2, \"node\": \"%s\", \"mount_id\": \"%s\", \"boot_id\": \"%s\", "   \
+/*
+ * Format 3: "gap_to_ns": 0 with a gap_mount is an open window (N5).  Format
+ * 2 (older daemons) is still read, its window with lost files as open.
+ */
+#define WM_FORMAT 3
+#define WM_FMT "{\"format\": %d, \"node\": \"%s\", \"mount_id\": \"%s\", \"boot_id\": \"%s\", "   \
 	       "\"state\": \"%s\", \"seq\": %llu, \"durable_before_ns\": %llu, "              \
 	       "\"written_ns\": %llu, \"maxerror_ns\": %llu, \"clock_synced\": %s, "          \
 	       "\"gap_mount\": \"%s\", \"gap_from_ns\": %llu, \"gap_to_ns\": %llu, "          \
@@ -88,7 +96,8 @@ static bool wm_sane(const struct wm_record *r)
 {
 	if (r->before_ns > r->written_ns || r->maxerror_ns > WM_MAXERROR_MAX_NS)
 		return false;
-	if (r->gap_mount[0] && (r->gap_from_ns > r->gap_to_ns || r->gap_to_ns > r->written_ns))
+	if (r->gap_mount[0] && (r->gap_from_ns > (r->gap_open ? r->written_ns : r->gap_to_ns) ||
+				r->gap_to_ns > r->written_ns))
 		return false;
 	return !r->skipped || r->skipped_from_ns <= r->written_ns;
 }
@@ -108,7 +117,7 @@ bool wm_parse(const char *text, size_t len, struct wm_record *r)
 		   "\"gap_mount\": \"%23[^\"]\", \"gap_from_ns\": %20[0-9], \"gap_to_ns\": %20[0-9], "
 		   "\"lost_files\": %20[0-9], \"skipped\": %20[0-9], \"skipped_from_ns\": %20[0-9]}",
 		   &fmt, r->node, r->mount_id, r->boot_id, state, n[0], n[1], n[2], n[3], synced,
-		   r->gap_mount, n[4], n[5], n[6], n[7], n[8]) != 16 || fmt != 2)
+		   r->gap_mount, n[4], n[5], n[6], n[7], n[8]) != 16 || fmt < 2 || fmt > WM_FORMAT)
 		return false;
 	uint64_t *const to[9] = { &r->seq, &r->before_ns, &r->written_ns, &r->maxerror_ns,
 				  &r->gap_from_ns, &r->gap_to_ns, &r->lost_files, &r->skipped,
@@ -122,6 +131,8 @@ bool wm_parse(const char *text, size_t len, struct wm_record *r)
 		r->skipped_from_ns = 0;
 	if (!strcmp(r->gap_mount, "-"))
 		r->gap_mount[0] = '\0';
+	/* Format 2 ended a window at the restart even when files were lost: held, not trusted. */
+	r->gap_open = r->gap_mount[0] && (fmt == 2 ? r->lost_files > 0 : r->gap_to_ns == 0);
 	r->valid = wm_sane(r);
 	return r->valid;
 }
@@ -191,16 +202,17 @@ static int wm_write(struct nodes *nd, bool stopped)
 	 * Seal times are floored (they never go back when the clock does), and
 	 * peers reject a record whose times are later than its writing (wm_sane).
 	 */
+	const struct wm_record *g = &nd->gap;	/* only the keeper changes it, or none runs */
 	uint64_t written = CKPT_MAX(CKPT_MAX(wall_ns(), before),
-				    CKPT_MAX(nd->gap.gap_to_ns, skipped_from));
-	int n = snprintf(buf, sizeof(buf), WM_FMT, nd->node, be->mount_id, nd->boot_id,
-			 stopped ? "stopped" : "running", (unsigned long long)seq,
+				    CKPT_MAX(CKPT_MAX(g->gap_from_ns, g->gap_to_ns), skipped_from));
+	int n = snprintf(buf, sizeof(buf), WM_FMT, WM_FORMAT, nd->node, be->mount_id,
+			 nd->boot_id, stopped ? "stopped" : "running", (unsigned long long)seq,
 			 (unsigned long long)before, (unsigned long long)written,
 			 (unsigned long long)atomic_load(&nd->maxerror_ns),
 			 atomic_load(&nd->synced) ? "true" : "false",
-			 nd->gap.valid ? nd->gap.gap_mount : "-",
-			 (unsigned long long)nd->gap.gap_from_ns, (unsigned long long)nd->gap.gap_to_ns,
-			 (unsigned long long)nd->gap.lost_files, (unsigned long long)skipped,
+			 g->valid ? g->gap_mount : "-", (unsigned long long)g->gap_from_ns,
+			 (unsigned long long)(g->gap_open ? 0 : g->gap_to_ns),
+			 (unsigned long long)g->lost_files, (unsigned long long)skipped,
 			 (unsigned long long)skipped_from);
 	r = manifest_write_file(nd->dirfd, WM_FILE, WM_TMP, buf, (size_t)n);
 	int was = atomic_exchange(&nd->wm_err, r);
@@ -256,19 +268,51 @@ static int prev_read(struct nodes *nd, struct wm_record *p, bool expected)
 }
 
 /*
+ * End the window of an unclean stop that lost `lost` files (N5): at this
+ * mount's start when nothing was lost (and no window carried on is open);
+ * otherwise it stays open, since a marker a peer seals after this restart
+ * may still name a lost file, until an administrator acknowledges it.
+ */
+static void gap_end(struct nodes *nd, uint64_t lost)
+{
+	struct wm_record *g = &nd->gap;
+
+	g->lost_files = g->lost_files > UINT64_MAX - lost ? UINT64_MAX : g->lost_files + lost;
+	g->gap_open = g->gap_open || lost > 0;
+	g->gap_to_ns = g->gap_open ? 0 : nd->started_wall_ns;
+}
+
+/* The log's last words on an unclean stop: what peers' markers do now. */
+static const char *gap_tail(const struct wm_record *g, char *buf, size_t len)
+{
+	if (!g->gap_open)
+		return "so markers they sealed from then until this mount are not released by "
+		       "watermarks (later ones wait for this mount's)";
+	snprintf(buf, len, "and %llu file%s sealed in it never reached the backend, so markers "
+		 "they sealed from then on — after this mount too: one may name a lost file — are "
+		 "not released by watermarks until an administrator who has dealt with the loss "
+		 "runs `ckptfs-ctl ack-lost MOUNT` on this node (the window stays open until then, "
+		 "across restarts)", (unsigned long long)g->lost_files, g->lost_files == 1 ? "" : "s");
+	return buf;
+}
+
+/*
  * What this incarnation says about the last one (N5): if it did not stop
- * cleanly, the seal times from its last watermark to now are unconfirmed;
- * a window reported before is carried on (merged), never forgotten.  When
- * that watermark cannot be read, nothing it sealed is taken as confirmed:
- * the window starts at 0.  A record left by an older mount than the one
- * that stopped uncleanly bounds the window the same way: the unclean one
- * started after that record's T.
+ * cleanly, the seal times from its last watermark on are unconfirmed, to
+ * now or, when it lost files, until an acknowledgement (gap_end); a window
+ * reported before is carried on (merged), never forgotten, open or not.
+ * When that watermark cannot be read, nothing it sealed is taken as
+ * confirmed: the window starts at 0.  A record left by an older mount than
+ * the one that stopped uncleanly bounds the window the same way: the
+ * unclean one started after that record's T.
  */
 static void gap_init(struct nodes *nd)
 {
 	struct wm_record *p = &nd->prev;
 	const char *unclean = unclean_previous(nd);
+	uint64_t lost = nd->be->recovery.inflight_files;
 	int r = prev_read(nd, p, unclean[0] != '\0');
+	char tail[512];
 
 	memset(&nd->gap, 0, sizeof(nd->gap));
 	if (r < 0) {
@@ -276,12 +320,12 @@ static void gap_init(struct nodes *nd)
 			return;		/* no previous mount, or a clean one: nothing to report */
 		nd->gap.valid = true;
 		nd->gap.gap_from_ns = 0;
-		nd->gap.gap_to_ns = nd->started_wall_ns;
+		gap_end(nd, lost);
 		snprintf(nd->gap.gap_mount, sizeof(nd->gap.gap_mount), "%s", unclean);
 		log_warn("node %s: mount %s stopped uncleanly and its last watermark cannot be read "
-			 "(%s): nothing it sealed is reported to peers as confirmed, so markers they "
-			 "sealed before this mount are not released by watermarks", nd->node, unclean,
-			 strerror(-r));
+			 "(%s): nothing it sealed is reported to peers as confirmed, %s", nd->node,
+			 unclean, strerror(-r), nd->gap.gap_open ? gap_tail(&nd->gap, tail, sizeof(tail))
+			 : "so markers they sealed before this mount are not released by watermarks");
 		return;
 	}
 	if (p->gap_mount[0]) {		/* carried on */
@@ -297,15 +341,91 @@ static void gap_init(struct nodes *nd)
 			from = CKPT_MIN(from, nd->gap.gap_from_ns);
 		nd->gap.valid = true;
 		nd->gap.gap_from_ns = from;
-		nd->gap.gap_to_ns = nd->started_wall_ns;
+		gap_end(nd, lost);
 		snprintf(nd->gap.gap_mount, sizeof(nd->gap.gap_mount), "%s", older ? unclean : p->mount_id);
 		log_warn("node %s: mount %s stopped uncleanly; operations it sealed after %s "
 			 "watermark (%.3f s before this mount) are reported to peers as unconfirmed, "
-			 "so markers they sealed from then until this mount are not released by "
-			 "watermarks (later ones wait for this mount's)", nd->node,
-			 nd->gap.gap_mount, older ? "the last readable" : "its last",
-			 (double)(nd->started_wall_ns - CKPT_MIN(from, nd->started_wall_ns)) / 1e9);
+			 "%s", nd->node, nd->gap.gap_mount, older ? "the last readable" : "its last",
+			 (double)(nd->started_wall_ns - CKPT_MIN(from, nd->started_wall_ns)) / 1e9,
+			 gap_tail(&nd->gap, tail, sizeof(tail)));
+	} else if (nd->gap.gap_open) {
+		log_warn("node %s: the window of unconfirmed seals of mount %s, which lost %llu "
+			 "file%s, is still open: peers' markers sealed since are not released by "
+			 "watermarks until an administrator runs `ckptfs-ctl ack-lost MOUNT` on this "
+			 "node", nd->node, nd->gap.gap_mount, (unsigned long long)nd->gap.lost_files,
+			 nd->gap.lost_files == 1 ? "" : "s");
 	}
+}
+
+/*
+ * The administrator's acknowledgement (the keeper's, nodes_ack_lost): the
+ * open window ends now; *was keeps it for a write that fails.  -ENOENT:
+ * none is open.
+ */
+static int gap_ack(struct nodes *nd, struct wm_record *was)
+{
+	struct wm_record *g = &nd->gap;
+
+	if (!g->valid || !g->gap_open)
+		return -ENOENT;
+	*was = *g;
+	pthread_mutex_lock(&nd->lock);
+	g->gap_open = false;
+	g->gap_to_ns = CKPT_MAX(wall_ns(), g->gap_from_ns);
+	pthread_mutex_unlock(&nd->lock);
+	return 0;
+}
+
+/* Answer the ack-lost requests up to `asked` (the keeper; no lock held). */
+static void keeper_ack(struct nodes *nd, uint64_t asked)
+{
+	struct wm_record was;
+	int r = gap_ack(nd, &was);
+
+	if (r == 0 && (r = wm_write(nd, false)) < 0) {
+		pthread_mutex_lock(&nd->lock);
+		nd->gap = was;		/* not written: peers still see it open, and so do we */
+		pthread_mutex_unlock(&nd->lock);
+	}
+	if (r == 0)
+		log_warn("node %s: an administrator acknowledged the %llu file%s lost by mount %s: "
+			 "peers' markers sealed from now on are released by this node's watermarks "
+			 "again; those sealed from %.3f s before until now stay held (only "
+			 "marker_policy=release lets them go)", nd->node,
+			 (unsigned long long)was.lost_files, was.lost_files == 1 ? "" : "s",
+			 was.gap_mount, (double)(nd->gap.gap_to_ns - was.gap_from_ns) / 1e9);
+	pthread_mutex_lock(&nd->klock);
+	nd->ack_done = asked;
+	nd->ack_err = r;
+	pthread_cond_broadcast(&nd->kcond);
+	pthread_mutex_unlock(&nd->klock);
+}
+
+int nodes_ack_lost(struct nodes *nd, struct wm_record *out)
+{
+	int r = -ESHUTDOWN;
+
+	pthread_mutex_lock(&nd->klock);
+	if (nd->keeper_started && !nd->kstop) {
+		uint64_t ticket = ++nd->ack_asked;
+		pthread_cond_broadcast(&nd->kcond);
+		while (nd->ack_done < ticket && !nd->kstop)
+			cond_wait_ns(&nd->kcond, &nd->klock, WM_FAST_NS);
+		if (nd->ack_done >= ticket)
+			r = nd->ack_err;
+	}
+	pthread_mutex_unlock(&nd->klock);
+	nodes_gap_report(nd, out);
+	return r;
+}
+
+void nodes_gap_report(struct nodes *nd, struct wm_record *out)
+{
+	pthread_mutex_lock(&nd->lock);
+	*out = nd->gap;
+	pthread_mutex_unlock(&nd->lock);
+	if (!out->valid)
+		out->gap_mount[0] = '\0';
 }
 
 /* ---- the keeper ---------------------------------------------------------- */
@@ -328,7 +448,9 @@ static void *keeper_main(void *arg)
 		bool wm_due = (nd->kdirty && now - last_wm >= WM_COALESCE_NS) ||
 			      now - last_wm >= idle_every;
 		bool lease_due = now - nd->last_lease_ns >= lease_every;
-		if (!wm_due && !lease_due) {
+		uint64_t asked = nd->ack_asked;
+		bool ack_due = asked != nd->ack_done;
+		if (!wm_due && !lease_due && !ack_due) {
 			next = nd->kdirty ? last_wm + WM_COALESCE_NS
 			       : idle_every == UINT64_MAX ? UINT64_MAX : last_wm + idle_every;
 			next = CKPT_MIN(next, nd->last_lease_ns + lease_every);
@@ -342,6 +464,8 @@ static void *keeper_main(void *arg)
 		pthread_mutex_unlock(&nd->klock);
 		if (lease_due)
 			lease_heartbeat(nd);
+		if (ack_due)
+			keeper_ack(nd, asked);
 		if (wm_due && wm_write(nd, false) < 0 && dirty) {
 			pthread_mutex_lock(&nd->klock);
 			nd->kdirty = true;	/* try again at the next turn */
@@ -360,7 +484,7 @@ void nodes_published(struct nodes *nd)
 	pthread_mutex_lock(&nd->klock);
 	nd->kdirty = true;
 	nd->last_activity_ns = now_ns();
-	pthread_cond_signal(&nd->kcond);
+	pthread_cond_broadcast(&nd->kcond);	/* ack-lost callers wait on it too */
 	pthread_mutex_unlock(&nd->klock);
 }
 
@@ -371,7 +495,6 @@ int nodes_run(struct nodes *nd)
 {
 	lease_record(nd);
 	gap_init(nd);
-	nd->gap.lost_files = nd->be->recovery.inflight_files;
 	nd->last_activity_ns = now_ns();
 	/*
 	 * Before the mount serves anything: peers see this incarnation first.  A
@@ -395,7 +518,7 @@ void nodes_stop(struct nodes *nd, bool clean)
 	if (nd->keeper_started) {
 		pthread_mutex_lock(&nd->klock);
 		nd->kstop = true;
-		pthread_cond_signal(&nd->kcond);
+		pthread_cond_broadcast(&nd->kcond);
 		pthread_mutex_unlock(&nd->klock);
 		pthread_join(nd->keeper, NULL);
 		nd->keeper_started = false;

@@ -13,7 +13,7 @@
  *          without one it fails after drain_timeout seconds in which the
  *          backend made no progress.  Root and the mount's owner wait for
  *          everyone's operations, other users for their own;
- *   ctl    commands: sync, flush PATH, retry, skip SEQ — writable only by
+ *   ctl    commands: sync, flush PATH, retry, skip SEQ, ack-lost — writable only by
  *          root or the user who mounted; reading back returns the result.
  *          What a write to ctl or drain may say is parsed by ctl_parse.c.
  *
@@ -308,6 +308,12 @@ static void nodes_json(struct ckptfs *fs, struct strbuf *b)
 	sb_json_str(b, wm_err ? strerror(-wm_err) : "");
 	sb_printf(b, ", \"clock_maxerror_s\": %.6f, \"clock_synced\": %s",
 		  (double)atomic_load(&nd->maxerror_ns) / 1e9, atomic_load(&nd->synced) ? "true" : "false");
+	struct wm_record g;
+	nodes_gap_report(nd, &g);	/* N5: open until `ckptfs-ctl ack-lost` */
+	sb_printf(b, ", \"lost_window\": \"%s\", \"lost_window_mount\": ",
+		  !g.gap_mount[0] ? "" : g.gap_open ? "open" : "closed");
+	sb_json_str(b, g.gap_mount);
+	sb_printf(b, ", \"lost_window_files\": %llu", (unsigned long long)g.lost_files);
 	nodes_peer_summary(nd, &known, behind, sizeof(behind), &behind_s);
 	sb_printf(b, ", \"peers\": %u, \"peers_known\": %u, \"peer_behind\": ",
 		  nd->opt.npeer_names ? nd->opt.npeer_names
@@ -428,7 +434,7 @@ int ctl_open(struct ckptfs *fs, fuse_req_t req, struct fshandle *h)
 	case CTL_CMD:
 		if (h->writable && !ctl_privileged(req))
 			return -EACCES;
-		sb_printf(&h->out, "commands: sync | flush PATH | retry | skip SEQ\n");
+		sb_printf(&h->out, "commands: sync | flush PATH | retry | skip SEQ | ack-lost\n");
 		return 0;
 	default:
 		return -EISDIR;
@@ -560,6 +566,35 @@ void ctl_read(struct ckptfs *fs, fuse_req_t req, struct fshandle *h, size_t size
 	backend_wait_async(&fs->be, &dw->w);
 }
 
+/*
+ * ack-lost: the administrator acknowledges the files this node lost in an
+ * unclean stop (backend/nodes.h N5); answered once the record says so.
+ */
+static void ctl_ack_lost(struct ckptfs *fs, struct fshandle *h)
+{
+	struct wm_record g;
+	int r = nodes_ack_lost(fs->be.nodes, &g);
+
+	if (r < 0) {
+		char e[200] = "no window is open: this node lost no files in an unclean stop, or "
+			      "they were acknowledged already";
+		if (r != -ENOENT)
+			snprintf(e, sizeof(e), "the watermark record could not be written (%s): the "
+				 "window stays open", strerror(-r));
+		sb_printf(&h->out, "{\"ok\": false, \"error\": ");
+		sb_json_str(&h->out, e);
+		sb_printf(&h->out, "}\n");
+		return;
+	}
+	sb_printf(&h->out, "{\"ok\": true, \"node\": ");
+	sb_json_str(&h->out, fs->be.nodes->node);
+	sb_printf(&h->out, ", \"lost_mount\": ");
+	sb_json_str(&h->out, g.gap_mount);
+	sb_printf(&h->out, ", \"lost_files\": %llu, \"window_from_ns\": %llu, \"window_to_ns\": %llu}\n",
+		  (unsigned long long)g.lost_files, (unsigned long long)g.gap_from_ns,
+		  (unsigned long long)g.gap_to_ns);
+}
+
 /* Run one parsed command from the ctl file (NULL: perr says why not); the result replaces h->out. */
 static void ctl_command(struct ckptfs *fs, struct fshandle *h, const struct ctl_cmd *cmd,
 			const char *perr)
@@ -604,6 +639,10 @@ static void ctl_command(struct ckptfs *fs, struct fshandle *h, const struct ctl_
 			sb_printf(&h->out, "}\n");
 		}
 		sb_free(&report);
+		return;
+	}
+	if (cmd->kind == CTL_CMD_ACK_LOST) {
+		ctl_ack_lost(fs, h);
 		return;
 	}
 	pthread_mutex_lock(&fs->ns);

@@ -7,6 +7,8 @@
  *   ckptfs-ctl retry MOUNT                 try blocked operations again now
  *   ckptfs-ctl skip MOUNT SEQ              drop a blocked operation and what
  *                                          depends on it (an administrator's act)
+ *   ckptfs-ctl ack-lost MOUNT              acknowledge the files this node lost
+ *                                          in an unclean stop (peers' markers)
  *   ckptfs-ctl verify PATH...              check backend files against the
  *                                          manifest (see verify.c)
  *   ckptfs-ctl hash [--format N] FILE...   print the digest the manifest
@@ -50,6 +52,13 @@ static void usage(FILE *f)
 "                             it, every later operation that depends on it, and\n"
 "                             that user's later checkpoint markers are dropped and\n"
 "                             recorded as skipped in the manifest\n"
+"  ack-lost MOUNT             acknowledge the files this node lost in an unclean\n"
+"                             stop (\"LOST:\" in ckptfs-stat): until then peers hold\n"
+"                             every checkpoint marker they seal, since it may name\n"
+"                             a lost file; markers sealed after the acknowledgement\n"
+"                             pass again, those sealed before stay held (only\n"
+"                             marker_policy=release lets them go).  Run it once the\n"
+"                             job has restarted from the marker the backend holds\n"
 "  verify [-j N | --jobs N] [-q | --quiet] PATH...\n"
 "                             recompute the digest of backend files and compare\n"
 "                             with the manifest; PATH is a backend directory (no\n"
@@ -280,7 +289,7 @@ static int retry_outcome(const char *mnt, double n, double seq, double attempts)
 	return 1;
 }
 
-/* retry MOUNT | skip MOUNT SEQ: one command to the control file. */
+/* retry MOUNT | skip MOUNT SEQ | ack-lost MOUNT: one command to the control file. */
 static int cmd_admin(const char *cmd, int argc, char **argv)
 {
 	char mnt[PATH_MAX], msg[64];
@@ -289,7 +298,8 @@ static int cmd_admin(const char *cmd, int argc, char **argv)
 
 	if (argc != (!strcmp(cmd, "skip") ? 2 : 1)) {
 		fprintf(stderr, "%s: usage: ckptfs-ctl %s\n", prog,
-			!strcmp(cmd, "skip") ? "skip MOUNT SEQ" : "retry MOUNT");
+			!strcmp(cmd, "skip") ? "skip MOUNT SEQ" : !strcmp(cmd, "retry") ? "retry MOUNT"
+			: "ack-lost MOUNT");
 		return CLI_USAGE;
 	}
 	if (argc == 2 && (!*argv[1] || strspn(argv[1], "0123456789") != strlen(argv[1]))) {
@@ -315,6 +325,13 @@ static int cmd_admin(const char *cmd, int argc, char **argv)
 	else if (!strcmp(cmd, "retry"))
 		r = retry_outcome(mnt, json_num_or0(&o, "retrying"), json_num_or0(&o, "blocked_seq"),
 				  json_num_or0(&o, "blocked_attempts"));
+	else if (!strcmp(cmd, "ack-lost"))
+		printf("%s: node %s: the loss of %.0f files in the unclean stop of mount %s is "
+		       "acknowledged; peers' markers sealed from now on pass this node's watermarks "
+		       "again, those sealed before stay held\n", mnt,
+		       json_str(&o, "node") ? json_str(&o, "node") : "?",
+		       json_num_or0(&o, "lost_files"),
+		       json_str(&o, "lost_mount") ? json_str(&o, "lost_mount") : "?");
 	else
 		printf("%s", json_str(&o, "report") ? json_str(&o, "report") : "");
 	json_free(&o);
@@ -337,7 +354,7 @@ int main(int argc, char **argv)
 		return cmd_drain(argc - 2, argv + 2);
 	if (!strcmp(cmd, "flush"))
 		return cmd_flush(argc - 2, argv + 2);
-	if (!strcmp(cmd, "retry") || !strcmp(cmd, "skip"))
+	if (!strcmp(cmd, "retry") || !strcmp(cmd, "skip") || !strcmp(cmd, "ack-lost"))
 		return cmd_admin(cmd, argc - 2, argv + 2);
 	if (!strcmp(cmd, "verify"))
 		return verify_main(argc - 2, argv + 2);

@@ -17,7 +17,8 @@
 
 const char *ctl_cmd_name(enum ctl_cmd_kind k)
 {
-	static const char *const names[] = { "sync", "flush", "retry", "skip", "timeout" };
+	static const char *const names[] = { "sync", "flush", "retry", "skip", "timeout",
+					      "ack-lost" };
 	return (unsigned)k < sizeof(names) / sizeof(*names) ? names[k] : "?";
 }
 
@@ -103,6 +104,10 @@ int ctl_cmd_parse(const char *buf, size_t len, struct ctl_cmd *out, char *err, s
 		out->kind = CTL_CMD_RETRY;
 		return 0;
 	}
+	if (word(buf, len, "ack-lost")) {
+		out->kind = CTL_CMD_ACK_LOST;
+		return 0;
+	}
 	if (prefix(buf, len, "flush ")) {
 		const char *p = buf + 6;
 		size_t n = len - 6;
@@ -148,6 +153,7 @@ int ctl_cmd_parse(const char *buf, size_t len, struct ctl_cmd *out, char *err, s
 			return fail(err, errlen, "timeout= needs seconds (0 to 1000000000, "
 				    "e.g. 2.5), not '%s'", v, n);
 	}
-	return fail(err, errlen, "unknown command '%s'; try: sync | flush PATH | retry | skip SEQ",
+	return fail(err, errlen, "unknown command '%s'; try: sync | flush PATH | retry | skip SEQ | "
+		    "ack-lost",
 		    buf, len);
 }

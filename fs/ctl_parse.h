@@ -11,6 +11,8 @@
  *                      to the mount, leading slashes ignored)
  *   retry              retry a blocked operation now (ctl)
  *   skip SEQ           skip blocked operation SEQ with its dependants (ctl)
+ *   ack-lost           acknowledge the files this node lost in an unclean
+ *                      stop: peers' later markers pass again (ctl; nodes.h N5)
  *   timeout=SECONDS    bound the wait of this drain handle (drain); also a
  *                      bare SECONDS; decimal, at most 9 fractional digits,
  *                      at most CTL_TIMEOUT_MAX seconds; 0 = do not wait
@@ -24,7 +26,8 @@
 #define CTL_PATH_MAX 4096
 #define CTL_TIMEOUT_MAX 1000000000ull	/* seconds: about 31 years */
 
-enum ctl_cmd_kind { CTL_CMD_SYNC, CTL_CMD_FLUSH, CTL_CMD_RETRY, CTL_CMD_SKIP, CTL_CMD_TIMEOUT };
+enum ctl_cmd_kind { CTL_CMD_SYNC, CTL_CMD_FLUSH, CTL_CMD_RETRY, CTL_CMD_SKIP, CTL_CMD_TIMEOUT,
+		    CTL_CMD_ACK_LOST };
 
 struct ctl_cmd {
 	enum ctl_cmd_kind kind;

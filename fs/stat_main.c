@@ -212,6 +212,12 @@ static void show_nodes_human(const struct json_obj *o)
 		       NUM(o, "peer_behind_s"), lease ? lease : "?");
 	else
 		printf("  node:         %s, no peers, lease %s\n", node, lease ? lease : "?");
+	const char *lost = json_str(o, "lost_window");
+	if (lost && !strcmp(lost, "open"))
+		printf("  LOST:         %.0f file%s lost in the unclean stop of mount %s: peers hold "
+		       "their markers until `ckptfs-ctl ack-lost MOUNT` here\n",
+		       NUM(o, "lost_window_files"), NUM(o, "lost_window_files") == 1 ? "" : "s",
+		       json_str(o, "lost_window_mount") ? json_str(o, "lost_window_mount") : "?");
 	if (held && *held) {
 		const char *for_node = json_str(o, "marker_held_for");
 		const char *why = json_str(o, "marker_held_reason");

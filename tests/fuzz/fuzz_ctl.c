@@ -35,7 +35,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 			CHECK(cmd->timeout_ns <= CTL_TIMEOUT_MAX * 1000000000ull + 999999999ull);
 			break;
 		default:
-			CHECK(cmd->kind == CTL_CMD_SYNC || cmd->kind == CTL_CMD_RETRY);
+			CHECK(cmd->kind == CTL_CMD_SYNC || cmd->kind == CTL_CMD_RETRY ||
+			      cmd->kind == CTL_CMD_ACK_LOST);
 		}
 		CHECK(ctl_cmd_name(cmd->kind)[0] != '?');
 	} else {

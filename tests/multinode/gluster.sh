@@ -5,7 +5,8 @@
 # ckptfs daemon per client mount (CKPTFS_MN_BACKENDS, see mn_util.h).
 #
 # Runs mn_markers (marker ordering and the healthy delay), mn_killed (a
-# killed or stopped node holds markers visibly), mn_lease (one live daemon
+# killed or stopped node holds markers visibly), mn_lost (a node that lost
+# files holds later markers until ack-lost), mn_lease (one live daemon
 # per node: flock reaches across GlusterFS clients) and mn_visible (what
 # one node made durable is visible through the other within 2 x
 # attr_timeout plus the GlusterFS client's 1 s entry and attribute cache).
@@ -62,7 +63,7 @@ echo "GlusterFS volume $vol on $scratch/brick, client mounts $scratch/m1 and $sc
 export CKPTFS_MN_BACKENDS="$scratch/m1:$scratch/m2"
 export CKPTFS_MN_CACHE_S=1
 rc=0
-for t in mn_markers mn_killed mn_lease mn_visible; do
+for t in mn_markers mn_killed mn_lost mn_lease mn_visible; do
 	echo "---- $t on GlusterFS" >&2
 	"$build/tests/multinode/test_$t" || { echo "FAIL: $t on GlusterFS" >&2; rc=1; }
 done

@@ -177,6 +177,22 @@ const char *mn_tool(const char *name)
 	return b;
 }
 
+void mn_stat_report(struct mcluster *c, int i, const char *want, const char *label)
+{
+	const char *argv[] = { mn_tool("ckptfs-stat"), c->node[i].m.mnt, NULL };
+	char *out = NULL;
+
+	tm_run(argv, &out);
+	const char *at = out ? strstr(out, want) : NULL;
+	if (!at)
+		FAILF("ckptfs-stat on node %s does not say '%s':\n%s", c->node[i].name, want,
+		      out ? out : "");
+	while (at > out && at[-1] != '\n')
+		at--;
+	fprintf(stderr, "REPORT (%s): %.*s\n", label, (int)strcspn(at, "\n"), at);
+	free(out);
+}
+
 double mn_now_ms(void)
 {
 	struct timespec ts;

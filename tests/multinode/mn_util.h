@@ -60,6 +60,11 @@ void mn_write(const char *path, size_t size, uint64_t seed);
 bool mn_has(const char *path, size_t size, uint64_t seed);
 /* Poll until path exists with `size` bytes; its time (mono_ms), or 0 after timeout_ms. */
 uint64_t mn_wait_file(const char *path, size_t size, unsigned timeout_ms);
+/*
+ * ckptfs-stat's report for node i must contain want: fail otherwise, else
+ * print the line holding it, labelled.
+ */
+void mn_stat_report(struct mcluster *c, int i, const char *want, const char *label);
 /* A tool built beside the daemon ("ckptfs-stat", "ckptfs-ctl"); static buffer. */
 const char *mn_tool(const char *name);
 /* Milliseconds now, finer than mono_ms: for figures. */

@@ -12,6 +12,12 @@
  * and released the marker; so did a maxerror of 2^64 - 1 (the margin
  * wrapped to a few ms), T later than the record's own time, and a lost
  * window ending at 2^64 - 1 (its end plus the margin wrapped).
+ *
+ * Then the open window of lost files (N5), with T far ahead: a format-3
+ * record with "gap_to_ns": 0 holds the marker for `ckptfs-ctl ack-lost`,
+ * and so does a format-2 record (an older daemon's) reporting lost files
+ * in a window it ended at its restart; an open window starting after the
+ * record was written, and a format from the future, are rejected.
  */
 #include "tests/multinode/mn_util.h"
 
@@ -28,18 +34,24 @@ static unsigned long long wall_now(void)
 	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
-/* b's record with these fields as text (numbers, or what a damaged one holds). */
-static void b_record(struct mcluster *c, const char *before, const char *written,
-		     const char *maxerror, const char *gap)
+/* b's record in format fmt, with these fields as text (numbers, or what a damaged one holds). */
+static void b_record_fmt(struct mcluster *c, int fmt, const char *before, const char *written,
+			 const char *maxerror, const char *gap, unsigned lost)
 {
 	char text[1024];
 
 	snprintf(text, sizeof(text),
-		 "{\"format\": 2, \"node\": \"b\", \"mount_id\": \"000000000001\", \"boot_id\": \"-\", "
+		 "{\"format\": %d, \"node\": \"b\", \"mount_id\": \"000000000001\", \"boot_id\": \"-\", "
 		 "\"state\": \"running\", \"seq\": 5, \"durable_before_ns\": %s, \"written_ns\": %s, "
-		 "\"maxerror_ns\": %s, \"clock_synced\": false, %s, \"lost_files\": 0, "
-		 "\"skipped\": 0, \"skipped_from_ns\": 0}\n", before, written, maxerror, gap);
+		 "\"maxerror_ns\": %s, \"clock_synced\": false, %s, \"lost_files\": %u, "
+		 "\"skipped\": 0, \"skipped_from_ns\": 0}\n", fmt, before, written, maxerror, gap, lost);
 	cu_write_text(mn_bpath(c, ".ckptfs/nodes/b/watermark.json"), text);
+}
+
+static void b_record(struct mcluster *c, const char *before, const char *written,
+		     const char *maxerror, const char *gap)
+{
+	b_record_fmt(c, 2, before, written, maxerror, gap, 0);
 }
 
 static void b_record_good(struct mcluster *c)
@@ -49,7 +61,9 @@ static void b_record_good(struct mcluster *c)
 	b_record(c, t, t, "1000000", "\"gap_mount\": \"-\", \"gap_from_ns\": 0, \"gap_to_ns\": 0");
 }
 
-static void held_then_released(struct mcluster *c, const char *name, unsigned k)
+/* The marker is held for b's record, its reason saying `reason`; a good record releases it. */
+static void held_for_then_released(struct mcluster *c, const char *name, unsigned k,
+				   const char *reason)
 {
 	char text[64], why[600] = "";
 
@@ -61,8 +75,9 @@ static void held_then_released(struct mcluster *c, const char *name, unsigned k)
 			FAILF("%s: b's record released the marker", name);
 		snprintf(why, sizeof(why), "%s", mn_stat(c, 0, "marker_held_reason"));
 	}
-	if (!strstr(why, "node b's watermark record is damaged or not one a daemon wrote"))
-		FAILF("%s: the marker is not reported held for b's bad record: '%s'", name, why);
+	if (!strstr(why, reason))
+		FAILF("%s: the marker is not reported held for b's record ('%s'): '%s'", name,
+		      reason, why);
 	b_record_good(c);
 	uint64_t t0 = mono_ms();
 	while (strcmp(cu_slurp(mn_bpath(c, "latest")), text) && mono_ms() - t0 < 5000)
@@ -71,6 +86,12 @@ static void held_then_released(struct mcluster *c, const char *name, unsigned k)
 		FAILF("%s: the marker was not released once b's record was good: %s", name,
 		      mn_stat(c, 0, "marker_held_reason"));
 	fprintf(stderr, "%s: held, then released by a good record\n", name);
+}
+
+static void held_then_released(struct mcluster *c, const char *name, unsigned k)
+{
+	held_for_then_released(c, name, k, "node b's watermark record is damaged or not one a "
+			       "daemon wrote");
 }
 
 int main(void)
@@ -106,6 +127,22 @@ int main(void)
 
 	b_record(&c, ahead, ahead, "99999999999999999999999", nogap);
 	held_then_released(&c, "a number past 64 bits", ++k);
+
+	snprintf(ahead, sizeof(ahead), "%llu", wall_now() + AHEAD_NS);
+	snprintf(gap, sizeof(gap), "\"gap_mount\": \"000000000000\", \"gap_from_ns\": %llu, "
+		 "\"gap_to_ns\": 0", wall_now() - 10000000000ull);
+	b_record_fmt(&c, 3, ahead, ahead, "1000000", gap, 1);
+	held_for_then_released(&c, "an open window of lost files", ++k, "`ckptfs-ctl ack-lost`");
+	snprintf(gap, sizeof(gap), "\"gap_mount\": \"000000000000\", \"gap_from_ns\": %llu, "
+		 "\"gap_to_ns\": %llu", wall_now() - 10000000000ull, wall_now() - 5000000000ull);
+	b_record_fmt(&c, 2, ahead, ahead, "1000000", gap, 1);
+	held_for_then_released(&c, "a format-2 window with lost files", ++k, "`ckptfs-ctl ack-lost`");
+	snprintf(gap, sizeof(gap), "\"gap_mount\": \"000000000000\", \"gap_from_ns\": %llu, "
+		 "\"gap_to_ns\": 0", wall_now() + AHEAD_NS + 1000);
+	b_record_fmt(&c, 3, ahead, ahead, "1000000", gap, 1);
+	held_then_released(&c, "an open window starting after the record", ++k);
+	b_record_fmt(&c, 4, ahead, ahead, "1000000", nogap, 0);
+	held_then_released(&c, "format 4", ++k);
 	mn_cleanup(&c);
 	return 0;
 }

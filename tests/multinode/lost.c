@@ -1,0 +1,223 @@
+/*
+ * lost.c — a peer that lost files in an unclean stop holds every later
+ * marker until an administrator acknowledges the loss (nodes.h N5).
+ *
+ * 1. Node b's daemon dies with its shard of checkpoint s1 sealed (close
+ *    returned) but not durable (its rename is stuck, a fault) and is
+ *    mounted again at once: recovery reports the shard never persisted.
+ *    Rank 0 on node a, slow after the barrier, writes `latest` = s1 only
+ *    now, after b's restart.  The marker must stay held: the backend must
+ *    never hold a `latest` naming a checkpoint whose shard is gone (the old
+ *    code ended b's window at its restart and released it).  a's reason
+ *    and log name node b and `ckptfs-ctl ack-lost`; b's log says the window
+ *    stays open until then, ckptfs-stat on b prints "LOST:".  A clean
+ *    restart of b keeps the window open.  After `ckptfs-ctl ack-lost` on b
+ *    (a second one is refused: nothing is open) the record shows a closed
+ *    window, and the marker, sealed inside it, is still held.
+ * 2. b loses a shard, restarts, the loss is acknowledged; b is then
+ *    killed while idle and mounted again, then stopped cleanly and mounted
+ *    again: the acknowledgement is carried on (the record's window stays
+ *    closed, its lost files counted), and the marker of a checkpoint
+ *    written after it is released by b's watermark, not by a policy.
+ * (b killed while idle loses nothing: its window ends at its restart and
+ * holds nothing for good — killed.c, case 4.)
+ */
+#include "tests/multinode/mn_util.h"
+
+#include <sys/stat.h>
+
+#define SHARD (256u << 10)
+
+/* b's watermark record through b's own backend client (GlusterFS: no stale view). */
+static const char *rec_of_b(struct mcluster *c)
+{
+	static char path[PATH_MAX + 64];
+
+	snprintf(path, sizeof(path), "%s/.ckptfs/nodes/b/watermark.json", c->node[1].m.backend);
+	return cu_slurp(path);
+}
+
+static bool rec_open(struct mcluster *c)
+{
+	const char *r = rec_of_b(c);
+	return strstr(r, "\"gap_mount\": \"-\"") == NULL && strstr(r, "\"gap_to_ns\": 0,") != NULL;
+}
+
+/* Shards of checkpoint `step` on both nodes (b's first), seeds step*10 + node. */
+static void shards(struct mcluster *c, unsigned step)
+{
+	char rel[64];
+
+	for (int i = 0; i < 2; i++) {
+		snprintf(rel, sizeof(rel), "s%u", step);
+		if (mkdir(mn_path(c, i, rel), 0755) < 0 && errno != EEXIST)
+			FAILF("mkdir %s on node %d: %s", rel, i, strerror(errno));
+	}
+	for (int i = 1; i >= 0; i--) {
+		snprintf(rel, sizeof(rel), "s%u/shard%d", step, i);
+		mn_write(mn_path(c, i, rel), SHARD, step * 10 + (unsigned)i);
+	}
+}
+
+/* Rank 0 (node a) writes the marker naming checkpoint `step`. */
+static void marker(struct mcluster *c, unsigned step)
+{
+	char text[16];
+
+	snprintf(text, sizeof(text), "s%u", step);
+	cu_write_text(mn_path(c, 0, "latest"), text);
+}
+
+/* Does the backend's `latest` name checkpoint `step` within ms? */
+static bool latest_names(struct mcluster *c, unsigned step, unsigned ms)
+{
+	char want[16];
+
+	snprintf(want, sizeof(want), "s%u", step);
+	for (uint64_t t0 = mono_ms();; usleep(10000)) {
+		if (!strcmp(cu_slurp(mn_bpath(c, "latest")), want))
+			return true;
+		if (mono_ms() - t0 >= ms)
+			return false;
+	}
+}
+
+/*
+ * Nodes a and b up; b seals its shard of s1 and dies before it is durable;
+ * it is mounted again at once.  It dies once its publisher has noted the
+ * shard as queued (the intent record recovery counts lost files by): a
+ * kill in the instant between the close and that note loses the shard
+ * uncounted, and the window then ends at the restart (docs/contract.md).
+ */
+static void b_loses_shard(struct mcluster *c, const char *test)
+{
+	char flag[PATH_MAX], env[PATH_MAX + 96], man[PATH_MAX + 64];
+	const char *const e[] = { env, NULL };
+
+	mn_init(c, test, 2);
+	mn_mount(c, 0, NULL, NULL);
+	snprintf(flag, sizeof(flag), "%s/stuck", c->node[1].m.root);
+	cu_write_text(flag, "");
+	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=rename,delay_ms=60000,name=shard,while=%s", flag);
+	mn_mount(c, 1, NULL, e);
+	shards(c, 1);		/* both closes returned: the barrier is passed */
+	snprintf(man, sizeof(man), "%s/.ckptfs/nodes/b/manifest.log", c->node[1].m.backend);
+	for (uint64_t t0 = mono_ms(); !strstr(cu_slurp(man), "s1/shard1"); usleep(2000))
+		if (mono_ms() - t0 > 5000)
+			FAILF("b's manifest has no intent record of s1/shard1: %s", cu_slurp(man));
+	mn_kill(c, 1);
+	unlink(flag);
+	mn_mount(c, 1, NULL, NULL);
+	ASSERT_GE(mn_log_count(c, 1, "never persisted: s1/shard1"), 1);
+}
+
+/* b reports the loss, its window open. */
+static void b_window_open(struct mcluster *c)
+{
+	ASSERT_GE(mn_log_count(c, 1, "runs `ckptfs-ctl ack-lost MOUNT` on this node"), 1);
+	ASSERT_STR_EQ(mn_stat(c, 1, "lost_window"), "open");
+	ASSERT_EQ(mn_stat_num(c, 1, "lost_window_files"), 1);
+	if (!rec_open(c))
+		FAILF("b's record does not report an open window: %s", rec_of_b(c));
+}
+
+/* ckptfs-ctl ack-lost on b: its exit status, what it printed into out. */
+static int ack_lost(struct mcluster *c, char **out)
+{
+	const char *argv[] = { mn_tool("ckptfs-ctl"), "ack-lost", c->node[1].m.mnt, NULL };
+
+	*out = NULL;
+	return tm_run(argv, out);
+}
+
+static void held_until_ack(void)
+{
+	struct mcluster c;
+	char *out = NULL;
+
+	b_loses_shard(&c, "mn-lost");
+	usleep(100 * 1000);
+	marker(&c, 1);		/* sealed after b's restart */
+	if (latest_names(&c, 1, 2000))
+		FAILF("`latest` names s1 on the backend but b's shard of s1 was lost in b's crash "
+		      "(has shard: %d; b's record: %s)", mn_has(mn_bpath(&c, "s1/shard1"), SHARD, 11),
+		      rec_of_b(&c));
+	b_window_open(&c);
+	ASSERT_STR_EQ(mn_stat(&c, 0, "marker_held_for"), "b");
+	const char *why = mn_stat(&c, 0, "marker_held_reason");
+	if (!strstr(why, "ckptfs-ctl ack-lost") || !strstr(why, "1 file lost"))
+		FAILF("the marker's reason does not name the lost file and the command: %s", why);
+	fprintf(stderr, "REPORT (a): %s\n", why);
+	ASSERT_GE(mn_log_count(&c, 0, "`ckptfs-ctl ack-lost` on that node"), 1);
+	mn_stat_report(&c, 1, "LOST:         1 file lost in the unclean stop of mount", "b");
+
+	mn_stop(&c, 1);		/* a clean restart forgets nothing */
+	mn_mount(&c, 1, NULL, NULL);
+	if (!rec_open(&c))
+		FAILF("after a clean restart b's window is no longer open: %s", rec_of_b(&c));
+	ASSERT_GE(mn_log_count(&c, 1, "which lost 1 file, is still open"), 1);
+	ASSERT_STR_EQ(mn_stat(&c, 1, "lost_window"), "open");
+	ASSERT_TRUE(!latest_names(&c, 1, 1500));
+
+	int rc = ack_lost(&c, &out);
+	if (rc != 0 || !out || !strstr(out, "is acknowledged"))
+		FAILF("ckptfs-ctl ack-lost: exit %d: %s", rc, out ? out : "");
+	fprintf(stderr, "ack-lost: %s", out);
+	free(out);
+	if (rec_open(&c))
+		FAILF("b's record still reports an open window after ack-lost: %s", rec_of_b(&c));
+	ASSERT_STR_EQ(mn_stat(&c, 1, "lost_window"), "closed");
+	ASSERT_GE(mn_log_count(&c, 1, "an administrator acknowledged the 1 file lost"), 1);
+	rc = ack_lost(&c, &out);
+	if (rc != 1 || !out || !strstr(out, "no window is open"))
+		FAILF("a second ack-lost: exit %d: %s", rc, out ? out : "");
+	free(out);
+	/* Sealed inside the window: only the policy lets it go. */
+	ASSERT_TRUE(!latest_names(&c, 1, 1500));
+	ASSERT_STR_EQ(mn_stat(&c, 0, "marker_held_for"), "b");
+	ASSERT_TRUE(strstr(mn_stat(&c, 0, "marker_held_reason"), "stopped uncleanly") != NULL);
+	mn_kill(&c, 0);		/* its unmount would wait for the held marker */
+	ASSERT_TRUE(!file_exists(mn_bpath(&c, "latest")));
+	mn_cleanup(&c);
+}
+
+static void released_after_ack(void)
+{
+	struct mcluster c;
+	char *out = NULL;
+
+	b_loses_shard(&c, "mn-lost-ack");
+	b_window_open(&c);
+	int rc = ack_lost(&c, &out);
+	if (rc != 0)
+		FAILF("ckptfs-ctl ack-lost: exit %d: %s", rc, out ? out : "");
+	free(out);
+	mn_kill(&c, 1);		/* idle: loses nothing, and must not forget the ack */
+	mn_mount(&c, 1, NULL, NULL);
+	mn_stop(&c, 1);
+	mn_mount(&c, 1, NULL, NULL);
+	if (rec_open(&c) || !strstr(rec_of_b(&c), "\"lost_files\": 1,"))
+		FAILF("the acknowledgement was not carried on by b's restarts: %s", rec_of_b(&c));
+	ASSERT_STR_EQ(mn_stat(&c, 1, "lost_window"), "closed");
+	usleep(100 * 1000);
+	shards(&c, 2);
+	double t0 = mn_now_ms();
+	marker(&c, 2);
+	if (!latest_names(&c, 2, 5000))
+		FAILF("the marker of a checkpoint written after the acknowledgement is held: %s",
+		      mn_stat(&c, 0, "marker_held_reason"));
+	fprintf(stderr, "after ack-lost and two restarts of b: marker released in %.0f ms\n",
+		mn_now_ms() - t0);
+	ASSERT_TRUE(mn_has(mn_bpath(&c, "s2/shard1"), SHARD, 21));
+	ASSERT_EQ(mn_stat_num(&c, 0, "markers_released_by_policy"), 0);
+	mn_cleanup(&c);
+}
+
+int main(void)
+{
+	tm_require_fuse();
+	cu_require_root();
+	held_until_ack();
+	released_after_ack();
+	return 0;
+}
