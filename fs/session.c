@@ -39,8 +39,11 @@
  *      a quarter of the cache for one user's arenas and half for all.
  *
  * Lock order: fs->ns -> session->lock -> cfile->lock -> cache->lock ->
- * ss->lock, ss->reap_lock (leaves); node->alock, a leaf, under s->lock.  The consumer (session->lock) adopts;
- * the bind and unbind ioctls take fs->ns first, as every handler does.
+ * ss->lock, ss->reap_lock (leaves); node->alock, a leaf, under s->lock.
+ * Adopting may call the backend (it opens or reads the file's backend
+ * version), so the ring is consumed under session->lock alone, never under
+ * fs->ns: by the session thread, and by unbind before it takes fs->ns to end
+ * the binding.  The bind ioctl takes fs->ns first, as every handler does.
  * cpool callbacks run under cache->lock and only set bits, write eventfds
  * and queue arenas for the reaper.
  */
@@ -1186,10 +1189,20 @@ static int ioc_bind(struct ckptfs *fs, fuse_req_t req, struct fshandle *h,
 	return r;
 }
 
+/*
+ * Unbind, in two steps, so that no backend call runs under fs->ns (seal.c):
+ * consuming the ring may adopt chunks, and adopting may open the file's
+ * backend version or read from it (node_open_base, chunk_fill_under).  The
+ * ring is consumed under s->lock alone, as the session thread consumes it;
+ * then fs->ns and s->lock are retaken and the binding revalidated (the
+ * session may have ended, another unbind of the token may have won) before
+ * the binding ends (its names change under fs->ns).
+ */
 static int ioc_unbind(struct ckptfs *fs, fuse_req_t req, const struct ckptfs_ioc_unbind *in,
 		      struct ckptfs_ioc_unbind *out)
 {
 	struct sessions *ss = fs->sessions;
+	uid_t uid = fuse_req_ctx(req)->uid;
 	struct unbound u = { 0 };
 	struct session *s;
 	struct binding *b;
@@ -1198,9 +1211,8 @@ static int ioc_unbind(struct ckptfs *fs, fuse_req_t req, const struct ckptfs_ioc
 
 	if (!(s = session_find(ss, in->session)))
 		return -ESRCH;
-	pthread_mutex_lock(&fs->ns);
 	pthread_mutex_lock(&s->lock);
-	r = session_check(s, in->key, fuse_req_ctx(req)->uid);
+	r = session_check(s, in->key, uid);
 	if (r == 0 && !(b = binding_get(s, in->token)))
 		r = -ENOENT;
 	if (r == 0 && (r = consume_locked(s)) == 0) {	/* S2: what was posted before */
@@ -1214,16 +1226,28 @@ static int ioc_unbind(struct ckptfs *fs, fuse_req_t req, const struct ckptfs_ioc
 		}
 		out->error = b->err;
 		out->adopted = b->adopted;
-		if (b->adopted && !b->err && !(in->flags & CKPTFS_UNBIND_DROP))
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (r < 0 || (in->flags & CKPTFS_UNBIND_FENCE)) {
+		session_put(s);		/* a fence ends nothing: consumed, that is all */
+		return r;
+	}
+	pthread_mutex_lock(&fs->ns);
+	pthread_mutex_lock(&s->lock);
+	r = session_check(s, in->key, uid);
+	if (r == 0 && !(b = binding_get(s, in->token)))
+		r = -ENOENT;
+	if (r == 0) {
+		bool drop = b->err || (in->flags & CKPTFS_UNBIND_DROP);
+		/* The session thread may have adopted more of it meanwhile. */
+		out->error = b->err;
+		out->adopted = b->adopted;
+		if (b->adopted && !drop)
 			ino = fs_ino(fs, b->node);
-		if (in->flags & CKPTFS_UNBIND_FENCE) {
-			/* consumed: that is all */
-		} else {
-			/* A file missing captured bytes is never published (S1). */
-			binding_end(fs, s, b, b->err || (in->flags & CKPTFS_UNBIND_DROP), &u);
-			if (b->err || (in->flags & CKPTFS_UNBIND_DROP))
-				atomic_fetch_add(&ss->st.abandoned_files, 1);
-		}
+		/* A file missing captured bytes is never published (S1). */
+		binding_end(fs, s, b, drop, &u);
+		if (drop)
+			atomic_fetch_add(&ss->st.abandoned_files, 1);
 	}
 	pthread_mutex_unlock(&s->lock);
 	pthread_mutex_unlock(&fs->ns);
