@@ -45,7 +45,7 @@ int ck_usable(const struct ckptfs_session *s, const char *what)
 {
 	if (!s)
 		return ck_fail(-EINVAL, "%s: no session", what);
-	if (s->pid != getpid())
+	if (s->forked || s->pid != getpid())
 		return ck_fail(-ECHILD, "%s: the session belongs to process %d; a forked child must "
 			       "open its own", what, (int)s->pid);
 	return 0;
@@ -80,6 +80,77 @@ static int dead_error(struct ckptfs_session *s)
 {
 	return ck_fail(-ENOTCONN, "ckptfs: the daemon of %s ended the session (unmounted, "
 		       "restarted, or it found the ring inconsistent)", s->path);
+}
+
+/* ---- fork ---------------------------------------------------------------- */
+
+/*
+ * The process's sessions, for the fork handler: a child must not hold their
+ * sockets, or a killed trainer's session outlives it (its files stay bound,
+ * its arena reserved) as long as a fork-started helper lives.  procs_mu is
+ * a leaf; the descriptors of a listed session change only under it.
+ */
+static pthread_mutex_t procs_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ckptfs_session *procs;
+static pthread_once_t procs_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&procs_mu);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&procs_mu);
+}
+
+/* In the child: only async-signal-safe calls. */
+static void fork_child(void)
+{
+	for (struct ckptfs_session *s = procs; s; s = s->pnext) {
+		int *fd[] = { &s->sock, &s->sq_efd, &s->cq_efd };
+		for (size_t i = 0; i < sizeof(fd) / sizeof(fd[0]); i++) {
+			if (*fd[i] >= 0)
+				close(*fd[i]);
+			*fd[i] = -1;
+		}
+		s->forked = true;
+	}
+	pthread_mutex_unlock(&procs_mu);
+}
+
+static void procs_init(void)
+{
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+static void procs_add(struct ckptfs_session *s)
+{
+	pthread_once(&procs_once, procs_init);
+	pthread_mutex_lock(&procs_mu);
+	s->pnext = procs;
+	procs = s;
+	pthread_mutex_unlock(&procs_mu);
+}
+
+static void procs_del(struct ckptfs_session *s)
+{
+	pthread_mutex_lock(&procs_mu);
+	for (struct ckptfs_session **pp = &procs; *pp; pp = &(*pp)->pnext) {
+		if (*pp == s) {
+			*pp = s->pnext;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&procs_mu);
+}
+
+/* *slot = fd, where the fork handler sees it. */
+static void procs_set_fd(int *slot, int fd)
+{
+	pthread_mutex_lock(&procs_mu);
+	*slot = fd;
+	pthread_mutex_unlock(&procs_mu);
 }
 
 /* ---- opening ------------------------------------------------------------- */
@@ -155,22 +226,22 @@ static int endpoint(const char *path, struct ckptfs_ioc_info *info)
 	return 0;
 }
 
-static int connect_to(const char *addr)
+/* Connect s->sock (set where the fork handler sees it) to addr: 0 or -errno. */
+static int connect_to(struct ckptfs_session *s, const char *addr)
 {
 	struct sockaddr_un sa;
 	socklen_t len = ckptfs_sockaddr(addr, &sa);
-	int fd;
+	int r = 0;
 
 	if (!len)
 		return -EINVAL;
-	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, len) < 0) {
-		int r = -errno;
-		close(fd);
-		return r;
-	}
-	return fd;
+	pthread_mutex_lock(&procs_mu);	/* no fork between the socket and its slot */
+	if ((s->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+		r = -errno;
+	pthread_mutex_unlock(&procs_mu);
+	if (r == 0 && connect(s->sock, (struct sockaddr *)&sa, len) < 0)
+		r = -errno;
+	return r;
 }
 
 /* The welcome and its four descriptors. */
@@ -197,8 +268,8 @@ static int recv_welcome(int sock, struct ckptfs_welcome *w, int fds[4])
 /* Map the arena and the ring; the doorbells (fds[2], fds[3]) are the session's, whatever happens. */
 static int session_map(struct ckptfs_session *s, const struct ckptfs_welcome *w, int fds[4])
 {
-	s->sq_efd = fds[2];
-	s->cq_efd = fds[3];
+	procs_set_fd(&s->sq_efd, fds[2]);
+	procs_set_fd(&s->cq_efd, fds[3]);
 	s->cs = w->chunk_size;
 	s->nchunks = w->nchunks;
 	s->arena_bytes = (size_t)w->nchunks * w->chunk_size;
@@ -228,6 +299,7 @@ static int session_map(struct ckptfs_session *s, const struct ckptfs_welcome *w,
 
 static void session_free(struct ckptfs_session *s)
 {
+	procs_del(s);
 	if (s->arena && s->arena != MAP_FAILED)
 		munmap(s->arena, s->arena_bytes);
 	if (s->ring && s->ring != MAP_FAILED)
@@ -274,6 +346,7 @@ ckptfs_session *ckptfs_session_open_ex(const char *path, const struct ckptfs_ses
 	pthread_cond_init(&s->cv, &ca);
 	pthread_condattr_destroy(&ca);
 	snprintf(s->path, sizeof(s->path), "%s", path ? path : "");
+	procs_add(s);
 	if (!path) {
 		r = ck_fail(-EINVAL, "ckptfs_session_open: no path");
 		goto fail;
@@ -281,10 +354,9 @@ ckptfs_session *ckptfs_session_open_ex(const char *path, const struct ckptfs_ses
 	s->cu = ckcu_get(NULL, 0);
 	if ((r = endpoint(path, &info)) < 0)
 		goto fail;
-	if ((s->sock = connect_to(info.addr)) < 0) {
-		r = ck_fail(s->sock, "ckptfs: cannot reach the session endpoint %s of %s: %s "
-			    "(another network namespace?)", info.addr, path, strerror(-s->sock));
-		s->sock = -1;
+	if ((r = connect_to(s, info.addr)) < 0) {
+		ck_fail(r, "ckptfs: cannot reach the session endpoint %s of %s: %s "
+			"(another network namespace?)", info.addr, path, strerror(-r));
 		goto fail;
 	}
 	s->stall_ns = (uint64_t)(env_number("CKPTFS_STALL_TIMEOUT", DEFAULT_STALL_S, false) * 1e9);

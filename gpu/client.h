@@ -20,6 +20,12 @@
  * chunks it holds can be posted while it waits: no capture can wedge the
  * arena, however large.
  *
+ * A forked child (without exec) must not keep its parent's session alive:
+ * the daemon ends a session only when its socket closes.  A fork handler
+ * closes, in the child, the socket and doorbells of every session of the
+ * process (they are set under procs_mu, a leaf in client.c), and marks the
+ * sessions `forked`: every call on them fails with ECHILD.
+ *
  * Locks: s->mu guards everything here except the ring's producer index
  * (s->ring_mu, taken inside mu) and the CUDA call sequences (s->cuda_mu,
  * taken before mu, never inside it: host functions take mu, and no CUDA
@@ -103,6 +109,8 @@ struct ck_file {
 struct ckptfs_session {
 	const struct ckcu *cu;	/* NULL: no driver (host memory only) */
 	pid_t pid;		/* the process that opened it (a fork's child has none of it) */
+	bool forked;		/* this is a fork's child: its descriptors are closed */
+	struct ckptfs_session *pnext;	/* the process's sessions (client.c, procs_mu) */
 	char path[256];		/* for messages */
 	int sock, sq_efd, cq_efd;
 	uint64_t id, key[2];
@@ -154,8 +162,9 @@ struct ckptfs_session {
 int ck_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /*
  * 0 if s may be used by the calling process, else -EINVAL (no session) or
- * -ECHILD: a forked child has no threads and no arena of its parent's
- * session (the mappings are MADV_DONTFORK).  `what` names the call.
+ * -ECHILD: a forked child has no threads, no arena and no socket of its
+ * parent's session (the mappings are MADV_DONTFORK, the descriptors closed
+ * by the fork handler).  `what` names the call.
  */
 int ck_usable(const struct ckptfs_session *s, const char *what);
 /* The daemon ended the session (socket closed or ring marked dead)?  mu held. */
