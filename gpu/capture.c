@@ -653,11 +653,8 @@ int ckptfs_stream_wait(ckptfs_session *s, void *stream)
 	return 0;
 }
 
-/*
- * After a fault CUDA never calls the host functions still due, so nothing
- * else would end their captures: ask the copy stream.  No lock held.
- */
-static void copies_check(struct ckptfs_session *s)
+/* Ask the driver, without waiting, about the copy stream (or ev_copy's last record).  No lock held. */
+static ckcu_result copies_query(struct ckptfs_session *s, bool event)
 {
 	ckcu_context saved;
 	ckcu_result r = CKCU_SUCCESS;
@@ -665,10 +662,37 @@ static void copies_check(struct ckptfs_session *s)
 	pthread_mutex_lock(&s->cuda_mu);
 	if (s->cuda_ready) {
 		cuda_enter(s, 0, &saved);
-		r = s->cu->StreamQuery(s->copy);
+		r = event ? s->cu->EventQuery(s->ev_copy) : s->cu->StreamQuery(s->copy);
 		cuda_leave(s, saved);
 	}
 	pthread_mutex_unlock(&s->cuda_mu);
+	return r;
+}
+
+int ckptfs_stream_wait_done(ckptfs_session *s)
+{
+	int u = ck_usable(s, "ckptfs_stream_wait_done");
+	ckcu_result r;
+
+	if (u < 0)
+		return u;
+	/* ev_copy is only recorded again later: its last record covers every earlier one. */
+	r = copies_query(s, true);
+	if (r == CKCU_ERROR_NOT_READY)
+		return 0;
+	if (r)
+		return ck_fail(-EIO, "ckptfs_stream_wait_done: %s", ckcu_strerror(s->cu, r));
+	return 1;
+}
+
+/*
+ * After a fault CUDA never calls the host functions still due, so nothing
+ * else would end their captures: ask the copy stream.  No lock held.
+ */
+static void copies_check(struct ckptfs_session *s)
+{
+	ckcu_result r = copies_query(s, false);
+
 	if (r != CKCU_SUCCESS && r != CKCU_ERROR_NOT_READY)
 		copies_fail(s, ck_fail(-EIO, "ckptfs: the copy stream failed: %s",
 				       ckcu_strerror(s->cu, r)));

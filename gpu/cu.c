@@ -58,6 +58,7 @@ static void load(void)
 	S(EventCreate, "cuEventCreate");
 	S(EventRecord, "cuEventRecord");
 	S(EventSynchronize, "cuEventSynchronize");
+	S(EventQuery, "cuEventQuery");
 	S(EventDestroy, "cuEventDestroy_v2");
 	S(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
 	S(LaunchHostFunc, "cuLaunchHostFunc");

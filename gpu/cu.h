@@ -73,6 +73,7 @@ struct ckcu {
 	ckcu_result (*EventCreate)(ckcu_event *e, unsigned int flags);
 	ckcu_result (*EventRecord)(ckcu_event e, ckcu_stream s);
 	ckcu_result (*EventSynchronize)(ckcu_event e);
+	ckcu_result (*EventQuery)(ckcu_event e);
 	ckcu_result (*EventDestroy)(ckcu_event e);
 	ckcu_result (*MemcpyDtoHAsync)(void *dst, ckcu_deviceptr src, size_t n, ckcu_stream s);
 	ckcu_result (*LaunchHostFunc)(ckcu_stream s, ckcu_hostfn fn, void *arg);

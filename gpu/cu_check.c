@@ -28,6 +28,7 @@ SAME_FN(StreamWaitEvent, cuStreamWaitEvent);
 SAME_FN(EventCreate, cuEventCreate);
 SAME_FN(EventRecord, cuEventRecord);
 SAME_FN(EventSynchronize, cuEventSynchronize);
+SAME_FN(EventQuery, cuEventQuery);
 SAME_FN(EventDestroy, cuEventDestroy_v2);
 SAME_FN(MemcpyDtoHAsync, cuMemcpyDtoHAsync_v2);
 SAME_FN(LaunchHostFunc, cuLaunchHostFunc);

@@ -96,6 +96,12 @@ CKPTFS_API int ckptfs_capture_ex(ckptfs_session *s, int fd, uint64_t file_offset
 CKPTFS_API int ckptfs_wait_captured(ckptfs_session *s);
 /* `stream` (a CUstream) waits for the copies issued so far: no CPU stall. */
 CKPTFS_API int ckptfs_stream_wait(ckptfs_session *s, void *stream);
+/*
+ * Without waiting: 1 once every copy issued before the last
+ * ckptfs_stream_wait() (or ckptfs_wait_captured()) has completed, so their
+ * sources may be freed as well as changed; 0 while some still run; -errno.
+ */
+CKPTFS_API int ckptfs_stream_wait_done(ckptfs_session *s);
 
 /*
  * Written into the file, in order, once its captures have landed (so they

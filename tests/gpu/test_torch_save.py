@@ -11,6 +11,8 @@ pointers), judged by plain torch.load and by the backend:
     place (the old version stays until the new one is complete);
   - wait semantics: after ckptfs.wait() changing the tensors does not
     change the file; wait_before_step runs the wait before optimizer.step();
+    after stream_wait the captured storages are released once (and only
+    once) the driver says their copies are done;
   - the DeepSpeed engine: save, commit, then `latest`, load;
   - a save interrupted once the library has the file hands its descriptor
     over once (a second ckptfs_file_close closed the fd twice);
@@ -19,7 +21,10 @@ pointers), judged by plain torch.load and by the backend:
 """
 import copy
 import errno
+import gc
 import os
+import time
+import weakref
 import zipfile
 
 import pytest
@@ -117,6 +122,31 @@ def test_wait_and_the_optimizer_hook(mount):
     t.fill_(-1.0)  # after wait: the file must not see this
     ckptfs.wait(files=True)
     assert torch.equal(torch.load(mount.path("after.pt"))["t"], torch.full((1 << 20,), 7.0))
+
+
+def test_stream_wait_releases_storages_once_copied(mount, monkeypatch):
+    state = {"a": torch.full((1 << 20,), 5.0), "b": torch.arange(1 << 18)}
+    truth = copy.deepcopy(state)
+    ckptfs.torch.save(state, mount.path("sw.pt"))
+    sess = ckptfs.sessions()[0]
+    held = [weakref.ref(x) for x in sess._held]
+    assert len(held) == 2
+    # While the driver says the copies run, the storages stay held.
+    monkeypatch.setattr(ckptfs.library(), "ckptfs_stream_wait_done", lambda s: 0)
+    ckptfs.stream_wait(0)
+    gc.collect()
+    assert all(r() is not None for r in held), "released before the copies were done"
+    monkeypatch.undo()
+    # Once they are done, the next look releases them (no CPU wait anywhere).
+    deadline = time.monotonic() + 10
+    while any(r() is not None for r in held) and time.monotonic() < deadline:
+        time.sleep(0.01)
+        ckptfs.stream_wait(0)
+        gc.collect()
+    assert all(r() is None for r in held), "stream_wait kept the captured storages alive"
+    assert sess._held == [] and sess._marked == []
+    ckptfs.wait(files=True)
+    assert_same(torch.load(mount.path("sw.pt")), truth)
 
 
 def test_deepspeed_engine(mount):

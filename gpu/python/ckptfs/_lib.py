@@ -6,8 +6,11 @@ put it (_paths.py, written by the install), and by the dynamic linker's
 search ("libckptfs.so.0").  Nothing here imports torch.
 
 A Session keeps the storages it captured from alive until their copies are
-done (wait()), so the caching allocator cannot hand their memory to new
-tensors while the copy still reads it.  A forked child (a DataLoader worker)
+done, so the caching allocator cannot hand their memory to new tensors while
+the copy still reads it: wait() releases them, and after stream_wait() they
+are released once the driver says the copies it ordered the stream after
+have completed (looked at, without waiting, by the next capture or
+stream_wait).  A forked child (a DataLoader worker)
 never uses its parent's session: session_for() opens a new one there.
 """
 import ctypes
@@ -96,6 +99,7 @@ def library():
             "ckptfs_capture_ex": (i, [vp, i, u64, u64, sz, vp, ctypes.c_uint]),
             "ckptfs_wait_captured": (i, [vp]),
             "ckptfs_stream_wait": (i, [vp, vp]),
+            "ckptfs_stream_wait_done": (i, [vp]),
             "ckptfs_file_close": (i, [vp, i, ctypes.POINTER(_Patch), sz, ctypes.c_char_p,
                                       ctypes.c_char_p]),
             "ckptfs_wait_files": (i, [vp]),
@@ -124,7 +128,8 @@ class Session:
         opts = _Opts(arena_bytes, device, 0)
         self.path = path
         self.pid = os.getpid()
-        self._held = []
+        self._held = []    # captured since the last wait or stream_wait
+        self._marked = []  # covered by a stream_wait: released once its copies are done
         self._lock = threading.Lock()
         self._s = lib.ckptfs_session_open_ex(os.fsencode(path), ctypes.byref(opts))
         if not self._s:
@@ -148,15 +153,57 @@ class Session:
         if keep is not None:
             with self._lock:
                 self._held.append(keep)
+        self._release_done()
         return r
 
-    def wait_captured(self):
-        _check(library().ckptfs_wait_captured(self._live()))
+    def _take_held(self):
+        """The storages captured so far, all issued before a wait that follows."""
         with self._lock:
-            self._held = []
+            held, self._held = self._held, []
+        return held
+
+    def _give_back(self, held):
+        with self._lock:
+            self._held = held + self._held
+
+    def wait_captured(self):
+        held, marked = self._take_held(), self._marked
+        try:
+            _check(library().ckptfs_wait_captured(self._live()))
+        except BaseException:
+            self._give_back(held)
+            raise
+        self._drop_marked(marked)
 
     def stream_wait(self, stream):
-        _check(library().ckptfs_stream_wait(self._live(), stream or None))
+        held = self._take_held()
+        try:
+            _check(library().ckptfs_stream_wait(self._live(), stream or None))
+        except BaseException:
+            self._give_back(held)
+            raise
+        with self._lock:
+            self._marked = self._marked + held
+        self._release_done()
+
+    def _release_done(self):
+        """Drop the storages a stream_wait covered once their copies are done.
+        Only those moved to _marked after their stream_wait's mark: the
+        driver's answer is about that mark (or a later one)."""
+        if not self._marked or not self._s:
+            return
+        marked = self._marked
+        if library().ckptfs_stream_wait_done(self._s) == 1:
+            self._drop_marked(marked)
+
+    def _drop_marked(self, done):
+        """Release `done` (a snapshot of _marked); what came meanwhile stays."""
+        with self._lock:
+            if self._marked is done:
+                self._marked = []
+            else:
+                ids = {id(x) for x in done}
+                self._marked = [x for x in self._marked if id(x) not in ids]
 
     def file_close(self, fd, patches=(), rename_from=None, rename_to=None):
         """Hand fd over; patches: (offset, bytes) or (offset, "crc", capture).
@@ -195,7 +242,7 @@ class Session:
         if self._s and self.pid == os.getpid():
             s, self._s = self._s, None
             _check(library().ckptfs_session_close(s))
-            self._held = []
+            self._held, self._marked = [], []
 
 
 # ---- one session per mount and process -------------------------------------
