@@ -687,6 +687,9 @@ static int handshake(struct session *s)
 	/* Without allow_other, the mount is its owner's (and root's) alone. */
 	if (!fs->opt.allow_other && cr.uid != 0 && cr.uid != geteuid())
 		return refuse(s, &w, -EACCES, "the mount is not shared with other users");
+	/* Before anything is made that only session_end undoes (the ring: s->ring). */
+	if (getrandom(s->key, sizeof(s->key), 0) != (ssize_t)sizeof(s->key))
+		return refuse(s, &w, -EAGAIN, "no random bytes for the session key");
 	pthread_mutex_lock(&ss->lock);
 	for (struct list *e = ss->all.next; e != &ss->all; e = e->next)
 		same_uid += list_entry(e, struct session, link)->uid == cr.uid;
@@ -782,8 +785,6 @@ static int handshake(struct session *s)
 	s->nb = 1;
 	s->b = xcalloc(1, sizeof(*s->b));
 	w.ring_bytes = s->ring_bytes;
-	if (getrandom(s->key, sizeof(s->key), 0) != (ssize_t)sizeof(s->key))
-		return refuse(s, &w, -EAGAIN, "no random bytes for the session key");
 	w.key[0] = s->key[0];
 	w.key[1] = s->key[1];
 	pthread_mutex_lock(&ss->lock);
