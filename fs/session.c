@@ -8,8 +8,8 @@
  * What it owns:
  *   - the endpoint: an abstract Unix socket "@ckptfs-session-<mount id>",
  *     named by the CKPTFS_IOC_INFO ioctl, served by one acceptor thread;
- *   - one thread per session: the handshake (credentials, arena, ring,
- *     doorbells), then the consumer loop — adopt what the ring says, make
+ *   - one thread per session: the handshake (arena, ring, doorbells; the
+ *     acceptor read the credentials), then the consumer loop — adopt what the ring says, make
  *     room in the arena when the client waits for it, and notice the end of
  *     the session (the socket closes when the process exits, however);
  *   - bindings (file token -> node and cfile, with references) and the set
@@ -36,7 +36,10 @@
  *      dropped (S3);
  *  S7  what a client sends costs the daemon bounded resources: at most
  *      pend_ranges_max ranges per arena chunk, file offsets within off_t,
- *      a quarter of the cache for one user's arenas and half for all.
+ *      a quarter of the cache for one user's arenas and half for all, and
+ *      threads: at most HANDSHAKES_PER_UID connections of one user and
+ *      HANDSHAKES_MAX of all in the handshake (the acceptor closes the
+ *      others at once), SESSIONS_PER_UID sessions per user after it.
  *
  * Lock order: fs->ns -> session->lock -> cfile->lock -> cache->lock ->
  * ss->lock, ss->reap_lock (leaves); node->alock, a leaf, under s->lock.
@@ -72,6 +75,8 @@
 #endif
 
 #define SESSIONS_PER_UID 64
+#define HANDSHAKES_PER_UID 16		/* connections not through the handshake yet */
+#define HANDSHAKES_MAX 64
 #define BINDINGS_MAX 65535		/* token = generation << 16 | slot */
 #define BSET_BUCKETS 256
 #define POLL_MS 100
@@ -117,8 +122,10 @@ struct session {
 	struct list link;	/* ss->all */
 	struct sessions *ss;
 	unsigned refs;		/* ss->lock */
+	bool greeting;		/* ss->lock: in the handshake (HANDSHAKES_*) */
+	bool counted;		/* ss->lock: one of its user's SESSIONS_PER_UID */
 	uint64_t id, key[2];
-	uid_t uid;
+	uid_t uid;		/* the peer's credentials, read at accept */
 	gid_t gid;
 	pid_t pid;
 	int sock, sq_efd, cq_efd, ring_fd;
@@ -152,6 +159,8 @@ struct sessions {
 	bool up;
 	pthread_t acceptor;
 	atomic_bool stopping;
+
+	struct ckpt_ratelimit told_busy;	/* acceptor: handshakes refused */
 
 	pthread_mutex_t lock;	/* all, next_id, bset, arena_chunks */
 	pthread_cond_t gone;	/* a session left `all` */
@@ -664,8 +673,6 @@ static int handshake(struct session *s)
 	struct ckptfs_welcome w = { .magic = CKPTFS_HELLO_MAGIC, .version = CKPTFS_PROTO_VERSION,
 				    .numa_node = -1 };
 	struct ckptfs_hello h;
-	struct ucred cr;
-	socklen_t crlen = sizeof(cr);
 	struct timeval tv = { .tv_sec = 5 };
 	struct chunk **reserved = NULL;
 	struct arena *a;
@@ -673,11 +680,6 @@ static int handshake(struct session *s)
 	const char *why;
 	int r;
 
-	if (getsockopt(s->sock, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) < 0)
-		return -errno;
-	s->uid = cr.uid;
-	s->gid = cr.gid;
-	s->pid = cr.pid;
 	setsockopt(s->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	if (recv(s->sock, &h, sizeof(h), MSG_WAITALL) != (ssize_t)sizeof(h) ||
 	    h.magic != CKPTFS_HELLO_MAGIC)
@@ -685,20 +687,23 @@ static int handshake(struct session *s)
 	if (h.version != CKPTFS_PROTO_VERSION)
 		return refuse(s, &w, -EPROTONOSUPPORT, "protocol version mismatch: update libckptfs");
 	/* Without allow_other, the mount is its owner's (and root's) alone. */
-	if (!fs->opt.allow_other && cr.uid != 0 && cr.uid != geteuid())
+	if (!fs->opt.allow_other && s->uid != 0 && s->uid != geteuid())
 		return refuse(s, &w, -EACCES, "the mount is not shared with other users");
 	/* Before anything is made that only session_end undoes (the ring: s->ring). */
 	if (getrandom(s->key, sizeof(s->key), 0) != (ssize_t)sizeof(s->key))
 		return refuse(s, &w, -EAGAIN, "no random bytes for the session key");
 	pthread_mutex_lock(&ss->lock);
-	for (struct list *e = ss->all.next; e != &ss->all; e = e->next)
-		same_uid += list_entry(e, struct session, link)->uid == cr.uid;
-	uint32_t budget = arena_budget_locked(ss, cr.uid, &why);
+	for (struct list *e = ss->all.next; e != &ss->all; e = e->next) {
+		struct session *t = list_entry(e, struct session, link);
+		same_uid += t->counted && t->uid == s->uid;
+	}
+	uint32_t budget = arena_budget_locked(ss, s->uid, &why);
 	uint64_t want = h.arena_bytes ? h.arena_bytes / c->chunk_size : 0;
 	want = CKPT_MAX(2, CKPT_MIN(want, budget));
 	if (same_uid < SESSIONS_PER_UID && budget >= 2) {
 		ss->arena_chunks += (uint32_t)want;	/* held while we reserve */
 		s->arena_held = (uint32_t)want;
+		s->counted = true;
 	}
 	pthread_mutex_unlock(&ss->lock);
 	if (same_uid >= SESSIONS_PER_UID)
@@ -965,12 +970,16 @@ static void *session_main(void *arg)
 {
 	struct session *s = arg;
 	struct sessions *ss = s->ss;
+	int r = handshake(s);
 
-	if (handshake(s) == 0) {
+	pthread_mutex_lock(&ss->lock);
+	s->greeting = false;
+	pthread_mutex_unlock(&ss->lock);
+	if (r == 0) {
 		struct pollfd pf[2] = { { .fd = s->sock, .events = POLLIN },
 					{ .fd = s->sq_efd, .events = POLLIN } };
 		while (!atomic_load(&ss->stopping)) {
-			int k = poll(pf, 2, POLL_MS), r;
+			int k = poll(pf, 2, POLL_MS);
 			if (k < 0 && errno != EINTR)
 				break;
 			if (pf[0].revents) {
@@ -996,6 +1005,60 @@ static void *session_main(void *arg)
 	return NULL;
 }
 
+/*
+ * A session for connection fd, in the handshake, listed; NULL (refused, fd
+ * closed) if its user, or all users, have too many connections in the
+ * handshake already (S7): a thread each, waiting up to 5 s for a hello.
+ * The refusal is queued on the new socket (its buffer is empty: no wait),
+ * for a client that sends its hello and reads the welcome.
+ */
+static struct session *session_accepted(struct sessions *ss, int fd)
+{
+	struct ucred cr;
+	socklen_t crlen = sizeof(cr);
+	unsigned mine = 0, all = 0;
+	struct session *s;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) < 0) {
+		close(fd);
+		return NULL;
+	}
+	pthread_mutex_lock(&ss->lock);
+	for (struct list *e = ss->all.next; e != &ss->all; e = e->next) {
+		struct session *t = list_entry(e, struct session, link);
+		all += t->greeting;
+		mine += t->greeting && t->uid == cr.uid;
+	}
+	if (mine >= HANDSHAKES_PER_UID || all >= HANDSHAKES_MAX) {
+		struct ckptfs_welcome w = { .magic = CKPTFS_HELLO_MAGIC,
+					    .version = CKPTFS_PROTO_VERSION, .error = -EAGAIN };
+		pthread_mutex_unlock(&ss->lock);
+		snprintf(w.message, sizeof(w.message), "too many connections are in the handshake; "
+			 "try again");
+		send_welcome(fd, &w, NULL, 0);
+		close(fd);
+		atomic_fetch_add(&ss->st.refused, 1);
+		ckpt_log_limited(&ss->told_busy, 10ull * 1000000000ull, LOG_WARNING,
+				 "GPU session from uid %u (pid %d) refused: %s connections are "
+				 "already in the handshake", (unsigned)cr.uid, (int)cr.pid,
+				 mine >= HANDSHAKES_PER_UID ? "this user's" : "too many");
+		return NULL;
+	}
+	s = xcalloc(1, sizeof(*s));
+	s->ss = ss;
+	s->sock = fd;
+	s->sq_efd = s->cq_efd = s->ring_fd = -1;
+	s->refs = 1;
+	s->uid = cr.uid;
+	s->gid = cr.gid;
+	s->pid = cr.pid;
+	s->greeting = true;
+	pthread_mutex_init(&s->lock, NULL);
+	list_add_tail(&ss->all, &s->link);
+	pthread_mutex_unlock(&ss->lock);
+	return s;
+}
+
 static void *acceptor_main(void *arg)
 {
 	struct sessions *ss = arg;
@@ -1014,16 +1077,10 @@ static void *acceptor_main(void *arg)
 		int fd = accept4(ss->lfd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd < 0)
 			continue;
-		struct session *s = xcalloc(1, sizeof(*s));
+		struct session *s = session_accepted(ss, fd);
 		pthread_t th;
-		s->ss = ss;
-		s->sock = fd;
-		s->sq_efd = s->cq_efd = s->ring_fd = -1;
-		s->refs = 1;
-		pthread_mutex_init(&s->lock, NULL);
-		pthread_mutex_lock(&ss->lock);
-		list_add_tail(&ss->all, &s->link);
-		pthread_mutex_unlock(&ss->lock);
+		if (!s)
+			continue;
 		if (pthread_create(&th, NULL, session_main, s) != 0) {
 			pthread_mutex_lock(&ss->lock);
 			list_del(&s->link);

@@ -15,19 +15,27 @@
  *     another user's session opens meanwhile (it was refused, ENOSPC);
  *   - offsets past INT64_MAX: a chunk posted at index ~2^64 / chunk_size is
  *     refused (EFBIG at unbind, the file dropped), and a drain is ok (the
- *     file's version used to fail its ftruncate and block the user's order).
+ *     file's version used to fail its ftruncate and block the user's order);
+ *   - silent connections: a user opens SILENT connections and never says
+ *     hello: past HANDSHAKES_PER_UID (fs/session.c) the daemon refuses them
+ *     at once (EAGAIN), its thread count grows by at most that many (it
+ *     started a thread for each, each waiting 5 s), and another user's
+ *     session opens meanwhile.
  */
 #include "tests/security/sec_util.h"
 #include "tests/integrity/integ.h"
 #include "gpu/include/ckptfs_ring.h"
 
 #include <grp.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 
 #define A 61911
 #define B 61912
+#define SILENT 100
+#define HANDSHAKES_PER_UID 16	/* fs/session.c */
 
 static struct tmount m;
 
@@ -41,24 +49,31 @@ struct raw {
 	uint32_t tail, mask;
 };
 
-/* Open a session asking for arena_bytes: 0, or the welcome's -errno. */
-static int raw_open(struct raw *r, uint64_t arena_bytes)
+/* A connection to the mount's session endpoint, nothing said yet. */
+static int raw_connect(void)
 {
 	struct ckptfs_ioc_info info;
 	struct sockaddr_un sa;
+	int dfd = CHECK_SYS(open(m.mnt, O_RDONLY | O_DIRECTORY));
+
+	CHECK_SYS(ioctl(dfd, CKPTFS_IOC_INFO, &info));
+	close(dfd);
+	socklen_t sl = ckptfs_sockaddr(info.addr, &sa);
+	int sock = CHECK_SYS(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	CHECK_SYS(connect(sock, (struct sockaddr *)&sa, sl));
+	return sock;
+}
+
+/* Open a session asking for arena_bytes: 0, or the welcome's -errno. */
+static int raw_open(struct raw *r, uint64_t arena_bytes)
+{
 	struct ckptfs_hello h = { .magic = CKPTFS_HELLO_MAGIC, .version = CKPTFS_PROTO_VERSION,
 				  .numa_node = -1, .arena_bytes = arena_bytes };
 	char cbuf[CMSG_SPACE(4 * sizeof(int))];
 	struct iovec iov = { &r->w, sizeof(r->w) };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
 			     .msg_controllen = sizeof(cbuf) };
-	int dfd = CHECK_SYS(open(m.mnt, O_RDONLY | O_DIRECTORY));
-
-	CHECK_SYS(ioctl(dfd, CKPTFS_IOC_INFO, &info));
-	close(dfd);
-	socklen_t sl = ckptfs_sockaddr(info.addr, &sa);
-	r->sock = CHECK_SYS(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-	CHECK_SYS(connect(r->sock, (struct sockaddr *)&sa, sl));
+	r->sock = raw_connect();
 	ASSERT_EQ(send(r->sock, &h, sizeof(h), 0), (ssize_t)sizeof(h));
 	ASSERT_EQ(recvmsg(r->sock, &mh, MSG_WAITALL), (ssize_t)sizeof(r->w));
 	if (r->w.error)
@@ -404,6 +419,75 @@ static void huge_offset(void)
 	ASSERT_TRUE(!file_exists(tm_path(&m, "h/huge")));
 }
 
+/* ---- connections that never say hello ------------------------------- */
+
+/* The daemon's threads, from /proc/PID/status. */
+static long daemon_threads(void)
+{
+	char path[64], line[256];
+	long n = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)m.pid);
+	if (!(f = fopen(path, "r")))
+		FAILF("%s: %s", path, strerror(errno));
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "Threads:", 8))
+			n = atol(line + 8);
+	fclose(f);
+	return n;
+}
+
+static void silent_user(int out, int in)
+{
+	int fd[SILENT], refused = 0;
+
+	for (int i = 0; i < SILENT; i++)
+		fd[i] = raw_connect();
+	peer_say(out, 0);	/* the daemon's threads may be counted */
+	peer_wait(in);
+	/* Refused ones get a welcome saying EAGAIN, at once; the others nothing yet. */
+	for (int i = 0; i < SILENT; i++) {
+		struct pollfd pf = { .fd = fd[i], .events = POLLIN };
+		struct ckptfs_welcome w;
+		if (poll(&pf, 1, i < HANDSHAKES_PER_UID ? 200 : 2000) == 1 &&
+		    recv(fd[i], &w, sizeof(w), MSG_DONTWAIT) == (ssize_t)sizeof(w) &&
+		    w.error == -EAGAIN)
+			refused++;
+	}
+	peer_say(out, refused);
+	peer_wait(in);		/* silent until the test looked */
+	for (int i = 0; i < SILENT; i++)
+		close(fd[i]);
+}
+
+static void silent(void)
+{
+	struct peer a, b;
+	long before = daemon_threads();
+
+	peer_start(&a, A, silent_user);
+	peer_read(&a);
+	usleep(300 * 1000);	/* the acceptor took them all (a backlog of 64) */
+	long during = daemon_threads();
+	peer_go(&a);
+	long long refused = peer_read(&a);
+	peer_start(&b, B, other_user);
+	long long err_b = peer_read(&b), got_b = peer_read(&b);
+	printf("silent: %d connections without a hello: %lld refused at once; daemon threads "
+	       "%ld -> %ld; uid %d's session meanwhile: %lld (%lld bytes)\n", SILENT, refused,
+	       before, during, B, err_b, got_b);
+	if (during - before > HANDSHAKES_PER_UID + 1)
+		FAILF("the daemon started %ld threads for %d silent connections", during - before,
+		      SILENT);
+	ASSERT_EQ(refused, SILENT - HANDSHAKES_PER_UID);
+	ASSERT_EQ(err_b, 0);
+	peer_end(&b);
+	peer_go(&a);
+	peer_end(&a);
+	ASSERT_TRUE(sec_log_count(&m, "connections are already in the handshake") >= 1);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
@@ -416,6 +500,8 @@ int main(void)
 	arena_shares();
 	sessions_gone();
 	huge_offset();
+	sessions_gone();
+	silent();
 	tm_stop(&m);
 	tm_cleanup(&m);
 	return 0;
