@@ -36,13 +36,17 @@
  *   EFAULT      the driver rejects the pointer, and it is not host memory
  *   ENOTCONN    the daemon ended the session (unmount, protocol error)
  *   ENOSPC      the daemon has no cache to lend an arena now
+ *   EAGAIN      too many connections are in the daemon's handshake: retry
+ *   ECHILD      the session is the parent's: a forked child opens its own
  * Without a CUDA driver, host memory is written with pwrite(2) and device
  * pointers fail with EFAULT.  CKPTFS_LIBCUDA names the driver library
  * (default libcuda.so.1); gpu/mock's libckptfs-cudamock.so emulates one
  * with host memory, for tests.
  *
  * Thread safety: every function may be called from any thread; one
- * session serves the whole process.
+ * session serves the whole process.  In a child forked without exec, the
+ * library closes the parent's sessions' socket and doorbells (so they end
+ * with the parent) and every call on them fails with ECHILD.
  */
 #ifndef CKPTFS_H
 #define CKPTFS_H

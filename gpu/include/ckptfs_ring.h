@@ -10,20 +10,29 @@
  *     CKPTFS_IOC_INFO for the session endpoint (a Unix socket address).
  *     ENOTTY: not ckptfs (or one too old); EOPNOTSUPP: mounted sessions=off.
  *  2. It connects and sends a struct ckptfs_hello.  The daemon reads the
- *     peer's credentials (SO_PEERCRED), reserves `nchunks` chunks of its
- *     cache for the session, and answers with a struct ckptfs_welcome and,
+ *     peer's credentials (SO_PEERCRED) as it accepts the connection; if
+ *     that user (or all users) already has too many connections waiting
+ *     in the handshake, it answers at once with a welcome saying -EAGAIN
+ *     and closes it.  It reserves `nchunks` chunks of its cache for the
+ *     session (at most a quarter of the cache for one user's sessions,
+ *     half for all; -ENOSPC beyond), and answers with a struct ckptfs_welcome and,
  *     by SCM_RIGHTS, four descriptors in this order: the arena (a sealed
  *     memfd of nchunks * chunk_size bytes, pre-faulted, on the GPU's NUMA
  *     node where the machine says which), the ring (a sealed memfd holding
  *     struct ckptfs_ring_hdr, the submission entries and the free bitmap),
  *     the submission doorbell (eventfd, client -> daemon) and the progress
  *     doorbell (eventfd, daemon -> client).  The socket stays open: its end
- *     is the session's end.
+ *     is the session's end.  A forked child must not hold it (libckptfs
+ *     closes it, and the doorbells, in the child of a fork), or the session
+ *     outlives the process that opened it.
  *  3. The client binds each file it captures into: CKPTFS_IOC_BIND on the
  *     open file, with the session id and key, returns a file token.  The
  *     daemon checks the caller's uid against the session's peer uid, that
- *     the file is open for writing and that it was created in this mount
- *     and never closed since (its first version is still to come).
+ *     the session's user owns the file (or is root: EPERM otherwise; a
+ *     bound file may be dropped, and write access is no right to that),
+ *     that the file is open for writing (EBADF), that it was created in
+ *     this mount and never closed since (its first version is still to
+ *     come: EEXIST), and that no session has it bound already (EBUSY).
  *  4. It copies device memory into arena chunks it took from the free
  *     bitmap, at the offset within the chunk that the bytes have within
  *     their file chunk (file offset % chunk_size), so the daemon can make
@@ -42,8 +51,9 @@
  *     entry posted before it, and returns the first error any of the file's
  *     entries met (such a file is dropped, like one unbound with
  *     CKPTFS_UNBIND_DROP).  Only then does the client close the file: while a file
- *     is bound, no close, fsync or drain seals it, so a file whose captures
- *     did not all land is never published.  A session that ends with files
+ *     is bound, no close, truncate or drain seals it and fsync fails with
+ *     EBUSY (it is never reported durable), so a file whose captures did
+ *     not all land is never published.  A session that ends with files
  *     still bound (its process died, or closed the socket early) abandons
  *     them: files never sealed are removed from the mount, and nothing of
  *     them reaches the backend.
