@@ -56,25 +56,15 @@ int main(void)
 {
 	struct tmount m;
 	struct report rep;
-	int pp[2];
 
 	gt_init();
 	setenv("CKPTFS_MOCK_COPY_GBPS", "0.02", 1);
 	tm_start(&m, "gpu_forked", "cache_size=256M,chunk_size=1M", NULL);
 	CHECK_SYS(mkdir(tm_path(&m, "fork"), 0755));
 
-	CHECK_SYS(pipe(pp));
-	pid_t pid = fork();
-	if (pid == 0) {
-		close(pp[0]);
-		trainer(&m, pp[1]);
-	}
-	close(pp[1]);
-	if (read(pp[0], &rep, sizeof(rep)) != sizeof(rep)) {
-		int st;
-		waitpid(pid, &st, 0);
-		FAILF("the trainer failed before the kill (status %d)", WEXITSTATUS(st));
-	}
+	int from;
+	pid_t pid = gt_trainer(&m, trainer, &from);
+	gt_trainer_report(pid, from, &rep, sizeof(rep));
 	printf("helper %d: ckptfs_file_bind on the parent's session: %d\n", (int)rep.helper,
 	       rep.bind_err);
 	ASSERT_EQ(rep.bind_err, -ECHILD);

@@ -5,6 +5,7 @@
 
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 const char *gt_mock_path(void)
@@ -102,4 +103,29 @@ void gt_watchdog(unsigned seconds, const char *what)
 long long gt_stat(struct tmount *m, const char *key)
 {
 	return it_json_num(it_stats(m), key);
+}
+
+pid_t gt_trainer(struct tmount *m, void (*fn)(struct tmount *m, int out), int *from)
+{
+	int pp[2];
+
+	CHECK_SYS(pipe(pp));
+	pid_t pid = CHECK_SYS(fork());
+	if (pid == 0) {
+		close(pp[0]);
+		fn(m, pp[1]);
+		_exit(99);
+	}
+	close(pp[1]);
+	*from = pp[0];
+	return pid;
+}
+
+void gt_trainer_report(pid_t pid, int from, void *buf, size_t len)
+{
+	if (read(from, buf, len) != (ssize_t)len) {
+		int st;
+		waitpid(pid, &st, 0);
+		FAILF("the trainer failed before the kill (status %d)", WEXITSTATUS(st));
+	}
 }

@@ -32,5 +32,12 @@ void gt_check_backend(struct tmount *m, const char *const *rel, void *const *buf
 void gt_watchdog(unsigned seconds, const char *what);
 /* A stats number of the mount. */
 long long gt_stat(struct tmount *m, const char *key);
+/*
+ * A trainer process: fn(m, out) runs in a child (it must not return) and
+ * reports on `out`; gt_trainer_report reads len bytes of its report, or
+ * fails the test with its exit status if it ended before.
+ */
+pid_t gt_trainer(struct tmount *m, void (*fn)(struct tmount *m, int out), int *from);
+void gt_trainer_report(pid_t pid, int from, void *buf, size_t len);
 
 #endif

@@ -62,7 +62,7 @@ static void trainer(struct tmount *m, int ready)
 int main(void)
 {
 	struct tmount m;
-	int pp[2];
+	int from;
 
 	gt_init();
 	setenv("CKPTFS_MOCK_COPY_GBPS", "0.02", 1);
@@ -72,19 +72,9 @@ int main(void)
 	write_file(tm_path(&m, "kill/final"), old, 5000);
 	tm_sync(&m);
 
-	CHECK_SYS(pipe(pp));
-	pid_t pid = fork();
-	if (pid == 0) {
-		close(pp[0]);
-		trainer(&m, pp[1]);
-	}
-	close(pp[1]);
+	pid_t pid = gt_trainer(&m, trainer, &from);
 	char c;
-	if (read(pp[0], &c, 1) != 1) {
-		int st;
-		waitpid(pid, &st, 0);
-		FAILF("the trainer failed before the kill (status %d)", WEXITSTATUS(st));
-	}
+	gt_trainer_report(pid, from, &c, 1);
 	/* While it captures: neither its worker's exit nor a drain seals the bound files. */
 	drain(&m);
 	ASSERT_TRUE(!file_exists(tm_bpath(&m, "kill/partial")));
