@@ -104,16 +104,23 @@ static void fork_parent(void)
 	pthread_mutex_unlock(&procs_mu);
 }
 
+/* Close s's socket and doorbells.  procs_mu held (async-signal-safe). */
+static void procs_close_fds(struct ckptfs_session *s)
+{
+	int *fd[] = { &s->sock, &s->sq_efd, &s->cq_efd };
+
+	for (size_t i = 0; i < sizeof(fd) / sizeof(fd[0]); i++) {
+		if (*fd[i] >= 0)
+			close(*fd[i]);
+		*fd[i] = -1;
+	}
+}
+
 /* In the child: only async-signal-safe calls. */
 static void fork_child(void)
 {
 	for (struct ckptfs_session *s = procs; s; s = s->pnext) {
-		int *fd[] = { &s->sock, &s->sq_efd, &s->cq_efd };
-		for (size_t i = 0; i < sizeof(fd) / sizeof(fd[0]); i++) {
-			if (*fd[i] >= 0)
-				close(*fd[i]);
-			*fd[i] = -1;
-		}
+		procs_close_fds(s);
 		s->forked = true;
 	}
 	pthread_mutex_unlock(&procs_mu);
@@ -133,6 +140,7 @@ static void procs_add(struct ckptfs_session *s)
 	pthread_mutex_unlock(&procs_mu);
 }
 
+/* Take s off the list and close its socket and doorbells, with no fork in between. */
 static void procs_del(struct ckptfs_session *s)
 {
 	pthread_mutex_lock(&procs_mu);
@@ -142,6 +150,7 @@ static void procs_del(struct ckptfs_session *s)
 			break;
 		}
 	}
+	procs_close_fds(s);
 	pthread_mutex_unlock(&procs_mu);
 }
 
@@ -299,17 +308,11 @@ static int session_map(struct ckptfs_session *s, const struct ckptfs_welcome *w,
 
 static void session_free(struct ckptfs_session *s)
 {
-	procs_del(s);
+	procs_del(s);		/* and its descriptors */
 	if (s->arena && s->arena != MAP_FAILED)
 		munmap(s->arena, s->arena_bytes);
 	if (s->ring && s->ring != MAP_FAILED)
 		munmap(s->ring, s->ring_bytes);
-	if (s->sock >= 0)
-		close(s->sock);
-	if (s->sq_efd >= 0)
-		close(s->sq_efd);
-	if (s->cq_efd >= 0)
-		close(s->cq_efd);
 	for (uint32_t i = 0; s->chunks && i < s->nchunks; i++)
 		free(s->chunks[i].r);
 	free(s->chunks);
