@@ -9,9 +9,10 @@
  *   - the endpoint: an abstract Unix socket "@ckptfs-session-<mount id>",
  *     named by the CKPTFS_IOC_INFO ioctl, served by one acceptor thread;
  *   - one thread per session: the handshake (arena, ring, doorbells; the
- *     acceptor read the credentials), then the consumer loop — adopt what the ring says, make
- *     room in the arena when the client waits for it, and notice the end of
- *     the session (the socket closes when the process exits, however);
+ *     acceptor read the credentials), then the consumer loop — adopt what
+ *     the ring says, make room in the arena when the client waits for it,
+ *     and notice the end of the session (the socket closes when the
+ *     process exits, however);
  *   - bindings (file token -> node and cfile, with references) and the set
  *     of bound nodes, which ops.c asks before it seals a file;
  *   - arenas, which outlive their session until every chunk a file adopted
