@@ -47,6 +47,7 @@
 #include "cache/cfile.h"
 #include "cache/strmap.h"
 #include "backend/bio.h"
+#include "backend/ledger.h"
 #include "backend/manifest.h"
 #include "backend/nodes.h"
 
@@ -249,6 +250,7 @@ struct backend_opts {
 	bool no_manifest;	/* manifest=off: no records, no recovery, no verify */
 	int base_copy;		/* -1 auto (by file system), 0 off, 1 on: see base_copy_decide */
 	const struct nodes_opts *nodes;	/* node identity, peers, markers (nodes.h); NULL: defaults */
+	const char *ledger_dir;		/* where the seal ledger lives (the rescue dir); NULL: none */
 };
 
 struct backend {
@@ -258,6 +260,7 @@ struct backend {
 	struct backend_opts opt;
 	struct backend_hooks hooks;
 	char mount_id[24];
+	struct ledger ledger;		/* what this mount sealed, for the next one (ledger.h) */
 	enum bio_kind io_in_use;
 	atomic_bool direct_unsupported;
 	atomic_bool prealloc_unsupported;	/* fallocate refused: flush.c stops trying */

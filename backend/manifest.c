@@ -702,12 +702,12 @@ fail:
 	return r;
 }
 
-void manifest_close(struct manifest *m, uint64_t seq_durable, bool clean)
+bool manifest_close(struct manifest *m, uint64_t seq_durable, bool clean)
 {
 	struct strbuf b = { 0 };
 
 	if (m->fd < 0)
-		return;
+		return false;
 	if (clean) {
 		sb_printf(&b, "{\"t\": \"unmount\", \"m\": ");
 		sb_json_str(&b, m->mount_id);
@@ -723,4 +723,5 @@ void manifest_close(struct manifest *m, uint64_t seq_durable, bool clean)
 	if (state_write(m, clean, seq_durable) < 0)
 		ckpt_log(LOG_WARNING, "manifest: cannot write %s/" MANIFEST_STATE, m->where);
 	manifest_release(m);
+	return clean;
 }

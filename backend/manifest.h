@@ -95,6 +95,8 @@ struct recovery_report {
 	uint64_t torn_bytes;		/* cut from the log's tail */
 	uint64_t corrupt_records;	/* failing lines with valid records after them */
 	uint64_t inflight_files;	/* versions queued but never published */
+	uint64_t prev_seq_recorded;	/* the last sequence number its log records */
+	uint64_t unrecorded_ops;	/* sealed past it, by its seal ledger (ledger.h) */
 	uint64_t orphans_removed;	/* temporary files removed */
 };
 
@@ -138,8 +140,8 @@ int manifest_append(struct manifest *m, const char *payload, size_t len);
 int manifest_sync(struct manifest *m);
 /* fdatasyncs of the log this mount (for stats; never waits on an append). */
 uint64_t manifest_syncs(struct manifest *m);
-/* Write the unmount record and the state file (clean or not). */
-void manifest_close(struct manifest *m, uint64_t seq_durable, bool clean);
+/* Write the unmount record and the state file (clean or not): whether the stop was recorded clean. */
+bool manifest_close(struct manifest *m, uint64_t seq_durable, bool clean);
 
 /*
  * Has the log grown enough to be worth compacting?  Cheap (two compares):

@@ -95,6 +95,7 @@ int backend_submit(struct backend *be, struct op *op)
 	op->sealed_wall_ns = backend_wall_stamp_locked(be);	/* under the lock: N3 */
 	if (!op->seq)
 		op->seq = ++be->last_seq;
+	ledger_seal(&be->ledger, op->seq);	/* a store into a mapped page */
 	list_add_tail(&be->ops, &op->link);
 	if (op->kind == OP_VERSION) {
 		op->state = OPS_QUEUED;
@@ -777,6 +778,36 @@ static void *publisher_main(void *arg)
 
 /* ---- start and stop --------------------------------------------------- */
 
+/*
+ * After recovery, before the node reports its window (nodes_run): what the
+ * previous mount sealed past its log's last record, by its seal ledger
+ * (ledger.h), counts as lost; then this mount's ledger.
+ */
+static void ledger_start(struct backend *be)
+{
+	struct recovery_report *rep = &be->recovery;
+	uint64_t sealed = 0;
+
+	if (rep->unclean) {
+		int r = ledger_take(be->opt.ledger_dir, rep->prev_mount_id, be->nodes->boot_id,
+				    &sealed);
+		if (r == 0 && sealed > rep->prev_seq_recorded) {
+			rep->unrecorded_ops = sealed - rep->prev_seq_recorded;
+			log_warn("recovery: mount %s sealed %llu operation%s after the last its log "
+				 "records (its seal ledger says %llu, the log %llu): closed, never "
+				 "noted on the backend, lost", rep->prev_mount_id,
+				 (unsigned long long)rep->unrecorded_ops,
+				 rep->unrecorded_ops == 1 ? "" : "s", (unsigned long long)sealed,
+				 (unsigned long long)rep->prev_seq_recorded);
+		} else if (r < 0 && r != -ENOENT) {
+			log_warn("recovery: the seal ledger of mount %s cannot be used (%s): what it "
+				 "sealed after its log's last record is not known", rep->prev_mount_id,
+				 r == -ESTALE ? "written on another boot" : strerror(-r));
+		}
+	}
+	ledger_open(&be->ledger, be->opt.ledger_dir, be->mount_id, be->nodes->boot_id);
+}
+
 int backend_start(struct backend *be, int root_fd, struct cache *cache,
 		  const struct backend_opts *opt, const struct backend_hooks *hooks)
 {
@@ -784,6 +815,7 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 	uint64_t rnd = now_ns() ^ ((uint64_t)getpid() << 32);
 
 	memset(be, 0, sizeof(*be));
+	be->ledger.dirfd = -1;
 	be->root_fd = root_fd;
 	be->cache = cache;
 	be->opt = *opt;
@@ -830,6 +862,8 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 		manifest_disabled(&be->man);
 	else if (r == 0)
 		r = manifest_open(&be->man, root_fd, be->nodes->node, be->mount_id, &be->recovery);
+	if (r == 0 && !opt->no_manifest)
+		ledger_start(be);
 	if (r == 0)
 		r = nodes_run(be->nodes);
 	if (r < 0) {	/* not started: leave nothing behind */
@@ -940,7 +974,7 @@ void backend_stop(struct backend *be)
 {
 	threads_join(be, false);
 	bool clean = list_empty(&be->ops);
-	manifest_close(&be->man, atomic_load(&be->durable_seq), clean);
+	ledger_close(&be->ledger, manifest_close(&be->man, atomic_load(&be->durable_seq), clean));
 	if (be->nodes) {
 		nodes_stop(be->nodes, clean);	/* the last watermark, then the lease */
 		free(be->nodes);

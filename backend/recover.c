@@ -94,6 +94,7 @@ struct rscan {
 	uint64_t prev_format;	/* its manifest format (1: whole-file XXH3-128 digests) */
 	bool prev_clean;
 	uint64_t prev_durable;
+	uint64_t prev_max_seq;	/* the highest seq any of its records names */
 	struct rrec *ops;	/* operations of prev after its last durable record */
 	size_t nops, capops;
 	struct rrec *intents;	/* its intents after its last durable record */
@@ -333,13 +334,15 @@ int rscan_cb(void *arg, const char *p, size_t len, uint64_t off)
 		s->prev_format = MANIFEST_FORMAT;
 		json_u64(&o, "format", &s->prev_format);
 		s->prev_clean = false;
-		s->prev_durable = 0;
+		s->prev_durable = s->prev_max_seq = 0;
 		goto out;
 	}
 	if (strcmp(mid, s->prev) != 0)
 		goto out;	/* another mount's records: not ours to recover */
 	json_u64(&o, "seq", &r.seq);
 	json_u64(&o, "try", &r.try);
+	if (r.seq > s->prev_max_seq)
+		s->prev_max_seq = r.seq;
 	if (!strcmp(t, "unmount")) {
 		s->prev_clean = true;
 	} else if (!strcmp(t, "void")) {	/* an operation that was skipped, never applied */
@@ -538,6 +541,7 @@ int manifest_recover(struct manifest *m, int root_fd, struct rscan *s, struct re
 	rep->unclean = true;
 	snprintf(rep->prev_mount_id, sizeof(rep->prev_mount_id), "%s", s->prev);
 	rep->prev_seq_applied = s->prev_durable;
+	rep->prev_seq_recorded = s->prev_max_seq;
 	if ((r = replay_digests(m, s)) < 0) {
 		fprintf(stderr, "ckptfs: cannot read %s/manifest.log again to recover mount %s: %s\n",
 			m->where, s->prev, strerror(-r));

@@ -310,7 +310,7 @@ static void gap_init(struct nodes *nd)
 {
 	struct wm_record *p = &nd->prev;
 	const char *unclean = unclean_previous(nd);
-	uint64_t lost = nd->be->recovery.inflight_files;
+	uint64_t lost = nd->be->recovery.inflight_files + nd->be->recovery.unrecorded_ops;
 	int r = prev_read(nd, p, unclean[0] != '\0');
 	char tail[512];
 

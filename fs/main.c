@@ -377,6 +377,7 @@ int main(int argc, char **argv)
 		.no_manifest = !fs->opt.manifest,
 		.base_copy = fs->opt.base_copy,
 		.nodes = &fs->opt.nodes,
+		.ledger_dir = fs->opt.rescue_dir,
 	};
 	struct backend_hooks hooks = { .stage_dir = fs_stage_dir, .hold = fs_hold,
 				       .published = fs_published, .arg = fs };

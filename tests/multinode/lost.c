@@ -19,6 +19,12 @@
  *    again: the acknowledgement is carried on (the record's window stays
  *    closed, its lost files counted), and the marker of a checkpoint
  *    written after it is released by b's watermark, not by a policy.
+ * 3. b's shard is sealed but its publisher never notes it in the log (its
+ *    log appends hang), and b is killed: nothing on the backend says the
+ *    shard existed.  b's seal ledger (backend/ledger.c) does: the next
+ *    mount counts what was sealed past the log's last record as lost, and
+ *    the marker rank 0 writes after b's restart stays held (the old code,
+ *    counting intent records only, ended the window at the restart).
  * (b killed while idle loses nothing: its window ends at its restart and
  * holds nothing for good — killed.c, case 4.)
  */
@@ -213,11 +219,46 @@ static void released_after_ack(void)
 	mn_cleanup(&c);
 }
 
+static void unrecorded(void)
+{
+	struct mcluster c;
+	char flag[PATH_MAX], env[PATH_MAX + 64], man[PATH_MAX + 64];
+	const char *const e[] = { env, NULL };
+
+	mn_init(&c, "mn-lost-unrec", 2);
+	mn_mount(&c, 0, NULL, NULL);
+	snprintf(flag, sizeof(flag), "%s/log-hangs", c.node[1].m.root);
+	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=append,hold=%s", flag);
+	mn_mount(&c, 1, NULL, e);
+	cu_write_text(flag, "");	/* from now on b's log appends wait */
+	shards(&c, 1);
+	usleep(300 * 1000);
+	snprintf(man, sizeof(man), "%s/.ckptfs/nodes/b/manifest.log", c.node[1].m.backend);
+	if (strstr(cu_slurp(man), "s1/shard1"))
+		FAILF("b's log notes s1/shard1 although its appends hang");
+	mn_kill(&c, 1);
+	unlink(flag);
+	mn_mount(&c, 1, NULL, NULL);
+	ASSERT_EQ(mn_log_count(&c, 1, "never persisted: s1/shard1"), 0);
+	ASSERT_GE(mn_log_count(&c, 1, "after the last its log records"), 1);
+	usleep(100 * 1000);
+	marker(&c, 1);		/* sealed after b's restart */
+	if (latest_names(&c, 1, 2000))
+		FAILF("`latest` names s1 on the backend but b's shard of s1, never noted in its "
+		      "log, was lost in b's crash (b's record: %s)", rec_of_b(&c));
+	ASSERT_STR_EQ(mn_stat(&c, 1, "lost_window"), "open");
+	ASSERT_STR_EQ(mn_stat(&c, 0, "marker_held_for"), "b");
+	fprintf(stderr, "REPORT (3): %s\n", mn_stat(&c, 0, "marker_held_reason"));
+	mn_kill(&c, 0);		/* its unmount would wait for the held marker */
+	mn_cleanup(&c);
+}
+
 int main(void)
 {
 	tm_require_fuse();
 	cu_require_root();
 	held_until_ack();
 	released_after_ack();
+	unrecorded();
 	return 0;
 }

@@ -39,7 +39,7 @@ static char *at_root(const char *name)
 	return sec_root_path(&m, name);
 }
 
-/* The one entry of dir (a per-mount rescue directory). */
+/* The one entry of dir (a per-mount rescue directory; .seals holds the seal ledgers). */
 static void only_entry(const char *dir, char *out, size_t len)
 {
 	DIR *d = opendir(dir);
@@ -47,7 +47,7 @@ static void only_entry(const char *dir, char *out, size_t len)
 	int n = 0;
 	ASSERT_TRUE(d != NULL);
 	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && strcmp(de->d_name, ".seals")) {
 			snprintf(out, len, "%s/%s", dir, de->d_name);
 			n++;
 		}
