@@ -37,16 +37,27 @@ static void ledger_name(char *out, size_t len, const char *mount_id)
 	snprintf(out, len, "seals-%.23s", mount_id);
 }
 
-/* The ledgers' directory below the rescue directory `dir`, made 0700 if missing: its fd or -errno. */
-static int ledger_dir(const char *dir, char *why, size_t wlen)
+/*
+ * The ledgers' directory below the rescue directory `dir`, made 0700 if
+ * missing (both walked and judged as rescue.c R1 says): its fd or -errno;
+ * *parent (if not NULL) gets the rescue directory's.
+ */
+static int ledger_dir(const char *dir, int *parent, char *why, size_t wlen)
 {
 	char path[PATH_MAX];
+	int fd;
 
 	if (snprintf(path, sizeof(path), "%s/.seals", dir) >= (int)sizeof(path)) {
 		snprintf(why, wlen, "%s/.seals: %s", dir, strerror(ENAMETOOLONG));
 		return -ENAMETOOLONG;
 	}
-	return safepath_open_private(path, why, wlen);
+	if ((fd = safepath_open_private(path, why, wlen)) < 0 || !parent)
+		return fd;
+	if ((*parent = safepath_open_private(dir, why, wlen)) < 0) {
+		bsys_direct.close(fd);
+		return *parent;
+	}
+	return fd;
 }
 
 /* Read name's page in dirfd: 0, or -errno (-EBADMSG: not a ledger). */
@@ -90,11 +101,11 @@ void ledger_open(struct ledger *lg, const char *dir, const char *mount_id, const
 	void *p;
 
 	memset(lg, 0, sizeof(*lg));
-	lg->dirfd = -1;
+	lg->dirfd = lg->parentfd = -1;
 	if (!dir)
 		return;
 	ledger_name(lg->name, sizeof(lg->name), mount_id);
-	if ((r = lg->dirfd = ledger_dir(dir, why, sizeof(why))) < 0)
+	if ((r = lg->dirfd = ledger_dir(dir, &lg->parentfd, why, sizeof(why))) < 0)
 		goto fail;
 	struct sweep sw = { lg->dirfd, boot_id };
 	bsys_direct.readdir(lg->dirfd, sweep_one, &sw);
@@ -122,9 +133,7 @@ fail:
 		bsys_direct.close(fd);
 		bsys_direct.unlinkat(lg->dirfd, lg->name, 0);
 	}
-	if (lg->dirfd >= 0)
-		bsys_direct.close(lg->dirfd);
-	lg->dirfd = -1;
+	ledger_close(lg, false);
 }
 
 void ledger_seal(struct ledger *lg, uint64_t seq)
@@ -138,12 +147,14 @@ void ledger_close(struct ledger *lg, bool clean)
 	if (lg->page)
 		munmap(lg->page, LEDGER_SIZE);
 	lg->page = NULL;
-	if (lg->dirfd < 0)
-		return;
-	if (clean)
-		bsys_direct.unlinkat(lg->dirfd, lg->name, 0);
-	bsys_direct.close(lg->dirfd);
-	lg->dirfd = -1;
+	if (lg->dirfd >= 0 && clean)	/* and .seals, if no other mount's ledger is left */
+		if (bsys_direct.unlinkat(lg->dirfd, lg->name, 0) == 0 && lg->parentfd >= 0)
+			bsys_direct.unlinkat(lg->parentfd, ".seals", AT_REMOVEDIR);
+	if (lg->dirfd >= 0)
+		bsys_direct.close(lg->dirfd);
+	if (lg->parentfd >= 0)
+		bsys_direct.close(lg->parentfd);
+	lg->dirfd = lg->parentfd = -1;
 }
 
 int ledger_take(const char *dir, const char *prev, const char *boot_id, uint64_t *seq)
@@ -154,7 +165,7 @@ int ledger_take(const char *dir, const char *prev, const char *boot_id, uint64_t
 
 	if (!dir)
 		return -ENOENT;
-	if ((dirfd = ledger_dir(dir, why, sizeof(why))) < 0)
+	if ((dirfd = ledger_dir(dir, NULL, why, sizeof(why))) < 0)
 		return dirfd;
 	ledger_name(name, sizeof(name), prev);
 	if ((r = page_read(dirfd, name, &pg)) == -ENOENT) {

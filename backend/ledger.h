@@ -25,7 +25,8 @@ struct ledger_page;
 
 struct ledger {
 	struct ledger_page *page;	/* NULL: no ledger (said once in the log) */
-	int dirfd;
+	int dirfd;		/* .seals */
+	int parentfd;		/* the rescue directory */
 	char name[40];
 };
 

@@ -815,7 +815,7 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 	uint64_t rnd = now_ns() ^ ((uint64_t)getpid() << 32);
 
 	memset(be, 0, sizeof(*be));
-	be->ledger.dirfd = -1;
+	be->ledger.dirfd = be->ledger.parentfd = -1;
 	be->root_fd = root_fd;
 	be->cache = cache;
 	be->opt = *opt;
