@@ -41,6 +41,28 @@ static bool wait_lease_lost(struct mcluster *c, int i, unsigned ms)
 }
 
 /* Run a second daemon in the foreground on node i's backend and a fresh mount point. */
+/*
+ * Node 0's daemon is stopped past its ttl (4 s) while node 1 mounts its
+ * node (opts, env), which takes it over; resumed, node 0's daemon must say
+ * its lease is lost and publish nothing more (a write of `probe`).
+ */
+static void taken_while_stopped(struct mcluster *c, const char *opts, const char *const *env,
+				const char *probe)
+{
+	kill(c->node[0].m.pid, SIGSTOP);
+	usleep(5000 * 1000);
+	mn_mount_raw(c, 1, opts, env);
+	ASSERT_GE(mn_log_count(c, 1, "its lease expired"), 1);
+	kill(c->node[0].m.pid, SIGCONT);
+	if (!wait_lease_lost(c, 0, 15000))
+		FAILF("%s: the resumed daemon does not say its lease is lost", opts);
+	cu_write_text(mn_path(c, 0, probe), "x");
+	usleep(1000 * 1000);
+	if (file_exists(mn_bpath(c, probe)))
+		FAILF("%s: a daemon whose node was taken over while it was stopped still published",
+		      opts);
+}
+
 static int second(struct mcluster *c, int i, const char *opts, const char *env, char *out,
 		  size_t len)
 {
@@ -202,18 +224,8 @@ int main(void)
 	expect_refused(st, out, "node 'z' is held by a live daemon", "no flock, a live lease");
 
 	/* Stopped past the ttl: another daemon takes the node; the first finds it lost. */
-	kill(c.node[0].m.pid, SIGSTOP);
-	usleep(5000 * 1000);
-	mn_mount_raw(&c, 1, "node=z,lease_ttl=4", env);
-	ASSERT_GE(mn_log_count(&c, 1, "its lease expired"), 1);
-	kill(c.node[0].m.pid, SIGCONT);
-	if (!wait_lease_lost(&c, 0, 15000))
-		FAILF("the resumed daemon does not say its lease is lost");
+	taken_while_stopped(&c, "node=z,lease_ttl=4", env, "after-loss");
 	ASSERT_GE(mn_log_count(&c, 0, "lost this node's lease"), 1);
-	cu_write_text(mn_path(&c, 0, "after-loss"), "x");
-	usleep(1000 * 1000);
-	if (file_exists(mn_bpath(&c, "after-loss")))
-		FAILF("a daemon that lost its lease still published");
 	mn_kill(&c, 0);		/* its drain could never finish */
 	mn_stop(&c, 1);
 
@@ -237,17 +249,7 @@ int main(void)
 	expect_refused(st, out, "node 'u' is held by a live daemon", "client-local flock, a live lease");
 	/* Its client no longer shows it the lease file (a stale cache, a partition). */
 	cu_write_text(stale, "");
-	kill(c.node[0].m.pid, SIGSTOP);
-	usleep(5000 * 1000);
-	mn_mount_raw(&c, 1, "node=u,lease_ttl=4", env);
-	ASSERT_GE(mn_log_count(&c, 1, "its lease expired"), 1);
-	kill(c.node[0].m.pid, SIGCONT);
-	if (!wait_lease_lost(&c, 0, 15000))
-		FAILF("a resumed daemon whose flock is client-local does not say its lease is lost");
-	cu_write_text(mn_path(&c, 0, "u-after"), "x");
-	usleep(1000 * 1000);
-	if (file_exists(mn_bpath(&c, "u-after")))
-		FAILF("a daemon whose node was taken on another client still published (its flock held)");
+	taken_while_stopped(&c, "node=u,lease_ttl=4", env, "u-after");
 	mn_kill(&c, 0);
 	mn_stop(&c, 1);
 
