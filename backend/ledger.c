@@ -138,7 +138,8 @@ fail:
 
 void ledger_seal(struct ledger *lg, uint64_t seq)
 {
-	if (lg->page)
+	/* The highest, whatever the order of submission: only the caller's lock writes it. */
+	if (lg->page && seq > atomic_load_explicit(&lg->page->sealed, memory_order_relaxed))
 		atomic_store_explicit(&lg->page->sealed, seq, memory_order_release);
 }
 

@@ -32,7 +32,7 @@ struct ledger {
 
 /* Make and map this mount's ledger in dir; a failure leaves lg without one (logged). */
 void ledger_open(struct ledger *lg, const char *dir, const char *mount_id, const char *boot_id);
-/* Operation seq is sealed (the caller orders the calls: seqs only grow). */
+/* Operation seq is sealed: the ledger keeps the highest (calls under one lock). */
 void ledger_seal(struct ledger *lg, uint64_t seq);
 /* Unmap; clean: the log says everything, so the file goes too. */
 void ledger_close(struct ledger *lg, bool clean);
