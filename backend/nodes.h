@@ -20,7 +20,7 @@
  * Records are written whole: temporary name, write, fsync, rename,
  * directory fsync — all through bsys.
  *
- * Invariants (tests cite them as N1..N5):
+ * Invariants (tests cite them as N1..N6):
  *  N1  at most one live daemon holds a node: a second is refused (exit 2)
  *      while the holder's flock is held, or its lease is fresh; a dead
  *      holder's lease is taken over only once it has expired (at once when
@@ -36,9 +36,19 @@
  *      backend.h's wall floor).  (Counting its own held markers would let
  *      two nodes' markers sealed within the skew margin wait for each other
  *      forever; a held marker is a marker, not a shard another checkpoint
- *      needs.);
- *  N4  a marker is applied only after every peer's watermark T has passed
- *      its seal time plus the skew margin for that peer, or after
+ *      needs.)  The record also gives a second T, for markers of every
+ *      actor but those it lists: the same bound over the operations of the
+ *      unlisted actors alone.  It lists the actors with an operation that
+ *      failed and is still pending (at most NODES_WM_UIDS_MAX; with more,
+ *      none, and the second T is T): one user's blocked operation does
+ *      not hold back another user's markers on other nodes (contract item
+ *      3).  Sound because a marker names only its own user's files (the
+ *      contract, "Beyond one node": a job runs as one uid on every node), and
+ *      an unlisted user's operations held back by a listed user's count in
+ *      that second T as its own;
+ *  N4  a marker is applied only after every peer's watermark T for the
+ *      marker's actor (N3) has passed its seal time plus the skew margin
+ *      for that peer, or after
  *      marker_timeout under marker_policy=release, which is logged; a
  *      held marker holds back only what the publisher's order puts after
  *      it (its actor's later operations and its dependants);
@@ -111,6 +121,8 @@ void nodes_opts_free(struct nodes_opts *o);
 #define NODES_WM_FILE "watermark.json"
 /* The kernel's cap on a clock's maxerror (NTP_PHASE_LIMIT, 16 s): an unsynchronized clock's. */
 #define NODES_MAXERROR_MAX_NS (16ull * 1000000000)
+/* Failing actors a record lists (N3); with more, it lists none: one T for all. */
+#define NODES_WM_UIDS_MAX 16
 
 struct wm_record {
 	bool valid;
@@ -134,9 +146,20 @@ struct wm_record {
 	uint64_t lost_files;	/* lost in the window's unclean stops, summed */
 	uint64_t skipped;	/* N6: operations skipped by the administrator (0: none) */
 	uint64_t skipped_from_ns;	/* the earliest one's seal time */
+	/*
+	 * N3 per actor (format 4): T for markers of every uid but the listed
+	 * ones — the actors with an operation that failed and is still pending
+	 * there, ascending, at most NODES_WM_UIDS_MAX (none listed:
+	 * others_before_ns is before_ns).  Older formats: none, before_ns.
+	 */
+	uint64_t others_before_ns;
+	unsigned nblocked;
+	uint32_t blocked_uids[NODES_WM_UIDS_MAX];
 };
 /* Parse a watermark record (a flat JSON object): true if it is one. */
 bool wm_parse(const char *text, size_t len, struct wm_record *r);
+/* T for a marker of `uid` (N3): others_before_ns unless the record lists uid. */
+uint64_t wm_before_for(const struct wm_record *r, uid_t uid);
 
 /* ---- the lease ----------------------------------------------------------- */
 

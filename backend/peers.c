@@ -9,8 +9,9 @@
  *
  * The hold hook (called by the publisher under be->lock, for each marker
  * ready to be applied) decides from those snapshots alone — no I/O — whether
- * every peer's watermark T has passed the marker's seal time Tm plus the
- * margin for that peer:
+ * every peer's watermark T for the marker's actor (N3: the record's T for
+ * the actors it lists as failing there, else its T for every other actor)
+ * has passed the marker's seal time Tm plus the margin for that peer:
  *
  *   margin = peer_skew                     when -o peer_skew=SEC is given;
  *          = MARGIN_FLOOR_NS               when the peer shares this clock
@@ -223,11 +224,11 @@ static double secs(uint64_t a, uint64_t b)
  * Does peer p let a marker sealed at tm go?  If not, why, and *lost: for a
  * window of lost files still open (nodes->lock held).
  */
-static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, char *why,
-			size_t len, bool *lost)
+static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, uid_t uid,
+			char *why, size_t len, bool *lost)
 {
 	const struct wm_record *w = &p->wm;
-	uint64_t now = wall_ns();
+	uint64_t now = wall_ns(), t = wm_before_for(w, uid);
 
 	if (!w->valid && p->read_err == -EBADMSG) {
 		snprintf(why, len, "node %s's watermark record is damaged or not one a daemon wrote "
@@ -265,7 +266,7 @@ static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, cha
 			 secs(tm, w->skipped_from_ns));
 		return false;
 	}
-	if (w->before_ns >= tm_m)
+	if (t >= tm_m)
 		return true;
 	/*
 	 * A record saying the peer stopped cleanly proves nothing about seals
@@ -273,16 +274,20 @@ static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, cha
 	 * after the peer's next mount wrote a new one.  Only T counts.
 	 */
 	const struct lease_record *l = &p->lease;
+	char mine[96] = "";
+	if (t == w->before_ns && w->others_before_ns > t)	/* uid is listed (N3) */
+		snprintf(mine, sizeof(mine), "; an operation of uid %u failed there and is pending",
+			 (unsigned)uid);
 	if (w->stopped)
 		snprintf(why, len, "node %s stopped cleanly %.3f s before the marker; it confirms "
-			 "the marker once it is mounted again", p->name, secs(tm, w->before_ns));
+			 "the marker once it is mounted again", p->name, secs(tm, t));
 	else if (l->valid && !l->released && now > l->heartbeat_ns && now - l->heartbeat_ns > l->ttl_ns)
 		snprintf(why, len, "node %s's durable watermark is %.3f s short of the marker, and "
-			 "its lease expired %.1f s ago (is its daemon dead?)", p->name,
-			 secs(tm_m, w->before_ns), secs(now, l->heartbeat_ns + l->ttl_ns));
+			 "its lease expired %.1f s ago (is its daemon dead?)%s", p->name,
+			 secs(tm_m, t), secs(now, l->heartbeat_ns + l->ttl_ns), mine);
 	else
 		snprintf(why, len, "node %s's durable watermark is %.3f s short of the marker (margin "
-			 "%.3f s)", p->name, secs(tm_m, w->before_ns), (double)m / 1e9);
+			 "%.3f s)%s", p->name, secs(tm_m, t), (double)m / 1e9, mine);
 	return false;
 }
 
@@ -290,8 +295,8 @@ static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, cha
  * Do the peers let a marker sealed at tm go?  waiting/why/lost: the first
  * peer it waits for (peer_passes).
  */
-static bool peers_pass(struct nodes *nd, uint64_t tm, char *waiting, size_t wlen, char *why,
-		       size_t len, bool *lost)
+static bool peers_pass(struct nodes *nd, uint64_t tm, uid_t uid, char *waiting, size_t wlen,
+		       char *why, size_t len, bool *lost)
 {
 	unsigned passed = 0, need;
 	char one[512];
@@ -301,7 +306,7 @@ static bool peers_pass(struct nodes *nd, uint64_t tm, char *waiting, size_t wlen
 	*lost = false;
 	if (!count_mode(nd)) {
 		for (unsigned i = 0; i < nd->npeers; i++) {
-			if (peer_passes(nd, &nd->peers[i], tm, one, sizeof(one), lost))
+			if (peer_passes(nd, &nd->peers[i], tm, uid, one, sizeof(one), lost))
 				continue;
 			snprintf(waiting, wlen, "%s", nd->peers[i].name);
 			snprintf(why, len, "%s", one);
@@ -312,7 +317,7 @@ static bool peers_pass(struct nodes *nd, uint64_t tm, char *waiting, size_t wlen
 	need = nd->opt.peers_count - 1;
 	for (unsigned i = 0; i < nd->npeers; i++) {
 		l = false;
-		if (peer_passes(nd, &nd->peers[i], tm, one, sizeof(one), &l)) {
+		if (peer_passes(nd, &nd->peers[i], tm, uid, one, sizeof(one), &l)) {
 			passed++;
 		} else if (!waiting[0]) {
 			*lost = l;
@@ -395,8 +400,8 @@ uint64_t nodes_hold(struct nodes *nd, const struct op *op)
 		return 0;
 	pthread_mutex_lock(&nd->lock);
 	bool lost;
-	bool pass = peers_pass(nd, op->sealed_wall_ns, waiting, sizeof(waiting), why, sizeof(why),
-			       &lost);
+	bool pass = peers_pass(nd, op->sealed_wall_ns, op->actor, waiting, sizeof(waiting), why,
+			       sizeof(why), &lost);
 	struct held_marker *h = held_find(nd, op->seq);
 	if (pass) {
 		if (h) {

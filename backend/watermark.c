@@ -11,7 +11,11 @@
  * clock), and, after an unclean stop, the window of seal times the lost
  * incarnation never confirmed (N5) — open (no end, "gap_to_ns": 0) while
  * files it lost are not acknowledged by an administrator (ack-lost) — and
- * what an administrator skipped on this node, ever (N6).
+ * what an administrator skipped on this node, ever (N6).  It also says what
+ * T is for markers of the actors other than those it lists, the actors
+ * with an operation that failed and is still pending here: the same bound
+ * over the unlisted actors' operations alone (N3), so that one user's
+ * refused operation does not hold another user's markers on other nodes.
  *
  * When it is written:
  *  - after publish groups, coalesced: at most every WM_COALESCE_NS;
@@ -60,15 +64,22 @@
 #define WM_MAXERROR_MAX_NS (16ull * 1000000000)
 
 /*
- * Format 3: "gap_to_ns": 0 with a gap_mount is an open window (N5).  Format
- * 2 (older daemons) is still read, its window with lost files as open.
+ * Format 4: T for markers of actors other than "blocked_uids" (N3):
+ * "others_before_ns", the list ascending, "-" for none; a daemon of format
+ * 3 rejects it (markers held, never released early).  Format 3: "gap_to_ns":
+ * 0 with a gap_mount is an open window (N5).  Formats 2 and 3 (older
+ * daemons) are still read, with one T for every actor; format 2's window
+ * with lost files as open.
  */
-#define WM_FORMAT 3
+#define WM_FORMAT 4
 #define WM_FMT "{\"format\": %d, \"node\": \"%s\", \"mount_id\": \"%s\", \"boot_id\": \"%s\", "   \
 	       "\"state\": \"%s\", \"seq\": %llu, \"durable_before_ns\": %llu, "              \
 	       "\"written_ns\": %llu, \"maxerror_ns\": %llu, \"clock_synced\": %s, "          \
 	       "\"gap_mount\": \"%s\", \"gap_from_ns\": %llu, \"gap_to_ns\": %llu, "          \
-	       "\"lost_files\": %llu, \"skipped\": %llu, \"skipped_from_ns\": %llu}\n"
+	       "\"lost_files\": %llu, \"skipped\": %llu, \"skipped_from_ns\": %llu, "         \
+	       "\"blocked_uids\": \"%s\", \"others_before_ns\": %llu}\n"
+/* The list: NODES_WM_UIDS_MAX uids of 10 digits and commas (wm_parse's width: 176). */
+#define WM_UIDS_LEN (NODES_WM_UIDS_MAX * 11)
 
 /*
  * One number of a record: digits only (sscanf's %llu would take "-1" for
@@ -99,13 +110,84 @@ static bool wm_sane(const struct wm_record *r)
 	if (r->gap_mount[0] && (r->gap_from_ns > (r->gap_open ? r->written_ns : r->gap_to_ns) ||
 				r->gap_to_ns > r->written_ns))
 		return false;
+	if (r->others_before_ns < r->before_ns || r->others_before_ns > r->written_ns ||
+	    (!r->nblocked && r->others_before_ns != r->before_ns))
+		return false;
 	return !r->skipped || r->skipped_from_ns <= r->written_ns;
+}
+
+/* "blocked_uids" into r: "-", or up to NODES_WM_UIDS_MAX uids, ascending. */
+static bool wm_uids_parse(const char *text, struct wm_record *r)
+{
+	char one[12];
+	uint64_t uid;
+
+	if (!strcmp(text, "-"))
+		return true;
+	for (const char *p = text;; p++) {
+		size_t n = strspn(p, "0123456789");
+		if (n == 0 || n >= sizeof(one) || r->nblocked == NODES_WM_UIDS_MAX)
+			return false;
+		memcpy(one, p, n);
+		one[n] = '\0';
+		if (!wm_num(one, &uid) || uid > UINT32_MAX ||
+		    (r->nblocked && uid <= r->blocked_uids[r->nblocked - 1]))
+			return false;
+		r->blocked_uids[r->nblocked++] = (uint32_t)uid;
+		p += n;
+		if (!*p)
+			return true;
+		if (*p != ',')
+			return false;
+	}
+}
+
+/* ... and back; "-" for none. */
+static void wm_uids_format(const struct wm_record *r, char *buf, size_t len)
+{
+	size_t at = 0;
+
+	snprintf(buf, len, "-");
+	for (unsigned i = 0; i < r->nblocked; i++)
+		at += (size_t)snprintf(buf + at, len - at, "%s%u", i ? "," : "",
+				       (unsigned)r->blocked_uids[i]);
+}
+
+static bool wm_listed(const struct wm_record *r, uid_t uid)
+{
+	for (unsigned i = 0; i < r->nblocked; i++)
+		if (r->blocked_uids[i] == uid)
+			return true;
+	return false;
+}
+
+uint64_t wm_before_for(const struct wm_record *r, uid_t uid)
+{
+	return wm_listed(r, uid) ? r->before_ns : r->others_before_ns;
+}
+
+/* Add uid to r's ascending list; false when it is full. */
+static bool wm_uids_add(struct wm_record *r, uint32_t uid)
+{
+	unsigned i = 0;
+
+	while (i < r->nblocked && r->blocked_uids[i] < uid)
+		i++;
+	if (i < r->nblocked && r->blocked_uids[i] == uid)
+		return true;
+	if (r->nblocked == NODES_WM_UIDS_MAX)
+		return false;
+	memmove(&r->blocked_uids[i + 1], &r->blocked_uids[i],
+		(r->nblocked - i) * sizeof(r->blocked_uids[0]));
+	r->blocked_uids[i] = uid;
+	r->nblocked++;
+	return true;
 }
 
 bool wm_parse(const char *text, size_t len, struct wm_record *r)
 {
-	char state[16], synced[8], n[9][21];
-	int fmt;
+	char state[16], synced[8], n[10][21], uids[WM_UIDS_LEN + 1];
+	int fmt, end = -1;
 
 	memset(r, 0, sizeof(*r));
 	if (!len || text[len] != '\0')
@@ -115,14 +197,26 @@ bool wm_parse(const char *text, size_t len, struct wm_record *r)
 		   "\"durable_before_ns\": %20[0-9], \"written_ns\": %20[0-9], "
 		   "\"maxerror_ns\": %20[0-9], \"clock_synced\": %7[a-z], "
 		   "\"gap_mount\": \"%23[^\"]\", \"gap_from_ns\": %20[0-9], \"gap_to_ns\": %20[0-9], "
-		   "\"lost_files\": %20[0-9], \"skipped\": %20[0-9], \"skipped_from_ns\": %20[0-9]}",
+		   "\"lost_files\": %20[0-9], \"skipped\": %20[0-9], \"skipped_from_ns\": %20[0-9]%n",
 		   &fmt, r->node, r->mount_id, r->boot_id, state, n[0], n[1], n[2], n[3], synced,
-		   r->gap_mount, n[4], n[5], n[6], n[7], n[8]) != 16 || fmt < 2 || fmt > WM_FORMAT)
+		   r->gap_mount, n[4], n[5], n[6], n[7], n[8], &end) != 16 || end < 0 || fmt < 2 ||
+	    fmt > WM_FORMAT)
 		return false;
-	uint64_t *const to[9] = { &r->seq, &r->before_ns, &r->written_ns, &r->maxerror_ns,
-				  &r->gap_from_ns, &r->gap_to_ns, &r->lost_files, &r->skipped,
-				  &r->skipped_from_ns };
-	for (unsigned i = 0; i < 9; i++)
+	const char *tail = text + end;
+	if (fmt < 4) {
+		if (*tail != '}')
+			return false;
+		snprintf(n[9], sizeof(n[9]), "%s", n[1]);	/* one T for every actor */
+	} else {
+		end = -1;
+		if (sscanf(tail, ", \"blocked_uids\": \"%176[0-9,-]\", \"others_before_ns\": "
+			   "%20[0-9]}%n", uids, n[9], &end) != 2 || end < 0 || !wm_uids_parse(uids, r))
+			return false;
+	}
+	uint64_t *const to[10] = { &r->seq, &r->before_ns, &r->written_ns, &r->maxerror_ns,
+				   &r->gap_from_ns, &r->gap_to_ns, &r->lost_files, &r->skipped,
+				   &r->skipped_from_ns, &r->others_before_ns };
+	for (unsigned i = 0; i < 10; i++)
 		if (!wm_num(n[i], to[i]))
 			return false;
 	r->synced = !strcmp(synced, "true");
@@ -148,22 +242,41 @@ void nodes_clock_sample(struct nodes *nd)
 	atomic_store(&nd->synced, st >= 0 && st != TIME_ERROR && !(tx.status & STA_UNSYNC));
 }
 
-/* N3: T for this node's record (be->lock held). */
-static uint64_t durable_wall_locked(struct nodes *nd, uint64_t *seq)
+/*
+ * N3: T for this node's record into w (before_ns, and others_before_ns for
+ * the actors other than those listed: each with an operation that failed
+ * and is still pending), and the durable seq (be->lock held).
+ */
+static void durable_wall_locked(struct nodes *nd, struct wm_record *w, uint64_t *seq)
 {
 	struct backend *be = nd->be;
-	uint64_t wall = UINT64_MAX;
+	uint64_t wall = UINT64_MAX, others = UINT64_MAX;
+	bool full = false;
 
+	w->nblocked = 0;
+	for (struct list *e = be->ops.next; e != &be->ops && !full; e = e->next) {
+		const struct op *op = list_entry(e, struct op, link);
+		if (op->attempts)
+			full = !wm_uids_add(w, (uint32_t)op->actor);
+	}
+	if (full)
+		w->nblocked = 0;	/* too many to list: one T for every actor */
 	pthread_mutex_lock(&nd->lock);
 	nodes_held_prune_locked(nd);	/* released markers applied since: their entries go */
 	for (struct list *e = be->ops.next; e != &be->ops; e = e->next) {
 		const struct op *op = list_entry(e, struct op, link);
-		if (!nd->nheld || !nodes_held_locked(nd, op->seq))
-			wall = CKPT_MIN(wall, op->sealed_wall_ns);
+		if (nd->nheld && nodes_held_locked(nd, op->seq))
+			continue;
+		wall = CKPT_MIN(wall, op->sealed_wall_ns);
+		if (!wm_listed(w, op->actor))
+			others = CKPT_MIN(others, op->sealed_wall_ns);
 	}
 	pthread_mutex_unlock(&nd->lock);
 	*seq = list_empty(&be->ops) ? be->last_seq : atomic_load(&be->durable_seq);
-	return wall != UINT64_MAX ? wall : backend_wall_stamp_locked(be);
+	/* Nothing (of theirs) pending: a time no later seal can precede. */
+	uint64_t stamp = backend_wall_stamp_locked(be);
+	w->before_ns = CKPT_MIN(wall, stamp);
+	w->others_before_ns = w->nblocked ? CKPT_MIN(others, stamp) : w->before_ns;
 }
 
 /*
@@ -186,35 +299,47 @@ static void skipped_locked(struct nodes *nd, uint64_t *count, uint64_t *from)
 static int wm_write(struct nodes *nd, bool stopped)
 {
 	struct backend *be = nd->be;
-	char buf[1024];
+	char buf[1024], uids[WM_UIDS_LEN + 1];
+	struct wm_record t;
 	uint64_t seq, before, skipped, skipped_from;
-	int r;
+	int r, n;
 
 	/* N2: not ours to write any more.  Without flock, a stopped daemon may have lost it. */
 	if (atomic_load(&nd->lease_lost) || (!nd->flock_ok && lease_check(nd) < 0))
 		return -EADDRINUSE;
 	nodes_clock_sample(nd);
 	pthread_mutex_lock(&be->lock);
-	before = durable_wall_locked(nd, &seq);
+	durable_wall_locked(nd, &t, &seq);
 	skipped_locked(nd, &skipped, &skipped_from);
 	pthread_mutex_unlock(&be->lock);
+	before = t.before_ns;
 	/*
 	 * Seal times are floored (they never go back when the clock does), and
 	 * peers reject a record whose times are later than its writing (wm_sane).
 	 */
 	const struct wm_record *g = &nd->gap;	/* only the keeper changes it, or none runs */
-	uint64_t written = CKPT_MAX(CKPT_MAX(wall_ns(), before),
+	uint64_t written = CKPT_MAX(CKPT_MAX(wall_ns(), t.others_before_ns),
 				    CKPT_MAX(CKPT_MAX(g->gap_from_ns, g->gap_to_ns), skipped_from));
-	int n = snprintf(buf, sizeof(buf), WM_FMT, WM_FORMAT, nd->node, be->mount_id,
-			 nd->boot_id, stopped ? "stopped" : "running", (unsigned long long)seq,
-			 (unsigned long long)before, (unsigned long long)written,
-			 (unsigned long long)atomic_load(&nd->maxerror_ns),
-			 atomic_load(&nd->synced) ? "true" : "false",
-			 g->valid ? g->gap_mount : "-", (unsigned long long)g->gap_from_ns,
-			 (unsigned long long)(g->gap_open ? 0 : g->gap_to_ns),
-			 (unsigned long long)g->lost_files, (unsigned long long)skipped,
-			 (unsigned long long)skipped_from);
-	r = manifest_write_file(nd->dirfd, WM_FILE, WM_TMP, buf, (size_t)n);
+	for (;;) {
+		wm_uids_format(&t, uids, sizeof(uids));
+		n = snprintf(buf, sizeof(buf), WM_FMT, WM_FORMAT, nd->node, be->mount_id,
+			     nd->boot_id, stopped ? "stopped" : "running", (unsigned long long)seq,
+			     (unsigned long long)before, (unsigned long long)written,
+			     (unsigned long long)atomic_load(&nd->maxerror_ns),
+			     atomic_load(&nd->synced) ? "true" : "false",
+			     g->valid ? g->gap_mount : "-", (unsigned long long)g->gap_from_ns,
+			     (unsigned long long)(g->gap_open ? 0 : g->gap_to_ns),
+			     (unsigned long long)g->lost_files, (unsigned long long)skipped,
+			     (unsigned long long)skipped_from, uids,
+			     (unsigned long long)t.others_before_ns);
+		/* Peers read at most sizeof(buf) - 1 bytes: past that, one T for every actor. */
+		if (n < (int)sizeof(buf) || !t.nblocked)
+			break;
+		t.nblocked = 0;
+		t.others_before_ns = before;
+	}
+	r = n < (int)sizeof(buf) ? manifest_write_file(nd->dirfd, WM_FILE, WM_TMP, buf, (size_t)n)
+	    : -ENAMETOOLONG;
 	int was = atomic_exchange(&nd->wm_err, r);
 	if (r < 0 && was != r)
 		log_warn("node %s: cannot write its watermark: %s; peers' markers wait until it "

@@ -18,6 +18,10 @@
  * and so does a format-2 record (an older daemon's) reporting lost files
  * in a window it ended at its restart; an open window starting after the
  * record was written, and a format from the future, are rejected.
+ *
+ * Then format 4's T for the markers of uids other than those listed
+ * (nodes.h N3): it releases a marker of an unlisted uid, not one of a
+ * listed uid; a list or a T no daemon writes is rejected (per_actor).
  */
 #include "tests/multinode/mn_util.h"
 
@@ -48,6 +52,22 @@ static void b_record_fmt(struct mcluster *c, int fmt, const char *before, const 
 	cu_write_text(mn_bpath(c, ".ckptfs/nodes/b/watermark.json"), text);
 }
 
+/* b's record in format 4: T for markers of uids other than `uids` is `others`. */
+static void b_record4(struct mcluster *c, const char *before, const char *written,
+		      const char *uids, const char *others)
+{
+	char text[1024];
+
+	snprintf(text, sizeof(text),
+		 "{\"format\": 4, \"node\": \"b\", \"mount_id\": \"000000000001\", \"boot_id\": \"-\", "
+		 "\"state\": \"running\", \"seq\": 5, \"durable_before_ns\": %s, \"written_ns\": %s, "
+		 "\"maxerror_ns\": 1000000, \"clock_synced\": false, \"gap_mount\": \"-\", "
+		 "\"gap_from_ns\": 0, \"gap_to_ns\": 0, \"lost_files\": 0, \"skipped\": 0, "
+		 "\"skipped_from_ns\": 0, \"blocked_uids\": \"%s\", \"others_before_ns\": %s}\n",
+		 before, written, uids, others);
+	cu_write_text(mn_bpath(c, ".ckptfs/nodes/b/watermark.json"), text);
+}
+
 static void b_record(struct mcluster *c, const char *before, const char *written,
 		     const char *maxerror, const char *gap)
 {
@@ -59,6 +79,18 @@ static void b_record_good(struct mcluster *c)
 	char t[32];
 	snprintf(t, sizeof(t), "%llu", wall_now() + AHEAD_NS);
 	b_record(c, t, t, "1000000", "\"gap_mount\": \"-\", \"gap_from_ns\": 0, \"gap_to_ns\": 0");
+}
+
+/* The backend's `latest` says text within 5 s, or the test fails (`what`: released when). */
+static void latest_released(struct mcluster *c, const char *text, const char *name,
+			    const char *what)
+{
+	uint64_t t0 = mono_ms();
+	while (strcmp(cu_slurp(mn_bpath(c, "latest")), text) && mono_ms() - t0 < 5000)
+		usleep(20000);
+	if (strcmp(cu_slurp(mn_bpath(c, "latest")), text))
+		FAILF("%s: the marker was not released %s: %s", name, what,
+		      mn_stat(c, 0, "marker_held_reason"));
 }
 
 /* The marker is held for b's record, its reason saying `reason`; a good record releases it. */
@@ -79,12 +111,7 @@ static void held_for_then_released(struct mcluster *c, const char *name, unsigne
 		FAILF("%s: the marker is not reported held for b's record ('%s'): '%s'", name,
 		      reason, why);
 	b_record_good(c);
-	uint64_t t0 = mono_ms();
-	while (strcmp(cu_slurp(mn_bpath(c, "latest")), text) && mono_ms() - t0 < 5000)
-		usleep(20000);
-	if (strcmp(cu_slurp(mn_bpath(c, "latest")), text))
-		FAILF("%s: the marker was not released once b's record was good: %s", name,
-		      mn_stat(c, 0, "marker_held_reason"));
+	latest_released(c, text, name, "once b's record was good");
 	fprintf(stderr, "%s: held, then released by a good record\n", name);
 }
 
@@ -92,6 +119,53 @@ static void held_then_released(struct mcluster *c, const char *name, unsigned k)
 {
 	held_for_then_released(c, name, k, "node b's watermark record is damaged or not one a "
 			       "daemon wrote");
+}
+
+/* The marker (of root) is released by b's record alone. */
+static void released_by(struct mcluster *c, const char *name, unsigned k)
+{
+	char text[64];
+
+	snprintf(text, sizeof(text), "case%u", k);
+	usleep(1500 * 1000);	/* a's watcher has read the record */
+	cu_write_text(mn_path(c, 0, "latest"), text);
+	latest_released(c, text, name, "by b's record");
+	fprintf(stderr, "%s: released\n", name);
+}
+
+/*
+ * Format 4 (N3 per actor): T for the markers of uids b does not list.  A
+ * marker of root (uid 0) is released by it when b lists only another uid,
+ * held by b's T when b lists uid 0; a list or T no daemon writes is
+ * rejected.
+ */
+static void per_actor(struct mcluster *c, unsigned *k)
+{
+	char behind[32], ahead[32], past[32], uids[256];
+
+	snprintf(behind, sizeof(behind), "%llu", wall_now() - 10000000000ull);
+	snprintf(ahead, sizeof(ahead), "%llu", wall_now() + AHEAD_NS);
+	snprintf(past, sizeof(past), "%llu", wall_now() + AHEAD_NS + 1000);
+	b_record4(c, behind, ahead, "61902", ahead);
+	released_by(c, "format 4, another uid listed", ++*k);
+	b_record4(c, behind, ahead, "0,61902", ahead);
+	held_for_then_released(c, "format 4, the marker's uid listed", ++*k,
+			       "an operation of uid 0 failed there");
+	b_record4(c, behind, ahead, "-", ahead);
+	held_then_released(c, "format 4, a T for other uids but none listed", ++*k);
+	b_record4(c, ahead, ahead, "61902", behind);
+	held_then_released(c, "format 4, the T for other uids before T", ++*k);
+	b_record4(c, behind, ahead, "61902", past);
+	held_then_released(c, "format 4, the T for other uids after the record", ++*k);
+	b_record4(c, behind, ahead, "61902,1000", ahead);
+	held_then_released(c, "format 4, uids not ascending", ++*k);
+	b_record4(c, behind, ahead, "4294967296", ahead);
+	held_then_released(c, "format 4, a uid past 32 bits", ++*k);
+	uids[0] = '\0';
+	for (unsigned i = 1; i <= 17; i++)
+		snprintf(uids + strlen(uids), sizeof(uids) - strlen(uids), "%s%u", i > 1 ? "," : "", i);
+	b_record4(c, behind, ahead, uids, ahead);
+	held_then_released(c, "format 4, 17 uids", ++*k);
 }
 
 int main(void)
@@ -141,8 +215,9 @@ int main(void)
 		 "\"gap_to_ns\": 0", wall_now() + AHEAD_NS + 1000);
 	b_record_fmt(&c, 3, ahead, ahead, "1000000", gap, 1);
 	held_then_released(&c, "an open window starting after the record", ++k);
-	b_record_fmt(&c, 4, ahead, ahead, "1000000", nogap, 0);
-	held_then_released(&c, "format 4", ++k);
+	b_record_fmt(&c, 5, ahead, ahead, "1000000", nogap, 0);
+	held_then_released(&c, "format 5", ++k);
+	per_actor(&c, &k);
 	mn_cleanup(&c);
 	return 0;
 }
