@@ -287,7 +287,8 @@ static int tmp_sweep_one(void *arg, const char *name)
 	size_t n = strlen(name);
 
 	if (n > 4 && !strcmp(name + n - 4, ".tmp") &&
-	    (!strncmp(name, LEASE_FILE ".", sizeof(LEASE_FILE)) || !strncmp(name, "watermark.json.", 15)))
+	    (!strncmp(name, LEASE_FILE ".", sizeof(LEASE_FILE)) ||
+	     !strncmp(name, NODES_WM_FILE ".", sizeof(NODES_WM_FILE))))
 		bsys.unlinkat(nd->dirfd, name, 0);
 	return 0;
 }

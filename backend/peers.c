@@ -107,7 +107,7 @@ static void peer_read(struct nodes *nd, const char *name, bool with_lease)
 	if (dfd < 0) {
 		p.read_err = dfd;
 	} else {
-		ssize_t n = nodes_read_file(dfd, "watermark.json", buf, sizeof(buf));
+		ssize_t n = nodes_read_file(dfd, NODES_WM_FILE, buf, sizeof(buf));
 		if (n < 0)
 			p.read_err = (int)n;
 		else if (!wm_parse(buf, (size_t)n, &p.wm))

@@ -47,8 +47,7 @@
 #include <unistd.h>
 #include <sys/timex.h>
 
-#define WM_FILE "watermark.json"
-#define WM_TMP "watermark.json.tmp"
+#define WM_TMP NODES_WM_FILE ".tmp"
 #define WM_COALESCE_NS (50ull * 1000000)
 #define WM_FAST_NS (250ull * 1000000)
 #define WM_SLOW_NS (5ull * 1000000000)
@@ -60,8 +59,6 @@
  */
 #define WM_PREV_WINDOW_NS (3ull * 1000000000)
 #define WM_PREV_RETRY_US (100 * 1000)
-/* The kernel's cap on maxerror (NTP_PHASE_LIMIT, 16 s): what an unsynchronized clock reports. */
-#define WM_MAXERROR_MAX_NS (16ull * 1000000000)
 
 /*
  * Format 4: T for markers of actors other than "blocked_uids" (N3):
@@ -105,7 +102,7 @@ static bool wm_num(const char *digits, uint64_t *v)
  */
 static bool wm_sane(const struct wm_record *r)
 {
-	if (r->before_ns > r->written_ns || r->maxerror_ns > WM_MAXERROR_MAX_NS)
+	if (r->before_ns > r->written_ns || r->maxerror_ns > NODES_MAXERROR_MAX_NS)
 		return false;
 	if (r->gap_mount[0] && (r->gap_from_ns > (r->gap_open ? r->written_ns : r->gap_to_ns) ||
 				r->gap_to_ns > r->written_ns))
@@ -238,7 +235,7 @@ void nodes_clock_sample(struct nodes *nd)
 
 	/* maxerror is in microseconds; unsynchronized, the kernel reports its cap (16 s). */
 	uint64_t e = (uint64_t)(tx.maxerror < 0 ? 0 : tx.maxerror) * 1000;
-	atomic_store(&nd->maxerror_ns, st < 0 ? WM_MAXERROR_MAX_NS : CKPT_MIN(e, WM_MAXERROR_MAX_NS));
+	atomic_store(&nd->maxerror_ns, st < 0 ? NODES_MAXERROR_MAX_NS : CKPT_MIN(e, NODES_MAXERROR_MAX_NS));
 	atomic_store(&nd->synced, st >= 0 && st != TIME_ERROR && !(tx.status & STA_UNSYNC));
 }
 
@@ -338,7 +335,7 @@ static int wm_write(struct nodes *nd, bool stopped)
 		t.nblocked = 0;
 		t.others_before_ns = before;
 	}
-	r = n < (int)sizeof(buf) ? manifest_write_file(nd->dirfd, WM_FILE, WM_TMP, buf, (size_t)n)
+	r = n < (int)sizeof(buf) ? manifest_write_file(nd->dirfd, NODES_WM_FILE, WM_TMP, buf, (size_t)n)
 	    : -ENAMETOOLONG;
 	int was = atomic_exchange(&nd->wm_err, r);
 	if (r < 0 && was != r)
@@ -380,7 +377,7 @@ static int prev_read(struct nodes *nd, struct wm_record *p, bool expected)
 	int r;
 
 	for (;;) {
-		ssize_t n = nodes_read_file(nd->dirfd, WM_FILE, buf, sizeof(buf));
+		ssize_t n = nodes_read_file(nd->dirfd, NODES_WM_FILE, buf, sizeof(buf));
 		r = n < 0 ? (int)n : wm_parse(buf, (size_t)n, p) ? 0 : -EBADMSG;
 		if (r == 0)
 			return 0;
