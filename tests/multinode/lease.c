@@ -202,7 +202,7 @@ int main(void)
 	write_fake_lease(&c, "y", "otherhost", 70);	/* > 30 + 16 + 16 */
 	mn_mount_raw(&c, 1, "node=y", NULL);
 	ASSERT_GE(mn_log_count(&c, 1, "taking over from mount 0123456789ab (pid 4242 on otherhost): its lease expired"), 1);
-	ASSERT_GE(mn_log_count(&c, 1, "its lease expired 40.0 s ago, beyond the clocks' margin of"), 1);
+	ASSERT_GE(mn_log_count(&c, 1, "beyond the clocks' margin of"), 2);	/* both takeovers */
 	mn_stop(&c, 1);
 
 	/* A killed daemon's node is taken over at once, and recovered. */
