@@ -7,8 +7,8 @@
  * docs/contract.md "Beyond one node").
  *
  * Everything lives under BACKEND/.ckptfs/nodes/<node>/:
- *   lock            flock(2)ed by the live daemon (where the backend has a
- *                   working flock);
+ *   lock            flock(2)ed by the live daemon (it keeps other clients
+ *                   out only where the backend shares flock: opt.flock_local);
  *   lease.json      who holds the node: mount id, pid, host, boot id,
  *                   heartbeat (wall clock) and ttl — for backends whose
  *                   flock does not reach across clients;
@@ -23,9 +23,9 @@
  * Invariants (tests cite them as N1..N6):
  *  N1  at most one live daemon holds a node: a second is refused (exit 2)
  *      while the holder's flock is held, or its lease is fresh; a dead
- *      holder's lease is taken over only once it has expired (at once when
- *      the holder provably died: same host, and its boot ended or its pid
- *      is gone);
+ *      holder's lease is taken over only once it has expired beyond the
+ *      clocks' margin (at once when the holder provably died: same host,
+ *      and its boot ended or its pid is gone);
  *  N2  recovery and every write to the node directory happen only while
  *      the lease is held; a daemon that finds its lease taken (it was
  *      stopped past the ttl) stops publishing and says so;
