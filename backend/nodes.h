@@ -261,6 +261,7 @@ struct nodes {
 	atomic_uint_least64_t markers_held_total;
 	atomic_uint_least64_t markers_released_by_policy;
 	atomic_uint_least64_t marker_wait_ns_last;	/* how long the last held marker waited */
+	atomic_uint_least64_t peer_reads;	/* peers' records read (the watcher's looks) */
 };
 
 /*

@@ -3,8 +3,10 @@
  * thread, the hold hook, and the report of held markers.
  *
  * The watcher reads each peer's watermark.json (and now and then its
- * lease.json) into memory: every POLL_SLOW_NS, and every POLL_FAST_NS (more
- * with many peers) while a marker is held.  With peers=N (a node count) the
+ * lease.json) into memory: every POLL_SLOW_NS, and more often while a
+ * marker is held: every POLL_FAST_NS (more with many peers) while the
+ * youngest hold is young, then less often as it ages (hold_poll_ns), so a
+ * marker held for hours reads each peer's record once a second.  With peers=N (a node count) the
  * peers are discovered: every directory under .ckptfs/nodes but this one.
  *
  * The hold hook (called by the publisher under be->lock, for each marker
@@ -54,7 +56,8 @@
 #define POLL_PER_PEER_NS (100ull * 1000)	/* fast polls of many peers spread out */
 #define LEASE_READ_NS (1000ull * 1000000)
 #define HOLD_RECHECK_NS (100ull * 1000000)
-#define FAST_FOR_NS (1000ull * 1000000)	/* poll fast this long after a hold */
+#define FAST_FOR_NS (2000ull * 1000000)	/* poll faster this long after a hold */
+#define HOLD_AGE_DIV 16		/* a release comes within ~1/16 of the wait so far */
 #define MARGIN_FLOOR_NS (1ull * 1000000)
 
 static bool count_mode(const struct nodes *nd)
@@ -102,6 +105,7 @@ static void peer_read(struct nodes *nd, const char *name, bool with_lease)
 	char buf[1024];
 	int dfd = bsys.openat(nd->nodes_fd, name, O_RDONLY | O_DIRECTORY, 0);
 
+	atomic_fetch_add(&nd->peer_reads, 1);
 	p.read_wall_ns = wall_ns();
 	p.read_ns = now_ns();
 	if (dfd < 0) {
@@ -133,6 +137,36 @@ static void publisher_kick(struct backend *be)
 	pthread_mutex_lock(&be->lock);
 	publisher_kick_locked(be);
 	pthread_mutex_unlock(&be->lock);
+}
+
+/*
+ * How long a held marker waits between looks (L5): most holds end within
+ * tens of milliseconds, so the first looks are fast; a hold that has lasted
+ * t is looked at every t/16, at most every POLL_SLOW_NS, so one held for
+ * hours (a lost window waiting for `ack-lost`, a skip) costs each peer one
+ * record read a second, not fifty, and a release comes within ~6 % of the
+ * time it had waited.  `floor` is the fastest: the watcher's or the
+ * publisher's.
+ */
+static uint64_t hold_wait_ns(uint64_t age, uint64_t floor)
+{
+	return CKPT_MIN(CKPT_MAX(age / HOLD_AGE_DIV, floor), POLL_SLOW_NS);
+}
+
+/* The watcher's wait while markers are held: by the youngest hold (nodes->lock held). */
+static uint64_t hold_poll_ns(const struct nodes *nd, uint64_t now)
+{
+	uint64_t young = 0;
+	bool any = false;
+
+	for (unsigned i = 0; i < nd->nheld; i++) {
+		const struct held_marker *h = &nd->held[i];
+		uint64_t age = now > h->since_ns ? now - h->since_ns : 0;
+		if (!h->released && (!any || age < young))
+			young = age;
+		any = any || !h->released;
+	}
+	return hold_wait_ns(young, POLL_FAST_NS);
 }
 
 static void *watcher_main(void *arg)
@@ -168,7 +202,8 @@ static void *watcher_main(void *arg)
 		pthread_mutex_lock(&nd->lock);
 		if (nd->wstop)
 			break;
-		uint64_t wait = fast ? CKPT_MAX(POLL_FAST_NS, n * POLL_PER_PEER_NS) : POLL_SLOW_NS;
+		uint64_t wait = fast ? CKPT_MAX(hold_poll_ns(nd, now_ns()), n * POLL_PER_PEER_NS)
+				     : POLL_SLOW_NS;
 		cond_wait_ns(&nd->wcond, &nd->lock, wait);
 	}
 	pthread_mutex_unlock(&nd->lock);
@@ -464,8 +499,9 @@ uint64_t nodes_hold(struct nodes *nd, const struct op *op)
 			h->warned++;
 		}
 	}
+	uint64_t again = hold_wait_ns(now - h->since_ns, HOLD_RECHECK_NS);
 	pthread_mutex_unlock(&nd->lock);
-	return HOLD_RECHECK_NS;
+	return again;
 }
 
 /* ---- reports ------------------------------------------------------------------- */

@@ -332,12 +332,13 @@ static void nodes_json(struct ckptfs *fs, struct strbuf *b)
 	sb_json_str(b, held ? h.reason : "");
 	sb_printf(b, ", \"marker_held_since_s\": %.3f, \"marker_held_since_wall\": %.3f"
 		  ", \"markers_held_total\": %llu, \"markers_released_by_policy\": %llu"
-		  ", \"marker_wait_last_s\": %.3f",
+		  ", \"marker_wait_last_s\": %.3f, \"peer_reads\": %llu",
 		  held ? (double)(now_ns() - h.since_ns) / 1e9 : 0.0,
 		  held ? (double)h.since_wall_ns / 1e9 : 0.0,
 		  (unsigned long long)atomic_load(&nd->markers_held_total),
 		  (unsigned long long)atomic_load(&nd->markers_released_by_policy),
-		  (double)atomic_load(&nd->marker_wait_ns_last) / 1e9);
+		  (double)atomic_load(&nd->marker_wait_ns_last) / 1e9,
+		  (unsigned long long)atomic_load(&nd->peer_reads));
 }
 
 /* Pending files; `only` >= 0: just those owned or being written by that uid. */

@@ -113,6 +113,7 @@ static const struct metric {
 	{ "markers_held", "gauge", "Markers held until the peers confirm them" },
 	{ "marker_held_since_s", "gauge", "Seconds the oldest held marker has waited" },
 	{ "markers_released_by_policy", "counter", "Markers released by marker_policy=release" },
+	{ "peer_reads", "counter", "Peers' watermark records read" },
 };
 
 /*
