@@ -164,7 +164,8 @@ struct op {
 	struct cleaves *leaves;	/* versions: the flushed file's block digests, or NULL */
 	uint64_t out_ino;	/* versions: the flushed file's inode (0: unknown) */
 	uint64_t enqueued_ns;
-	uint64_t sealed_wall_ns;	/* wall clock when it was sequenced */
+	uint64_t sealed_wall_ns;	/* wall clock when it was sequenced (floored) */
+	uint64_t sealed_ahead_ns;	/* how far the floor put it past the clock (L1) */
 	uid_t actor;		/* who made the change: its order domain (P1) */
 	/* publisher state (be->lock) */
 	bool reflush;		/* BLOCKED in its flush: flush again on retry */

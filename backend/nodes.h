@@ -33,7 +33,9 @@
  *      this node before T is durable, markers held for peers excepted: T is
  *      the seal time of the oldest other pending operation, or when none is
  *      pending a time no later seal can precede (seal times never go back:
- *      backend.h's wall floor).  (Counting its own held markers would let
+ *      backend.h's wall floor), lowered by how far the floor put a pending
+ *      seal's stamp, or the next one's, past the clock after it stepped
+ *      back (peers' margins cover the clocks' error, not the floor).  (Counting its own held markers would let
  *      two nodes' markers sealed within the skew margin wait for each other
  *      forever; a held marker is a marker, not a shard another checkpoint
  *      needs.)  The record also gives a second T, for markers of every

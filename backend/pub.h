@@ -93,8 +93,12 @@ bool err_transient(int err);
 
 /* ---- seal times (publish.c) --------------------------------------------- */
 
-/* The wall time to stamp a seal with: never earlier than one given before (be->lock). */
-uint64_t backend_wall_stamp_locked(struct backend *be);
+/*
+ * The wall time to stamp a seal with: never earlier than one given before
+ * (be->lock); *ahead (may be NULL): how far past the clock that put it,
+ * after the clock stepped back.
+ */
+uint64_t backend_wall_stamp_locked(struct backend *be, uint64_t *ahead);
 /*
  * Every operation sealed before the returned wall time is durable (be->lock):
  * the oldest pending seal time, or a fresh stamp when nothing is pending;

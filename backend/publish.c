@@ -92,7 +92,7 @@ int backend_submit(struct backend *be, struct op *op)
 {
 	op->enqueued_ns = now_ns();
 	pthread_mutex_lock(&be->lock);
-	op->sealed_wall_ns = backend_wall_stamp_locked(be);	/* under the lock: N3 */
+	op->sealed_wall_ns = backend_wall_stamp_locked(be, &op->sealed_ahead_ns);	/* N3 */
 	if (!op->seq)
 		op->seq = ++be->last_seq;
 	ledger_seal(&be->ledger, op->seq);	/* a store into a mapped page */
@@ -124,11 +124,13 @@ void publisher_kick_locked(struct backend *be)
 
 /* ---- seal times (nodes.h N3) ------------------------------------------ */
 
-uint64_t backend_wall_stamp_locked(struct backend *be)
+uint64_t backend_wall_stamp_locked(struct backend *be, uint64_t *ahead)
 {
-	uint64_t w = CKPT_MAX(wall_ns(), be->wall_floor);
+	uint64_t now = wall_ns(), w = CKPT_MAX(now, be->wall_floor);
 
 	be->wall_floor = w;	/* the wall clock may step back: seal times never do */
+	if (ahead)
+		*ahead = w - now;
 	return w;
 }
 
@@ -141,7 +143,7 @@ uint64_t backend_durable_wall_locked(struct backend *be, uint64_t *seq)
 	if (seq)
 		*seq = list_empty(&be->ops) ? be->last_seq : atomic_load(&be->durable_seq);
 	/* Nothing pending: no later seal can be stamped before now. */
-	return wall != UINT64_MAX ? wall : backend_wall_stamp_locked(be);
+	return wall != UINT64_MAX ? wall : backend_wall_stamp_locked(be, NULL);
 }
 
 /* ---- waiters ------------------------------------------------------- */

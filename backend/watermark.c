@@ -239,6 +239,12 @@ void nodes_clock_sample(struct nodes *nd)
 	atomic_store(&nd->synced, st >= 0 && st != TIME_ERROR && !(tx.status & STA_UNSYNC));
 }
 
+/* a - b, or 0. */
+static uint64_t sat_sub(uint64_t a, uint64_t b)
+{
+	return a > b ? a - b : 0;
+}
+
 /*
  * N3: T for this node's record into w (before_ns, and others_before_ns for
  * the actors other than those listed: each with an operation that failed
@@ -247,7 +253,7 @@ void nodes_clock_sample(struct nodes *nd)
 static void durable_wall_locked(struct nodes *nd, struct wm_record *w, uint64_t *seq)
 {
 	struct backend *be = nd->be;
-	uint64_t wall = UINT64_MAX, others = UINT64_MAX;
+	uint64_t wall = UINT64_MAX, others = UINT64_MAX, ahead = 0;
 	bool full = false;
 
 	w->nblocked = 0;
@@ -264,6 +270,7 @@ static void durable_wall_locked(struct nodes *nd, struct wm_record *w, uint64_t 
 		const struct op *op = list_entry(e, struct op, link);
 		if (nd->nheld && nodes_held_locked(nd, op->seq))
 			continue;
+		ahead = CKPT_MAX(ahead, op->sealed_ahead_ns);
 		wall = CKPT_MIN(wall, op->sealed_wall_ns);
 		if (!wm_listed(w, op->actor))
 			others = CKPT_MIN(others, op->sealed_wall_ns);
@@ -271,9 +278,18 @@ static void durable_wall_locked(struct nodes *nd, struct wm_record *w, uint64_t 
 	pthread_mutex_unlock(&nd->lock);
 	*seq = list_empty(&be->ops) ? be->last_seq : atomic_load(&be->durable_seq);
 	/* Nothing (of theirs) pending: a time no later seal can precede. */
-	uint64_t stamp = backend_wall_stamp_locked(be);
-	w->before_ns = CKPT_MIN(wall, stamp);
-	w->others_before_ns = w->nblocked ? CKPT_MIN(others, stamp) : w->before_ns;
+	uint64_t stamp_ahead, stamp = backend_wall_stamp_locked(be, &stamp_ahead);
+	/*
+	 * L1: after the clock stepped back, seal stamps are floored past it: a
+	 * pending shard stamped `ahead` past the clock may have been sealed
+	 * that long before a peer's marker that its stamp follows, and a seal
+	 * made after this record may be stamped that far past its time.  The
+	 * peers' margin covers the clocks' error, not the floor: take it off
+	 * here, so every T below claims only seals made, by this clock, before it.
+	 */
+	ahead = CKPT_MAX(ahead, stamp_ahead);
+	w->before_ns = sat_sub(CKPT_MIN(wall, stamp), ahead);
+	w->others_before_ns = w->nblocked ? sat_sub(CKPT_MIN(others, stamp), ahead) : w->before_ns;
 }
 
 /*

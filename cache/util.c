@@ -72,7 +72,43 @@ static uint64_t clock_ns(clockid_t id)
 }
 
 uint64_t now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
-uint64_t wall_ns(void) { return clock_ns(CLOCK_REALTIME); }
+/*
+ * Tests only: CKPTFS_TEST_WALL_AHEAD="MS:UNTIL" runs the wall clock MS
+ * milliseconds ahead until CLOCK_MONOTONIC reads UNTIL milliseconds, then
+ * steps it back to the real time (tests/multinode/clockstep.c).
+ */
+static struct {
+	uint64_t ahead_ns, until_ns;
+} wall_test;
+static pthread_once_t wall_test_once = PTHREAD_ONCE_INIT;
+
+static void wall_test_init(void)
+{
+	const char *e = getenv("CKPTFS_TEST_WALL_AHEAD");
+	char *end;
+	unsigned long ahead, until;
+
+	if (!e)
+		return;
+	ahead = strtoul(e, &end, 10);
+	if (*end != ':')
+		return;
+	until = strtoul(end + 1, &end, 10);
+	if (*end || !ahead || !until)
+		return;
+	wall_test.ahead_ns = (uint64_t)ahead * 1000000;
+	wall_test.until_ns = (uint64_t)until * 1000000;
+}
+
+uint64_t wall_ns(void)
+{
+	uint64_t w = clock_ns(CLOCK_REALTIME);
+
+	pthread_once(&wall_test_once, wall_test_init);
+	if (wall_test.ahead_ns && now_ns() < wall_test.until_ns)
+		w += wall_test.ahead_ns;
+	return w;
+}
 
 int parse_size(const char *s, uint64_t *out)
 {
