@@ -387,9 +387,11 @@ void backend_retry(struct backend *be)
  */
 static void skip_note_locked(struct backend *be, struct op *op)
 {
+	uint64_t at = op->sealed_wall_ns - op->sealed_ahead_ns;	/* the clock's, not the floor's (L1) */
+
 	op->skipped = true;
-	if (!be->skipped_ops++ || op->sealed_wall_ns < be->skipped_from_wall)
-		be->skipped_from_wall = op->sealed_wall_ns;
+	if (!be->skipped_ops++ || at < be->skipped_from_wall)
+		be->skipped_from_wall = at;
 }
 
 long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report)
