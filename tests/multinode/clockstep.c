@@ -106,19 +106,7 @@ int main(void)
 		mn_stat(&c, 0, "marker_held_reason"));
 
 	CHECK_SYS(unlink(hold));
-	uint64_t t_shard = mn_wait_file(mn_bpath(&c, "step1/rank_1.pt"), SHARD, 15000);
-	if (!t_shard)
-		FAILF("b's shard never reached the backend");
-	uint64_t t_marker = 0;
-	while (!t_marker && mono_ms() - t_shard < 15000) {
-		if (!strcmp(cu_slurp(mn_bpath(&c, "latest")), "step1"))
-			t_marker = mono_ms();
-		usleep(5000);
-	}
-	if (!t_marker)
-		FAILF("`latest` never followed b's shard (%s)", mn_stat(&c, 0, "marker_held_reason"));
-	fprintf(stderr, "`latest` released %llu ms after b's shard\n",
-		(unsigned long long)(t_marker - t_shard));
+	mn_marker_follows(&c, "step1/rank_1.pt", SHARD, "latest", "step1", 15000);
 	ASSERT_TRUE(mn_has(mn_bpath(&c, "step1/rank_0.pt"), SHARD, 10));
 
 	mn_stop(&c, 0);

@@ -166,6 +166,26 @@ uint64_t mn_wait_file(const char *path, size_t size, unsigned timeout_ms)
 	return 0;
 }
 
+uint64_t mn_marker_follows(struct mcluster *c, const char *shard, size_t size,
+			   const char *marker, const char *text, unsigned timeout_ms)
+{
+	uint64_t t_shard = mn_wait_file(mn_bpath(c, shard), size, timeout_ms), t_marker = 0;
+
+	if (!t_shard)
+		FAILF("the shard %s never reached the backend", shard);
+	while (!t_marker && mono_ms() - t_shard < timeout_ms) {
+		if (!strcmp(cu_slurp(mn_bpath(c, marker)), text))
+			t_marker = mono_ms();
+		usleep(5000);
+	}
+	if (!t_marker)
+		FAILF("%s never followed the shard %s (%s)", marker, shard,
+		      mn_stat(c, 0, "marker_held_reason"));
+	fprintf(stderr, "%s released %llu ms after the shard %s\n", marker,
+		(unsigned long long)(t_marker - t_shard), shard);
+	return t_marker - t_shard;
+}
+
 const char *mn_tool(const char *name)
 {
 	static char bufs[4][PATH_MAX];

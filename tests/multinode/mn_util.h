@@ -65,6 +65,13 @@ uint64_t mn_wait_file(const char *path, size_t size, unsigned timeout_ms);
  * print the line holding it, labelled.
  */
 void mn_stat_report(struct mcluster *c, int i, const char *want, const char *label);
+/*
+ * Once a held shard is let go: wait until the backend's `shard` holds size
+ * bytes, then until its `marker` reads text (node 0's marker); fail if
+ * either takes over timeout_ms.  Milliseconds from the shard to the marker.
+ */
+uint64_t mn_marker_follows(struct mcluster *c, const char *shard, size_t size,
+			   const char *marker, const char *text, unsigned timeout_ms);
 /* A tool built beside the daemon ("ckptfs-stat", "ckptfs-ctl"); static buffer. */
 const char *mn_tool(const char *name);
 /* Milliseconds now, finer than mono_ms: for figures. */
