@@ -27,7 +27,12 @@
  *      and its dependants, is retried (with backoff; slowly for permanent
  *      errors; at once on backend_retry()), and waiters behind it get its
  *      error.  Only an administrator's backend_skip() moves past it, taking
- *      its dependants with it, and the manifest records that;
+ *      its dependants with it, and the manifest records that.  A skip never
+ *      lets its actor's removals delete what that actor's last published
+ *      marker may name: its unlinks and rmdirs queued behind the skipped
+ *      operation, and those it makes after the skip until its next marker,
+ *      are voided too (what they remove stays on the backend), and take no
+ *      dependants with them;
  *  P5  temporary names never collide with user names (reserved prefix) and
  *      are removed when their version will never be published;
  *  P6  a backend node's recorded location is changed only by the publisher,
@@ -170,6 +175,7 @@ struct op {
 	/* publisher state (be->lock) */
 	bool reflush;		/* BLOCKED in its flush: flush again on retry */
 	bool skipped;		/* an administrator skipped it: drop, never apply */
+	bool kept;		/* ... a removal voided by a skip: what it removes stays (P4) */
 	bool in_batch;		/* the publisher is applying it now */
 	bool flush_first;	/* nothing before it holds it back (last order pass):
 				 * flushed even when temporary files are at their cap */
@@ -292,6 +298,9 @@ struct backend {
 	uint64_t wall_floor;		/* no seal is stamped before it (nodes.h N3) */
 	uint64_t skipped_ops;		/* skipped by the administrator since the mount (N6) */
 	uint64_t skipped_from_wall;	/* the earliest seal time among them */
+	uid_t *keep_actors;		/* users whose removals are voided until their next
+					 * marker (backend_skip, P4); nkeep of them */
+	unsigned nkeep;
 	atomic_uint_least64_t durable_seq;
 	struct list intents;		/* versions whose intent record is not written yet */
 	struct order_state *order;	/* the last scheduling pass (order.c) */
@@ -474,6 +483,9 @@ bool reap_stop(struct backend *be, uint64_t deadline_ns);
  * Administrator's act: drop the blocked operation `seq` and its dependants
  * (every later operation that depends on it, transitively, and every later
  * marker of the same actor), recording them as skipped in the manifest.
+ * The actor's later unlinks and rmdirs are voided too, without dependants,
+ * and so are those it submits until its next marker (P4): the checkpoint
+ * its last published marker names stays on the backend.
  * Returns how many were dropped, -ENOENT if no pending operation has that
  * seq, -EBUSY if it is not blocked.  `report` gets one line per dropped op.
  */

@@ -14,7 +14,11 @@
  * its actor's later operations and its dependants wait and report its
  * error; every other actor's operations go on.  backend_retry() tries again
  * at once; backend_skip() drops it with its dependants, recorded in the
- * manifest as skipped.
+ * manifest as skipped.  A skip also voids its actor's removals (unlinks,
+ * rmdirs) queued behind it, and those the actor submits until its next
+ * marker: behind a skipped marker, deleting the previous checkpoint would
+ * leave none complete (P4).  They take no dependants: what they remove
+ * simply stays on the backend, and a name made there later is published.
  *
  * Threads: one publisher (this file), flushers and a spiller (flush.c);
  * callers of backend_submit, backend_wait, backend_retry and backend_skip from
@@ -83,6 +87,37 @@ uint64_t backend_last_seq(struct backend *be)
 	return s;
 }
 
+/* ---- removals kept after a skip (P4) -------------------------------------- */
+
+static bool op_is_removal(const struct op *op)
+{
+	return op->kind == OP_UNLINK || op->kind == OP_RMDIR;
+}
+
+/* Are actor's removals voided until its next marker?  (be->lock held) */
+static bool keep_has_locked(const struct backend *be, uid_t actor)
+{
+	for (unsigned i = 0; i < be->nkeep; i++)
+		if (be->keep_actors[i] == actor)
+			return true;
+	return false;
+}
+
+static void keep_set_locked(struct backend *be, uid_t actor, bool on)
+{
+	for (unsigned i = 0; i < be->nkeep; i++) {
+		if (be->keep_actors[i] != actor)
+			continue;
+		if (!on)
+			be->keep_actors[i] = be->keep_actors[--be->nkeep];
+		return;
+	}
+	if (!on)
+		return;
+	be->keep_actors = xrealloc(be->keep_actors, (be->nkeep + 1) * sizeof(*be->keep_actors));
+	be->keep_actors[be->nkeep++] = actor;
+}
+
 /*
  * Queue op.  No I/O here: the caller holds the front end's namespace lock.
  * Returns the error of a blocked operation that will hold it back (-errno),
@@ -105,6 +140,14 @@ int backend_submit(struct backend *be, struct op *op)
 		pthread_cond_signal(&be->flush_cond);
 	} else {
 		op->state = OPS_READY;
+	}
+	if (be->nkeep && op_is_marker(op)) {
+		keep_set_locked(be, op->actor, false);	/* a newer checkpoint is named */
+	} else if (be->nkeep && op_is_removal(op) && keep_has_locked(be, op->actor)) {
+		op->skipped = op->kept = true;		/* the publisher drops it (P4) */
+		publisher_kick_locked(be);
+		pthread_mutex_unlock(&be->lock);
+		return 0;
 	}
 	struct op *blocker = order_note_submit(be, op);
 	int err = blocker ? blocker->err : 0;
@@ -414,27 +457,45 @@ long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report)
 		pthread_mutex_unlock(&be->lock);
 		return -EALREADY;
 	}
-	/* It, and every later operation that depends on it or on one that goes. */
+	/*
+	 * It, and every later operation that depends on it or on one that goes;
+	 * and its actor's later markers and removals.  A removal that depends
+	 * on nothing that goes is voided alone (P4): no marker of the actor
+	 * behind the skip reaches the backend, so the last one published still
+	 * names the old checkpoint, which must stay whole.  Its dependants (a
+	 * file made again at that name) are published as usual.
+	 */
 	for (struct list *e = &first->link; e != &be->ops; e = e->next) {
 		struct op *op = list_entry(e, struct op, link);
 		struct op *unused = NULL;
+		bool keep = false;
 		if (op->skipped)
 			continue;
 		if (op != first && !fpset_conflicts(&gone, op, &unused) &&
-		    !(op->actor == first->actor && op_is_marker(op)))
-			continue;
+		    !(op->actor == first->actor && op_is_marker(op))) {
+			if (op->actor != first->actor || !op_is_removal(op))
+				continue;
+			keep = true;
+		}
 		struct backend_blocked b;
 		char line[700];
 		blocked_fill(be, op, &b);
 		backend_blocked_describe(&b, line, sizeof(line));
-		sb_printf(report, "%s%s\n", op == first ? "skipped " : "skipped with it ",
-			  line + 0);
-		fpset_add_op(&gone, op, NULL);
-		skip_note_locked(be, op);
+		sb_printf(report, "%s%s\n", op == first ? "skipped " : keep ?
+			  "skipped with it (kept on the backend) " : "skipped with it ", line);
+		if (keep) {
+			op->skipped = op->kept = true;
+		} else {
+			fpset_add_op(&gone, op, NULL);
+			skip_note_locked(be, op);
+		}
 		if (op->state == OPS_QUEUED)
 			list_del(&op->qlink);
 		n++;
 	}
+	keep_set_locked(be, first->actor, true);
+	sb_printf(report, "until uid %u's next checkpoint marker, its unlinks and rmdirs are "
+		  "skipped too: what they remove is kept on the backend\n", (unsigned)first->actor);
 	publisher_kick_locked(be);
 	pthread_mutex_unlock(&be->lock);
 	fpset_free(&gone);
@@ -505,6 +566,15 @@ static void skipped_drop(struct backend *be, struct list *gone)
 	while (!list_empty(gone)) {
 		struct op *op = list_entry(gone->next, struct op, link);
 		list_del(&op->link);
+		if (op->kept) {		/* a removal: nothing of the mount's is lost */
+			log_warn("operation %llu (%s of '%s', uid %u) skipped after an "
+				 "administrator's skip: what it removes is kept on the backend",
+				 (unsigned long long)op->seq, op_kind_name(op->kind),
+				 op->name ? op->name : "", (unsigned)op->actor);
+			record_void(be, op, "skipped by the administrator: kept on the backend");
+			op_free(op);
+			continue;
+		}
 		log_warn("operation %llu (%s of '%s', uid %u) skipped by the administrator: "
 			 "it will never reach the backend", (unsigned long long)op->seq,
 			 op_kind_name(op->kind), op->name ? op->name : "", (unsigned)op->actor);
@@ -992,6 +1062,9 @@ void backend_stop(struct backend *be)
 	be->cache->spill_wanted = NULL;
 	order_free(be->order);
 	be->order = NULL;
+	free(be->keep_actors);
+	be->keep_actors = NULL;
+	be->nkeep = 0;
 	/* dfd_lock stays usable: the namespace puts its nodes' bnodes later. */
 	bnode_dirfds_close(be);
 	bnode_put(be->root);

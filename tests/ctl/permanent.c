@@ -19,8 +19,12 @@
  *    daemon's own slow retry) publishes everything: the backend equals the
  *    mount, verify passes, stats say ok.
  * Then `ckptfs-ctl skip`: the refused mkdir goes with its dependants (the
- * shards under it, the later marker) and is recorded as skipped; an
+ * shards under it, the later marker) and is recorded as skipped; step1's
+ * removals behind it go too, so step1 stays whole on the backend (P4); an
  * unrelated later file is published; the backend keeps latest="step1".
+ * The same in a rotation (skip_rotation): a shard refused, latest written
+ * by rename, step1 deleted, skipped; step1 and latest="step1" stay, and
+ * the next checkpoint and the removal after its marker are published.
  * Last, drain with a file open for writing leaves it out and says so.
  * CKPTFS_PERM_CASE=SUBSTRING runs only matching cases.
  */
@@ -286,7 +290,40 @@ static void run_case(const struct pcase *c)
 	fprintf(stderr, "%-22s ok (%.1f s)\n", c->name, (double)(mono_ms() - t0) / 1e3);
 }
 
-/* skip: the refused mkdir, its shards and the later marker go; the rest stays. */
+/* The backend's path holds exactly the shard of `seed`. */
+static void expect_backend_shard(struct tmount *m, const char *rel, uint64_t seed)
+{
+	size_t len;
+	char *want = malloc(SHARD), *got = read_file(tm_bpath(m, rel), &len);
+	fill_pattern(want, SHARD, seed, 0);
+	if (!got)
+		FAILF("the backend lost %s", rel);
+	if (len != SHARD || memcmp(got, want, SHARD))
+		FAILF("the backend's %s: %zu bytes, not the %zu of seed %llu", rel, len, (size_t)SHARD,
+		      (unsigned long long)seed);
+	free(got);
+	free(want);
+}
+
+static void expect_backend_text(struct tmount *m, const char *rel, const char *text)
+{
+	size_t len;
+	char *got = read_file(tm_bpath(m, rel), &len);
+	if (!got || len != strlen(text) || memcmp(got, text, len))
+		FAILF("the backend's %s holds \"%.*s\", expected \"%s\"", rel, got ? (int)len : 6,
+		      got ? got : "(none)", text);
+	free(got);
+}
+
+/* latest -> step, written as frameworks do: a temporary file, then a rename; close's result. */
+static int put_latest(struct tmount *m, const char *step)
+{
+	int r = put_text(tm_path(m, "latest.tmp"), step);
+	CHECK_SYS(rename(tm_path(m, "latest.tmp"), tm_path(m, "latest")));
+	return r;
+}
+
+/* skip: the refused mkdir, its shards and the later marker go, step1 stays; the rest goes on. */
 static void skip_case(void)
 {
 	struct tmount m;
@@ -313,13 +350,16 @@ static void skip_case(void)
 	ct_expect_in(r.out, "mkdir step2", "skip's report");
 	ct_expect_in(r.out, "step2/shard0", "skip's report");
 	ct_expect_in(r.out, "latest", "skip's report");
+	ct_expect_in(r.out, "(kept on the backend) seq", "skip's report");
 	ct_result_free(&r);
 
 	ctl(&r, &m, "drain", "--timeout", "30");
 	ct_expect_status(&r, 0, "ckptfs-ctl drain after skip");
 	ct_result_free(&r);
-	/* step1 deleted, notes published; latest still names step1, nothing of step2. */
+	/* notes published; latest still names step1, which is kept whole; nothing of step2. */
 	ASSERT_TRUE(file_exists(tm_bpath(&m, "notes.txt")));
+	expect_backend_shard(&m, "step1/shard0", 10);
+	expect_backend_shard(&m, "step1/shard1", 11);
 	ASSERT_TRUE(!file_exists(tm_bpath(&m, "step2")));
 	size_t len;
 	char *latest = read_file(tm_bpath(&m, "latest"), &len);
@@ -339,6 +379,99 @@ static void skip_case(void)
 	tm_stop(&m);
 	tm_cleanup(&m);
 	fprintf(stderr, "%-22s ok\n", "skip with dependants");
+}
+
+/*
+ * skip in a rotation (P4): step2's shard refused, latest -> step2 written,
+ * step1 deleted (unlinks, rmdir) behind it, and the administrator skips the
+ * shard.  The marker goes with it, so latest still names step1 on the
+ * backend; step1's removals go too, so step1 stays there whole.  A removal
+ * made after the skip, before the user's next marker, is kept as well.
+ * Then step3 and latest -> step3, and step2 deleted after that marker:
+ * published as usual, nothing blocked.
+ */
+static void skip_rotation_case(void)
+{
+	struct tmount m;
+	char flag[PATH_MAX], seq[32];
+	struct ct_result r;
+	struct json_obj s;
+
+	ct_mount_flagged(&m, "ctl-skip-rot", "op=rename,err=EPERM,name=shard0", flag);
+	phase1(&m);
+	ASSERT_EQ(put_text(tm_path(&m, "notes.txt"), "old notes"), 0);
+	ctl(&r, &m, "drain", "--timeout", "30");
+	ct_expect_status(&r, 0, "ckptfs-ctl drain of step1");
+	ct_result_free(&r);
+	expect_backend_text(&m, "latest", "step1");
+
+	ct_touch(flag);
+	CHECK_SYS(mkdir(tm_path(&m, "step2"), 0755));
+	put_shard(tm_path(&m, "step2/shard0"), 20);	/* its publishing rename is refused */
+	put_shard(tm_path(&m, "step2/shard1"), 21);
+	put_latest(&m, "step2");	/* close may already know */
+	CHECK_SYS(unlink(tm_path(&m, "step1/shard0")));
+	CHECK_SYS(unlink(tm_path(&m, "step1/shard1")));
+	CHECK_SYS(rmdir(tm_path(&m, "step1")));
+	ASSERT_EQ(fsync_path(tm_path(&m, "latest")), -EPERM);
+	expect_backend_shard(&m, "step1/shard0", 10);	/* blocked: nothing after it */
+
+	ct_stats(&m, &s);
+	snprintf(seq, sizeof(seq), "%.0f", ct_num(&s, "blocked_seq"));
+	json_free(&s);
+	ctl(&r, &m, "skip", seq, NULL);
+	ct_expect_status(&r, 0, "ckptfs-ctl skip");
+	ct_expect_in(r.out, "step2/shard0", "skip's report");
+	ct_expect_in(r.out, "latest", "skip's report");
+	ct_expect_in(r.out, "(kept on the backend) seq", "skip's report");
+	ct_expect_in(r.out, "step1/shard1", "skip's report");
+	ct_expect_in(r.out, "rmdir step1", "skip's report");
+	ct_result_free(&r);
+	CHECK_SYS(unlink(flag));
+	/* The trainer goes on removing before its next marker: kept too. */
+	CHECK_SYS(unlink(tm_path(&m, "notes.txt")));
+
+	ctl(&r, &m, "drain", "--timeout", "30");
+	ct_expect_status(&r, 0, "ckptfs-ctl drain after skip");
+	ct_result_free(&r);
+	/* latest names step1, and step1 is whole: a complete checkpoint is left. */
+	expect_backend_text(&m, "latest", "step1");
+	expect_backend_shard(&m, "step1/shard0", 10);
+	expect_backend_shard(&m, "step1/shard1", 11);
+	expect_backend_text(&m, "notes.txt", "old notes");
+	ASSERT_TRUE(!file_exists(tm_bpath(&m, "step2/shard0")));
+	ct_run(&r, (const char *[]){ "sh", "-c", "cat \"$0\"/.ckptfs/nodes/*/manifest.log", m.backend, NULL });
+	ct_expect_in(r.out, "kept on the backend", "the manifest");
+	ct_result_free(&r);
+
+	/* The next checkpoint, then the broken one removed after its marker. */
+	CHECK_SYS(mkdir(tm_path(&m, "step3"), 0755));
+	ASSERT_EQ(put_shard(tm_path(&m, "step3/shard0"), 30), 0);
+	ASSERT_EQ(put_shard(tm_path(&m, "step3/shard1"), 31), 0);
+	ASSERT_EQ(put_latest(&m, "step3"), 0);
+	if (unlink(tm_path(&m, "step2/shard0")) < 0 && errno != ENOENT)
+		FAILF("unlink step2/shard0: %s", strerror(errno));
+	CHECK_SYS(unlink(tm_path(&m, "step2/shard1")));
+	CHECK_SYS(rmdir(tm_path(&m, "step2")));
+	ASSERT_EQ(put_text(tm_path(&m, "notes.txt"), "new notes"), 0);	/* made again: published */
+	ctl(&r, &m, "drain", "--timeout", "30");
+	ct_expect_status(&r, 0, "ckptfs-ctl drain after step3");
+	ct_result_free(&r);
+	expect_backend_text(&m, "latest", "step3");
+	expect_backend_shard(&m, "step3/shard0", 30);
+	expect_backend_shard(&m, "step3/shard1", 31);
+	expect_backend_text(&m, "notes.txt", "new notes");
+	ASSERT_TRUE(!file_exists(tm_bpath(&m, "step2")));
+	expect_backend_shard(&m, "step1/shard0", 10);	/* kept: the administrator's to remove */
+	ct_stats(&m, &s);
+	ASSERT_STR_EQ(ct_str(&s, "backend_state"), "ok");
+	json_free(&s);
+	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "verify", m.backend, NULL });
+	ct_expect_status(&r, 0, "ckptfs-ctl verify after the rotation");
+	ct_result_free(&r);
+	tm_stop(&m);
+	tm_cleanup(&m);
+	fprintf(stderr, "%-22s ok\n", "skip in a rotation");
 }
 
 /* drain leaves out a file still open for writing, and says so (contract 4). */
@@ -387,6 +520,8 @@ int main(void)
 			run_case(&cases[i]);
 	if (!only || strstr("skip", only))
 		skip_case();
+	if (!only || strstr("skip_rotation", only))
+		skip_rotation_case();
 	if (!only || strstr("open", only))
 		open_file_case();
 	return 0;
