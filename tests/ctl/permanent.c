@@ -386,7 +386,8 @@ static void skip_case(void)
  * step1 deleted (unlinks, rmdir) behind it, and the administrator skips the
  * shard.  The marker goes with it, so latest still names step1 on the
  * backend; step1's removals go too, so step1 stays there whole.  A removal
- * made after the skip, before the user's next marker, is kept as well.
+ * made after the skip, before the user's next marker, is kept as well;
+ * step1 made again and a shard written there replaces the kept one.
  * Then step3 and latest -> step3, and step2 deleted after that marker:
  * published as usual, nothing blocked.
  */
@@ -443,6 +444,10 @@ static void skip_rotation_case(void)
 	ct_run(&r, (const char *[]){ "sh", "-c", "cat \"$0\"/.ckptfs/nodes/*/manifest.log", m.backend, NULL });
 	ct_expect_in(r.out, "kept on the backend", "the manifest");
 	ct_result_free(&r);
+	/* Made again at a kept name: published over what was kept (the mount may show it again). */
+	if (mkdir(tm_path(&m, "step1"), 0755) < 0 && errno != EEXIST)
+		FAILF("mkdir step1 again: %s", strerror(errno));
+	ASSERT_EQ(put_shard(tm_path(&m, "step1/shard0"), 40), 0);
 
 	/* The next checkpoint, then the broken one removed after its marker. */
 	CHECK_SYS(mkdir(tm_path(&m, "step3"), 0755));
@@ -462,7 +467,8 @@ static void skip_rotation_case(void)
 	expect_backend_shard(&m, "step3/shard1", 31);
 	expect_backend_text(&m, "notes.txt", "new notes");
 	ASSERT_TRUE(!file_exists(tm_bpath(&m, "step2")));
-	expect_backend_shard(&m, "step1/shard0", 10);	/* kept: the administrator's to remove */
+	expect_backend_shard(&m, "step1/shard0", 40);
+	expect_backend_shard(&m, "step1/shard1", 11);	/* kept: the administrator's to remove */
 	ct_stats(&m, &s);
 	ASSERT_STR_EQ(ct_str(&s, "backend_state"), "ok");
 	json_free(&s);
