@@ -668,7 +668,7 @@ int manifest_open(struct manifest *m, int root_fd, const char *node, const char 
 	if (scan.corrupt_records)
 		ckpt_log(LOG_ERR, "manifest: %s: %llu corrupt records skipped (%llu bytes)", shown,
 			 (unsigned long long)scan.corrupt_records, (unsigned long long)scan.corrupt_bytes);
-	rep->previous = rscan_previous(s, &clean);
+	rep->previous = rscan_previous(s, &clean, rep->prev_mount_id, sizeof(rep->prev_mount_id));
 	if (rep->previous && !clean && (r = manifest_recover(m, root_fd, s, rep)) < 0)
 		goto fail;
 	rscan_free(s);

@@ -90,7 +90,7 @@ struct manifest {
 struct recovery_report {
 	bool previous;			/* an earlier mount of this node existed */
 	bool unclean;			/* ... and it did not unmount cleanly */
-	char prev_mount_id[24];
+	char prev_mount_id[24];		/* ... its mount id (clean or not) */
 	uint64_t prev_seq_applied;	/* last operation of it found applied */
 	uint64_t torn_bytes;		/* cut from the log's tail */
 	uint64_t corrupt_records;	/* failing lines with valid records after them */

@@ -84,8 +84,8 @@ struct rscan *rscan_new(void);
 void rscan_free(struct rscan *s);
 /* manifest_cb: feed every record of the log in order. */
 int rscan_cb(void *arg, const char *payload, size_t len, uint64_t off);
-/* After the scan: was there a previous mount, did it end cleanly? */
-bool rscan_previous(const struct rscan *s, bool *clean);
+/* After the scan: was there a previous mount (its id into id), did it end cleanly? */
+bool rscan_previous(const struct rscan *s, bool *clean, char *id, size_t len);
 /* Records and bytes the last compaction left (its "compacted" record), or 0. */
 void rscan_compacted(const struct rscan *s, uint64_t *records, uint64_t *bytes);
 /* Recover the previous mount (unclean): evidence, "recovered" record, orphans; 0 or -errno. */

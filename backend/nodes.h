@@ -56,7 +56,9 @@
  *      it (its actor's later operations and its dependants);
  *  N5  a peer that stopped uncleanly reports the window of seal times its
  *      lost incarnation had not confirmed (from 0 when its last record
- *      cannot be read); a marker sealed inside that window is never
+ *      cannot be read; also after a clean stop, when its own record is there
+ *      but damaged: what it carried on is unknown, so the window is open
+ *      from 0 until ack-lost); a marker sealed inside that window is never
  *      released by a watermark, only by the policy.  The window ends at
  *      the restart when recovery found nothing lost; when files were lost
  *      (sealed, never published) it stays open — every later marker is

@@ -253,9 +253,10 @@ void rscan_free(struct rscan *s)
 	free(s);
 }
 
-bool rscan_previous(const struct rscan *s, bool *clean)
+bool rscan_previous(const struct rscan *s, bool *clean, char *id, size_t len)
 {
 	*clean = s->prev_clean;
+	snprintf(id, len, "%s", s->prev);
 	return s->prev[0] != '\0';
 }
 

@@ -381,14 +381,16 @@ static const char *unclean_previous(const struct nodes *nd)
 }
 
 /*
- * The previous mount's record into p: 0, or -errno (-EBADMSG: not a
- * record).  When a previous mount is known to have stopped uncleanly its
- * record should be there, so a failure is retried for WM_PREV_WINDOW_NS (a
- * network file system's client may answer from a stale view for a moment).
+ * The previous mount's record into p: 0, or -errno (-ENOENT: there is none;
+ * -EBADMSG: not a record).  When a previous mount is known to have stopped
+ * uncleanly its record should be there, and a record that is there but
+ * cannot be read or parsed may be a stale view too, so such a failure is
+ * retried for WM_PREV_WINDOW_NS (a network file system's client may answer
+ * from a stale view for a moment).
  */
 static int prev_read(struct nodes *nd, struct wm_record *p, bool expected)
 {
-	uint64_t until = now_ns() + (expected ? WM_PREV_WINDOW_NS : 0);
+	uint64_t t0 = now_ns();
 	char buf[1024];
 	int r;
 
@@ -397,7 +399,7 @@ static int prev_read(struct nodes *nd, struct wm_record *p, bool expected)
 		r = n < 0 ? (int)n : wm_parse(buf, (size_t)n, p) ? 0 : -EBADMSG;
 		if (r == 0)
 			return 0;
-		if (now_ns() >= until)
+		if ((!expected && r == -ENOENT) || now_ns() - t0 >= WM_PREV_WINDOW_NS)
 			break;
 		usleep(WM_PREV_RETRY_US);
 	}
@@ -440,7 +442,10 @@ static const char *gap_tail(const struct wm_record *g, char *buf, size_t len)
  * now or, when it lost files, until an acknowledgement (gap_end); a window
  * reported before is carried on (merged), never forgotten, open or not.
  * When that watermark cannot be read, nothing it sealed is taken as
- * confirmed: the window starts at 0.  A record left by an older mount than
+ * confirmed: the window starts at 0.  The same when a record is there but
+ * damaged after a clean stop: the window it may have carried on is unknown,
+ * so it is taken as open from 0 (no record at all: a first mount, nothing
+ * to report).  A record left by an older mount than
  * the one that stopped uncleanly bounds the window the same way: the
  * unclean one started after that record's T.
  */
@@ -453,9 +458,33 @@ static void gap_init(struct nodes *nd)
 	char tail[512];
 
 	memset(&nd->gap, 0, sizeof(nd->gap));
+	if (r < 0 && !unclean[0]) {
+		if (r == -ENOENT)
+			return;		/* no record: the node's first mount, nothing to report */
+		/*
+		 * N5, N6: a record is there but cannot be read: the previous
+		 * mount stopped cleanly, but what it carried on — an open window
+		 * of lost files, operations an administrator skipped — is gone
+		 * with it.  Nothing is taken as confirmed: a window open from 0,
+		 * until an administrator who has checked the checkpoints
+		 * acknowledges it (ack-lost).
+		 */
+		const struct recovery_report *rep = &nd->be->recovery;
+		nd->gap.valid = true;
+		nd->gap.gap_open = true;
+		nd->gap.gap_from_ns = 0;
+		nd->gap.gap_to_ns = 0;
+		snprintf(nd->gap.gap_mount, sizeof(nd->gap.gap_mount), "%s",
+			 rep->previous && rep->prev_mount_id[0] ? rep->prev_mount_id : "unknown");
+		log_warn("node %s: its own watermark record BACKEND/.ckptfs/nodes/%s/%s, left "
+			 "by mount %s, is damaged (%s): any window of lost files or skipped "
+			 "operations it carried is unknown, so this node reports an open window from 0: peers' markers are "
+			 "not released by its watermarks until an administrator who has checked the "
+			 "checkpoints runs `ckptfs-ctl ack-lost MOUNT` on this node", nd->node,
+			 nd->node, NODES_WM_FILE, nd->gap.gap_mount, strerror(-r));
+		return;
+	}
 	if (r < 0) {
-		if (!unclean[0])
-			return;		/* no previous mount, or a clean one: nothing to report */
 		nd->gap.valid = true;
 		nd->gap.gap_from_ns = 0;
 		gap_end(nd, lost);
@@ -525,7 +554,12 @@ static void keeper_ack(struct nodes *nd, uint64_t asked)
 		nd->gap = was;		/* not written: peers still see it open, and so do we */
 		pthread_mutex_unlock(&nd->lock);
 	}
-	if (r == 0)
+	if (r == 0 && !was.lost_files)
+		log_warn("node %s: an administrator acknowledged the window of unconfirmed seals "
+			 "of mount %s (no file known lost): peers' markers sealed from now on are "
+			 "released by this node's watermarks again; those sealed before stay held "
+			 "(only marker_policy=release lets them go)", nd->node, was.gap_mount);
+	else if (r == 0)
 		log_warn("node %s: an administrator acknowledged the %llu file%s lost by mount %s: "
 			 "peers' markers sealed from now on are released by this node's watermarks "
 			 "again; those sealed from %.3f s before until now stay held (only "

@@ -327,6 +327,12 @@ static int cmd_admin(const char *cmd, int argc, char **argv)
 	else if (!strcmp(cmd, "retry"))
 		r = retry_outcome(mnt, json_num_or0(&o, "retrying"), json_num_or0(&o, "blocked_seq"),
 				  json_num_or0(&o, "blocked_attempts"));
+	else if (!strcmp(cmd, "ack-lost") && json_num_or0(&o, "lost_files") == 0)
+		printf("%s: node %s: the window of unconfirmed seals of mount %s is acknowledged; "
+		       "peers' markers sealed from now on pass this node's watermarks again, those "
+		       "sealed before stay held\n", mnt,
+		       json_str(&o, "node") ? json_str(&o, "node") : "?",
+		       json_str(&o, "lost_mount") ? json_str(&o, "lost_mount") : "?");
 	else if (!strcmp(cmd, "ack-lost"))
 		printf("%s: node %s: the loss of %.0f files in the unclean stop of mount %s is "
 		       "acknowledged; peers' markers sealed from now on pass this node's watermarks "

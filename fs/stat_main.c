@@ -214,7 +214,12 @@ static void show_nodes_human(const struct json_obj *o)
 	else
 		printf("  node:         %s, no peers, lease %s\n", node, lease ? lease : "?");
 	const char *lost = json_str(o, "lost_window");
-	if (lost && !strcmp(lost, "open"))
+	if (lost && !strcmp(lost, "open") && NUM(o, "lost_window_files") == 0)
+		printf("  LOST:         window of unconfirmed seals of mount %s open (no file known "
+		       "lost: this node's record of it was damaged): peers hold their markers until "
+		       "`ckptfs-ctl ack-lost MOUNT` here\n",
+		       json_str(o, "lost_window_mount") ? json_str(o, "lost_window_mount") : "?");
+	else if (lost && !strcmp(lost, "open"))
 		printf("  LOST:         %.0f file%s lost in the unclean stop of mount %s: peers hold "
 		       "their markers until `ckptfs-ctl ack-lost MOUNT` here\n",
 		       NUM(o, "lost_window_files"), NUM(o, "lost_window_files") == 1 ? "" : "s",

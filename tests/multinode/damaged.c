@@ -1,0 +1,200 @@
+/*
+ * damaged.c — a node whose own watermark record is damaged while it is
+ * stopped cleanly does not forget what the record carried (nodes.h N5, N6).
+ *
+ * The record carries an open window of lost files and the operations an
+ * administrator skipped, on and on across clean restarts; the next mount
+ * learns them only from it.  Node b is stopped cleanly and its record
+ * overwritten with bytes no daemon writes: the next mount of b cannot know
+ * what it carried, so it reports an open window from 0 (logged once, with
+ * the file and `ckptfs-ctl ack-lost`; stats "lost_window": "open";
+ * ckptfs-stat "LOST:").  The old code took the unreadable record of a clean
+ * stop for a first mount, reported nothing, and a's marker sealed after
+ * b's restart reached the backend.
+ *
+ * 1. The marker rank 0 writes on a after b's restart stays held for b, and
+ *    after `ckptfs-ctl ack-lost` on b (the record's window then closed) it
+ *    stays held still: it was sealed inside the window (as lost.c).
+ * 2. After the acknowledgement, a marker written later is released by b's
+ *    watermark, not by a policy.
+ * A node's first mount (no record at all: ENOENT) reports no window.
+ */
+#include "tests/multinode/mn_util.h"
+
+#include <sys/stat.h>
+
+#define SHARD (128u << 10)
+
+static const char *rec_of_b(struct mcluster *c)
+{
+	static char path[PATH_MAX + 64];
+
+	snprintf(path, sizeof(path), "%s/.ckptfs/nodes/b/watermark.json", c->node[1].m.backend);
+	return cu_slurp(path);
+}
+
+static bool rec_open(struct mcluster *c)
+{
+	const char *r = rec_of_b(c);
+	return strstr(r, "\"gap_mount\": \"-\"") == NULL && strstr(r, "\"gap_to_ns\": 0,") != NULL;
+}
+
+static void shards(struct mcluster *c, unsigned step)
+{
+	char rel[64];
+
+	for (int i = 0; i < 2; i++) {
+		snprintf(rel, sizeof(rel), "s%u", step);
+		if (mkdir(mn_path(c, i, rel), 0755) < 0 && errno != EEXIST)
+			FAILF("mkdir %s on node %d: %s", rel, i, strerror(errno));
+	}
+	for (int i = 1; i >= 0; i--) {
+		snprintf(rel, sizeof(rel), "s%u/shard%d", step, i);
+		mn_write(mn_path(c, i, rel), SHARD, step * 10 + (unsigned)i);
+	}
+}
+
+static void marker(struct mcluster *c, unsigned step)
+{
+	char text[16];
+
+	snprintf(text, sizeof(text), "s%u", step);
+	cu_write_text(mn_path(c, 0, "latest"), text);
+}
+
+static bool latest_names(struct mcluster *c, unsigned step, unsigned ms)
+{
+	char want[16];
+
+	snprintf(want, sizeof(want), "s%u", step);
+	for (uint64_t t0 = mono_ms();; usleep(10000)) {
+		if (!strcmp(cu_slurp(mn_bpath(c, "latest")), want))
+			return true;
+		if (mono_ms() - t0 >= ms)
+			return false;
+	}
+}
+
+static int ack_lost(struct mcluster *c, char **out)
+{
+	const char *argv[] = { mn_tool("ckptfs-ctl"), "ack-lost", c->node[1].m.mnt, NULL };
+
+	*out = NULL;
+	return tm_run(argv, out);
+}
+
+/*
+ * a and b up; checkpoint s1's marker released (b's record works); b
+ * stopped cleanly, its record damaged, b mounted again.
+ */
+static void b_record_damaged(struct mcluster *c, const char *test)
+{
+	char path[PATH_MAX + 64];
+
+	mn_init(c, test, 2);
+	mn_mount(c, 0, NULL, NULL);
+	mn_mount(c, 1, NULL, NULL);
+	/* First mount: no record was there (ENOENT), nothing to report. */
+	ASSERT_STR_EQ(mn_stat(c, 1, "lost_window"), "");
+	ASSERT_EQ(mn_log_count(c, 1, "is damaged"), 0);
+	shards(c, 1);
+	marker(c, 1);
+	if (!latest_names(c, 1, 5000))
+		FAILF("before the damage, s1's marker is held: %s", mn_stat(c, 0, "marker_held_reason"));
+	mn_stop(c, 1);
+	if (!strstr(rec_of_b(c), "\"state\": \"stopped\""))
+		FAILF("b's record after a clean stop: %s", rec_of_b(c));
+	snprintf(path, sizeof(path), "%s/.ckptfs/nodes/b/watermark.json", c->node[1].m.backend);
+	cu_write_text(path, "{\"format\": 4, \"node\": \"b\", \"mount_id\": \x01\x02 garbage");
+	mn_mount(c, 1, NULL, NULL);
+}
+
+/* b reports an open window from 0, logged once with the file and the command. */
+static void b_window_open(struct mcluster *c)
+{
+	ASSERT_EQ(mn_log_count(c, 1, "own watermark record BACKEND/.ckptfs/nodes/b/watermark.json"), 1);
+	ASSERT_GE(mn_log_count(c, 1, "runs `ckptfs-ctl ack-lost MOUNT` on this node"), 1);
+	ASSERT_STR_EQ(mn_stat(c, 1, "lost_window"), "open");
+	ASSERT_EQ(mn_stat_num(c, 1, "lost_window_files"), 0);
+	mn_stat_report(c, 1, "LOST:         window of unconfirmed seals of mount", "b");
+	if (!rec_open(c))
+		FAILF("b's record does not report an open window: %s", rec_of_b(c));
+	if (!strstr(rec_of_b(c), "\"gap_from_ns\": 0,"))
+		FAILF("b's window does not start at 0: %s", rec_of_b(c));
+}
+
+static void held_until_ack(void)
+{
+	struct mcluster c;
+	char *out = NULL;
+
+	b_record_damaged(&c, "mn-damaged");
+	usleep(100 * 1000);
+	shards(&c, 2);
+	marker(&c, 2);		/* sealed after b's restart */
+	if (latest_names(&c, 2, 2000))
+		FAILF("`latest` names s2 on the backend although b's damaged record may have "
+		      "carried an open window of lost files (b's record: %s)", rec_of_b(&c));
+	ASSERT_STR_EQ(cu_slurp(mn_bpath(&c, "latest")), "s1");
+	b_window_open(&c);
+	ASSERT_STR_EQ(mn_stat(&c, 0, "marker_held_for"), "b");
+	const char *why = mn_stat(&c, 0, "marker_held_reason");
+	if (!strstr(why, "ckptfs-ctl ack-lost"))
+		FAILF("the marker's reason does not name the command: %s", why);
+	fprintf(stderr, "REPORT (a): %s\n", why);
+	mn_stat_report(&c, 0, "marker `latest` held for node b since", "a");
+
+	int rc = ack_lost(&c, &out);
+	if (rc != 0 || !out || !strstr(out, "is acknowledged"))
+		FAILF("ckptfs-ctl ack-lost: exit %d: %s", rc, out ? out : "");
+	fprintf(stderr, "ack-lost: %s", out);
+	free(out);
+	if (rec_open(&c))
+		FAILF("b's record still reports an open window after ack-lost: %s", rec_of_b(&c));
+	ASSERT_STR_EQ(mn_stat(&c, 1, "lost_window"), "closed");
+	ASSERT_GE(mn_log_count(&c, 1, "an administrator acknowledged the window"), 1);
+	/* Sealed inside the window: only the policy lets it go. */
+	ASSERT_TRUE(!latest_names(&c, 2, 1500));
+	ASSERT_STR_EQ(mn_stat(&c, 0, "marker_held_for"), "b");
+	mn_kill(&c, 0);		/* its unmount would wait for the held marker */
+	ASSERT_STR_EQ(cu_slurp(mn_bpath(&c, "latest")), "s1");
+	mn_cleanup(&c);
+}
+
+static void released_after_ack(void)
+{
+	struct mcluster c;
+	char *out = NULL;
+
+	b_record_damaged(&c, "mn-damaged-ack");
+	b_window_open(&c);
+	int rc = ack_lost(&c, &out);
+	if (rc != 0)
+		FAILF("ckptfs-ctl ack-lost: exit %d: %s", rc, out ? out : "");
+	free(out);
+	mn_stop(&c, 1);		/* the acknowledgement is carried on */
+	mn_mount(&c, 1, NULL, NULL);
+	if (rec_open(&c))
+		FAILF("the acknowledgement was not carried on by b's restart: %s", rec_of_b(&c));
+	ASSERT_STR_EQ(mn_stat(&c, 1, "lost_window"), "closed");
+	usleep(100 * 1000);
+	shards(&c, 2);
+	double t0 = mn_now_ms();
+	marker(&c, 2);
+	if (!latest_names(&c, 2, 5000))
+		FAILF("the marker of a checkpoint written after the acknowledgement is held: %s",
+		      mn_stat(&c, 0, "marker_held_reason"));
+	fprintf(stderr, "after ack-lost: marker released in %.0f ms\n", mn_now_ms() - t0);
+	ASSERT_TRUE(mn_has(mn_bpath(&c, "s2/shard1"), SHARD, 21));
+	ASSERT_EQ(mn_stat_num(&c, 0, "markers_released_by_policy"), 0);
+	mn_cleanup(&c);
+}
+
+int main(void)
+{
+	tm_require_fuse();
+	cu_require_root();
+	held_until_ack();
+	released_after_ack();
+	return 0;
+}
