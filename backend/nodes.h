@@ -266,6 +266,14 @@ struct nodes {
 	atomic_uint_least64_t markers_released_by_policy;
 	atomic_uint_least64_t marker_wait_ns_last;	/* how long the last held marker waited */
 	atomic_uint_least64_t peer_reads;	/* peers' records read (the watcher's looks) */
+	/*
+	 * N3: the failing actors the last record written lists (the keeper
+	 * writes them, stats read them); wm_blocked_all: more than it can
+	 * list, so it lists none and gives one T for every actor.
+	 */
+	uint32_t wm_blocked_uids[NODES_WM_UIDS_MAX];
+	unsigned wm_nblocked;
+	bool wm_blocked_all;
 };
 
 /*
@@ -297,6 +305,12 @@ int nodes_ack_lost(struct nodes *nd, struct wm_record *out);
 /* For stats: the window this node reports (N5); out->gap_mount "" : none. */
 void nodes_gap_report(struct nodes *nd, struct wm_record *out);
 
+/*
+ * For stats: the actors with a failed operation pending that this node's
+ * last record listed (N3), ascending, into uids (NODES_WM_UIDS_MAX room):
+ * how many; *all: too many to list (one T for every actor).
+ */
+unsigned nodes_blocked_report(struct nodes *nd, uint32_t *uids, bool *all);
 /* For stats: the held marker (lowest seq) still pending; false if none. */
 bool nodes_held_report(struct nodes *nd, struct held_marker *out, unsigned *count);
 /* Peers known and how many have passed now; and the one furthest behind. */

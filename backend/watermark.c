@@ -248,9 +248,10 @@ static uint64_t sat_sub(uint64_t a, uint64_t b)
 /*
  * N3: T for this node's record into w (before_ns, and others_before_ns for
  * the actors other than those listed: each with an operation that failed
- * and is still pending), and the durable seq (be->lock held).
+ * and is still pending), and the durable seq (be->lock held).  True when
+ * there are more such actors than a record lists (it then lists none).
  */
-static void durable_wall_locked(struct nodes *nd, struct wm_record *w, uint64_t *seq)
+static bool durable_wall_locked(struct nodes *nd, struct wm_record *w, uint64_t *seq)
 {
 	struct backend *be = nd->be;
 	uint64_t wall = UINT64_MAX, others = UINT64_MAX, ahead = 0;
@@ -290,6 +291,7 @@ static void durable_wall_locked(struct nodes *nd, struct wm_record *w, uint64_t 
 	ahead = CKPT_MAX(ahead, stamp_ahead);
 	w->before_ns = sat_sub(CKPT_MIN(wall, stamp), ahead);
 	w->others_before_ns = w->nblocked ? sat_sub(CKPT_MIN(others, stamp), ahead) : w->before_ns;
+	return full;
 }
 
 /*
@@ -322,7 +324,7 @@ static int wm_write(struct nodes *nd, bool stopped)
 		return -EADDRINUSE;
 	nodes_clock_sample(nd);
 	pthread_mutex_lock(&be->lock);
-	durable_wall_locked(nd, &t, &seq);
+	bool all = durable_wall_locked(nd, &t, &seq);
 	skipped_locked(nd, &skipped, &skipped_from);
 	pthread_mutex_unlock(&be->lock);
 	before = t.before_ns;
@@ -348,6 +350,7 @@ static int wm_write(struct nodes *nd, bool stopped)
 		/* Peers read at most sizeof(buf) - 1 bytes: past that, one T for every actor. */
 		if (n < (int)sizeof(buf) || !t.nblocked)
 			break;
+		all = true;
 		t.nblocked = 0;
 		t.others_before_ns = before;
 	}
@@ -363,6 +366,11 @@ static int wm_write(struct nodes *nd, bool stopped)
 		atomic_store(&nd->wm_before_ns, before);
 		atomic_store(&nd->wm_seq, seq);
 		atomic_fetch_add(&nd->wm_writes, 1);
+		pthread_mutex_lock(&nd->lock);
+		memcpy(nd->wm_blocked_uids, t.blocked_uids, t.nblocked * sizeof(t.blocked_uids[0]));
+		nd->wm_nblocked = t.nblocked;
+		nd->wm_blocked_all = all;
+		pthread_mutex_unlock(&nd->lock);
 	}
 	return r;
 }
@@ -589,6 +597,16 @@ int nodes_ack_lost(struct nodes *nd, struct wm_record *out)
 	pthread_mutex_unlock(&nd->klock);
 	nodes_gap_report(nd, out);
 	return r;
+}
+
+unsigned nodes_blocked_report(struct nodes *nd, uint32_t *uids, bool *all)
+{
+	pthread_mutex_lock(&nd->lock);
+	unsigned n = nd->wm_nblocked;
+	memcpy(uids, nd->wm_blocked_uids, n * sizeof(uids[0]));
+	*all = nd->wm_blocked_all;
+	pthread_mutex_unlock(&nd->lock);
+	return n;
 }
 
 void nodes_gap_report(struct nodes *nd, struct wm_record *out)

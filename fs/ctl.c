@@ -314,6 +314,13 @@ static void nodes_json(struct ckptfs *fs, struct strbuf *b)
 		  !g.gap_mount[0] ? "" : g.gap_open ? "open" : "closed");
 	sb_json_str(b, g.gap_mount);
 	sb_printf(b, ", \"lost_window_files\": %llu", (unsigned long long)g.lost_files);
+	uint32_t uids[NODES_WM_UIDS_MAX];
+	bool all;
+	unsigned nuids = nodes_blocked_report(nd, uids, &all);	/* N3: as the record lists them */
+	sb_printf(b, ", \"node_blocked_uids\": \"");
+	for (unsigned i = 0; i < nuids; i++)
+		sb_printf(b, "%s%u", i ? "," : "", (unsigned)uids[i]);
+	sb_printf(b, "\", \"node_blocked_uids_all\": %s", all ? "true" : "false");
 	nodes_peer_summary(nd, &known, behind, sizeof(behind), &behind_s);
 	sb_printf(b, ", \"peers\": %u, \"peers_known\": %u, \"peer_behind\": ",
 		  nd->opt.npeer_names ? nd->opt.npeer_names

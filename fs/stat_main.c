@@ -224,6 +224,15 @@ static void show_nodes_human(const struct json_obj *o)
 		       "their markers until `ckptfs-ctl ack-lost MOUNT` here\n",
 		       NUM(o, "lost_window_files"), NUM(o, "lost_window_files") == 1 ? "" : "s",
 		       json_str(o, "lost_window_mount") ? json_str(o, "lost_window_mount") : "?");
+	const char *uids = json_str(o, "node_blocked_uids");
+	if (peers <= 0)
+		;	/* no peer holds anything for this node */
+	else if (json_is_true(o, "node_blocked_uids_all"))
+		printf("  failing uids: too many users to list have a failed operation pending "
+		       "here: peers hold every user's markers for this node\n");
+	else if (uids && *uids)
+		printf("  failing uids: %s (a failed operation pending here): peers hold only these "
+		       "users' markers for this node\n", uids);
 	if (held && *held) {
 		const char *for_node = json_str(o, "marker_held_for");
 		const char *why = json_str(o, "marker_held_reason");

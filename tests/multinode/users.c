@@ -14,7 +14,8 @@
  *  - isolation: once it is, `latest` reaches the backend, after that shard
  *    (fails on the old code: b's T stayed at X's blocked operation, and
  *    `latest` was held for good);
- *  - b's record lists uid 61902 as failing there;
+ *  - b's record lists uid 61902 as failing there, and so do its stats
+ *    ("node_blocked_uids") and ckptfs-stat ("failing uids:");
  *  - X's own marker, written through a, stays held for b (its operation
  *    there is still pending), its reason naming the uid.
  */
@@ -129,6 +130,11 @@ int main(void)
 	const char *rec = cu_slurp(mn_bpath(&c, ".ckptfs/nodes/b/watermark.json"));
 	if (!strstr(rec, "\"blocked_uids\": \"61902\""))
 		FAILF("node b's record does not list uid %d: %s", USER_X, rec);
+	/* b's stats show the list its record gives; a lists none of its own. */
+	ASSERT_STR_EQ(mn_stat(&c, 1, "node_blocked_uids"), "61902");
+	ASSERT_STR_EQ(mn_stat(&c, 1, "node_blocked_uids_all"), "false");
+	ASSERT_STR_EQ(mn_stat(&c, 0, "node_blocked_uids"), "");
+	mn_stat_report(&c, 1, "failing uids: 61902 (a failed operation pending here)", "b");
 
 	/* X's marker stays held for b. */
 	stays_held(&c, "xdir/latest", "X's operation on b refused", why, sizeof(why));
