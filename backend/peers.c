@@ -276,6 +276,15 @@ static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, uid
 		return false;
 	}
 	uint64_t m = margin_ns(nd, w), tm_m = sat_add(tm, m);
+	if (w->gap_mount[0] && w->gap_open && w->gap_from_ns < tm_m && !w->lost_files) {
+		/* No file known lost: its own record was damaged (N5), so what it carried is unknown. */
+		snprintf(why, len, "node %s's record was damaged (mount %s; no file is known "
+			 "lost): its seals from %.3f s before the marker on stay unconfirmed until "
+			 "`ckptfs-ctl ack-lost` on that node, or marker_policy=release", p->name,
+			 w->gap_mount, secs(tm, w->gap_from_ns));
+		*lost = true;
+		return false;
+	}
 	if (w->gap_mount[0] && w->gap_open && w->gap_from_ns < tm_m) {
 		snprintf(why, len, "node %s stopped uncleanly (mount %s), %llu file%s lost; its "
 			 "seals from %.3f s before the marker on stay unconfirmed (it may name a "

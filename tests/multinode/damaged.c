@@ -139,8 +139,9 @@ static void held_until_ack(void)
 	b_window_open(&c);
 	ASSERT_STR_EQ(mn_stat(&c, 0, "marker_held_for"), "b");
 	const char *why = mn_stat(&c, 0, "marker_held_reason");
-	if (!strstr(why, "ckptfs-ctl ack-lost"))
-		FAILF("the marker's reason does not name the command: %s", why);
+	if (!strstr(why, "ckptfs-ctl ack-lost") || !strstr(why, "no file is known lost"))
+		FAILF("the marker's reason does not say no file is known lost, or does not name "
+		      "the command: %s", why);
 	fprintf(stderr, "REPORT (a): %s\n", why);
 	mn_stat_report(&c, 0, "marker `latest` held for node b since", "a");
 
