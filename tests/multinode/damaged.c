@@ -25,64 +25,6 @@
 
 #define SHARD (128u << 10)
 
-static const char *rec_of_b(struct mcluster *c)
-{
-	static char path[PATH_MAX + 64];
-
-	snprintf(path, sizeof(path), "%s/.ckptfs/nodes/b/watermark.json", c->node[1].m.backend);
-	return cu_slurp(path);
-}
-
-static bool rec_open(struct mcluster *c)
-{
-	const char *r = rec_of_b(c);
-	return strstr(r, "\"gap_mount\": \"-\"") == NULL && strstr(r, "\"gap_to_ns\": 0,") != NULL;
-}
-
-static void shards(struct mcluster *c, unsigned step)
-{
-	char rel[64];
-
-	for (int i = 0; i < 2; i++) {
-		snprintf(rel, sizeof(rel), "s%u", step);
-		if (mkdir(mn_path(c, i, rel), 0755) < 0 && errno != EEXIST)
-			FAILF("mkdir %s on node %d: %s", rel, i, strerror(errno));
-	}
-	for (int i = 1; i >= 0; i--) {
-		snprintf(rel, sizeof(rel), "s%u/shard%d", step, i);
-		mn_write(mn_path(c, i, rel), SHARD, step * 10 + (unsigned)i);
-	}
-}
-
-static void marker(struct mcluster *c, unsigned step)
-{
-	char text[16];
-
-	snprintf(text, sizeof(text), "s%u", step);
-	cu_write_text(mn_path(c, 0, "latest"), text);
-}
-
-static bool latest_names(struct mcluster *c, unsigned step, unsigned ms)
-{
-	char want[16];
-
-	snprintf(want, sizeof(want), "s%u", step);
-	for (uint64_t t0 = mono_ms();; usleep(10000)) {
-		if (!strcmp(cu_slurp(mn_bpath(c, "latest")), want))
-			return true;
-		if (mono_ms() - t0 >= ms)
-			return false;
-	}
-}
-
-static int ack_lost(struct mcluster *c, char **out)
-{
-	const char *argv[] = { mn_tool("ckptfs-ctl"), "ack-lost", c->node[1].m.mnt, NULL };
-
-	*out = NULL;
-	return tm_run(argv, out);
-}
-
 /*
  * a and b up; checkpoint s1's marker released (b's record works); b
  * stopped cleanly, its record damaged, b mounted again.
@@ -97,13 +39,13 @@ static void b_record_damaged(struct mcluster *c, const char *test)
 	/* First mount: no record was there (ENOENT), nothing to report. */
 	ASSERT_STR_EQ(mn_stat(c, 1, "lost_window"), "");
 	ASSERT_EQ(mn_log_count(c, 1, "is damaged"), 0);
-	shards(c, 1);
-	marker(c, 1);
-	if (!latest_names(c, 1, 5000))
+	mn_shards(c, 1, SHARD);
+	mn_marker(c, 1);
+	if (!mn_latest_names(c, 1, 5000))
 		FAILF("before the damage, s1's marker is held: %s", mn_stat(c, 0, "marker_held_reason"));
 	mn_stop(c, 1);
-	if (!strstr(rec_of_b(c), "\"state\": \"stopped\""))
-		FAILF("b's record after a clean stop: %s", rec_of_b(c));
+	if (!strstr(mn_record(c, 1), "\"state\": \"stopped\""))
+		FAILF("b's record after a clean stop: %s", mn_record(c, 1));
 	snprintf(path, sizeof(path), "%s/.ckptfs/nodes/b/watermark.json", c->node[1].m.backend);
 	cu_write_text(path, "{\"format\": 4, \"node\": \"b\", \"mount_id\": \x01\x02 garbage");
 	mn_mount(c, 1, NULL, NULL);
@@ -117,10 +59,10 @@ static void b_window_open(struct mcluster *c)
 	ASSERT_STR_EQ(mn_stat(c, 1, "lost_window"), "open");
 	ASSERT_EQ(mn_stat_num(c, 1, "lost_window_files"), 0);
 	mn_stat_report(c, 1, "LOST:         window of unconfirmed seals of mount", "b");
-	if (!rec_open(c))
-		FAILF("b's record does not report an open window: %s", rec_of_b(c));
-	if (!strstr(rec_of_b(c), "\"gap_from_ns\": 0,"))
-		FAILF("b's window does not start at 0: %s", rec_of_b(c));
+	if (!mn_window_open(c, 1))
+		FAILF("b's record does not report an open window: %s", mn_record(c, 1));
+	if (!strstr(mn_record(c, 1), "\"gap_from_ns\": 0,"))
+		FAILF("b's window does not start at 0: %s", mn_record(c, 1));
 }
 
 static void held_until_ack(void)
@@ -130,11 +72,11 @@ static void held_until_ack(void)
 
 	b_record_damaged(&c, "mn-damaged");
 	usleep(100 * 1000);
-	shards(&c, 2);
-	marker(&c, 2);		/* sealed after b's restart */
-	if (latest_names(&c, 2, 2000))
+	mn_shards(&c, 2, SHARD);
+	mn_marker(&c, 2);		/* sealed after b's restart */
+	if (mn_latest_names(&c, 2, 2000))
 		FAILF("`latest` names s2 on the backend although b's damaged record may have "
-		      "carried an open window of lost files (b's record: %s)", rec_of_b(&c));
+		      "carried an open window of lost files (b's record: %s)", mn_record(&c, 1));
 	ASSERT_STR_EQ(cu_slurp(mn_bpath(&c, "latest")), "s1");
 	b_window_open(&c);
 	ASSERT_STR_EQ(mn_stat(&c, 0, "marker_held_for"), "b");
@@ -145,17 +87,17 @@ static void held_until_ack(void)
 	fprintf(stderr, "REPORT (a): %s\n", why);
 	mn_stat_report(&c, 0, "marker `latest` held for node b since", "a");
 
-	int rc = ack_lost(&c, &out);
+	int rc = mn_ack_lost(&c, 1, &out);
 	if (rc != 0 || !out || !strstr(out, "is acknowledged"))
 		FAILF("ckptfs-ctl ack-lost: exit %d: %s", rc, out ? out : "");
 	fprintf(stderr, "ack-lost: %s", out);
 	free(out);
-	if (rec_open(&c))
-		FAILF("b's record still reports an open window after ack-lost: %s", rec_of_b(&c));
+	if (mn_window_open(&c, 1))
+		FAILF("b's record still reports an open window after ack-lost: %s", mn_record(&c, 1));
 	ASSERT_STR_EQ(mn_stat(&c, 1, "lost_window"), "closed");
 	ASSERT_GE(mn_log_count(&c, 1, "an administrator acknowledged the window"), 1);
 	/* Sealed inside the window: only the policy lets it go. */
-	ASSERT_TRUE(!latest_names(&c, 2, 1500));
+	ASSERT_TRUE(!mn_latest_names(&c, 2, 1500));
 	ASSERT_STR_EQ(mn_stat(&c, 0, "marker_held_for"), "b");
 	mn_kill(&c, 0);		/* its unmount would wait for the held marker */
 	ASSERT_STR_EQ(cu_slurp(mn_bpath(&c, "latest")), "s1");
@@ -169,20 +111,20 @@ static void released_after_ack(void)
 
 	b_record_damaged(&c, "mn-damaged-ack");
 	b_window_open(&c);
-	int rc = ack_lost(&c, &out);
+	int rc = mn_ack_lost(&c, 1, &out);
 	if (rc != 0)
 		FAILF("ckptfs-ctl ack-lost: exit %d: %s", rc, out ? out : "");
 	free(out);
 	mn_stop(&c, 1);		/* the acknowledgement is carried on */
 	mn_mount(&c, 1, NULL, NULL);
-	if (rec_open(&c))
-		FAILF("the acknowledgement was not carried on by b's restart: %s", rec_of_b(&c));
+	if (mn_window_open(&c, 1))
+		FAILF("the acknowledgement was not carried on by b's restart: %s", mn_record(&c, 1));
 	ASSERT_STR_EQ(mn_stat(&c, 1, "lost_window"), "closed");
 	usleep(100 * 1000);
-	shards(&c, 2);
+	mn_shards(&c, 2, SHARD);
 	double t0 = mn_now_ms();
-	marker(&c, 2);
-	if (!latest_names(&c, 2, 5000))
+	mn_marker(&c, 2);
+	if (!mn_latest_names(&c, 2, 5000))
 		FAILF("the marker of a checkpoint written after the acknowledgement is held: %s",
 		      mn_stat(&c, 0, "marker_held_reason"));
 	fprintf(stderr, "after ack-lost: marker released in %.0f ms\n", mn_now_ms() - t0);

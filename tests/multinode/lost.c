@@ -34,60 +34,6 @@
 
 #define SHARD (256u << 10)
 
-/* b's watermark record through b's own backend client (GlusterFS: no stale view). */
-static const char *rec_of_b(struct mcluster *c)
-{
-	static char path[PATH_MAX + 64];
-
-	snprintf(path, sizeof(path), "%s/.ckptfs/nodes/b/watermark.json", c->node[1].m.backend);
-	return cu_slurp(path);
-}
-
-static bool rec_open(struct mcluster *c)
-{
-	const char *r = rec_of_b(c);
-	return strstr(r, "\"gap_mount\": \"-\"") == NULL && strstr(r, "\"gap_to_ns\": 0,") != NULL;
-}
-
-/* Shards of checkpoint `step` on both nodes (b's first), seeds step*10 + node. */
-static void shards(struct mcluster *c, unsigned step)
-{
-	char rel[64];
-
-	for (int i = 0; i < 2; i++) {
-		snprintf(rel, sizeof(rel), "s%u", step);
-		if (mkdir(mn_path(c, i, rel), 0755) < 0 && errno != EEXIST)
-			FAILF("mkdir %s on node %d: %s", rel, i, strerror(errno));
-	}
-	for (int i = 1; i >= 0; i--) {
-		snprintf(rel, sizeof(rel), "s%u/shard%d", step, i);
-		mn_write(mn_path(c, i, rel), SHARD, step * 10 + (unsigned)i);
-	}
-}
-
-/* Rank 0 (node a) writes the marker naming checkpoint `step`. */
-static void marker(struct mcluster *c, unsigned step)
-{
-	char text[16];
-
-	snprintf(text, sizeof(text), "s%u", step);
-	cu_write_text(mn_path(c, 0, "latest"), text);
-}
-
-/* Does the backend's `latest` name checkpoint `step` within ms? */
-static bool latest_names(struct mcluster *c, unsigned step, unsigned ms)
-{
-	char want[16];
-
-	snprintf(want, sizeof(want), "s%u", step);
-	for (uint64_t t0 = mono_ms();; usleep(10000)) {
-		if (!strcmp(cu_slurp(mn_bpath(c, "latest")), want))
-			return true;
-		if (mono_ms() - t0 >= ms)
-			return false;
-	}
-}
-
 /*
  * Nodes a and b up; b seals its shard of s1 and dies before it is durable;
  * it is mounted again at once.  It dies once its publisher has noted the
@@ -106,7 +52,7 @@ static void b_loses_shard(struct mcluster *c, const char *test)
 	cu_write_text(flag, "");
 	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=rename,delay_ms=60000,name=shard,while=%s", flag);
 	mn_mount(c, 1, NULL, e);
-	shards(c, 1);		/* both closes returned: the barrier is passed */
+	mn_shards(c, 1, SHARD);		/* both closes returned: the barrier is passed */
 	snprintf(man, sizeof(man), "%s/.ckptfs/nodes/b/manifest.log", c->node[1].m.backend);
 	for (uint64_t t0 = mono_ms(); !strstr(cu_slurp(man), "s1/shard1"); usleep(2000))
 		if (mono_ms() - t0 > 5000)
@@ -123,17 +69,8 @@ static void b_window_open(struct mcluster *c)
 	ASSERT_GE(mn_log_count(c, 1, "runs `ckptfs-ctl ack-lost MOUNT` on this node"), 1);
 	ASSERT_STR_EQ(mn_stat(c, 1, "lost_window"), "open");
 	ASSERT_EQ(mn_stat_num(c, 1, "lost_window_files"), 1);
-	if (!rec_open(c))
-		FAILF("b's record does not report an open window: %s", rec_of_b(c));
-}
-
-/* ckptfs-ctl ack-lost on b: its exit status, what it printed into out. */
-static int ack_lost(struct mcluster *c, char **out)
-{
-	const char *argv[] = { mn_tool("ckptfs-ctl"), "ack-lost", c->node[1].m.mnt, NULL };
-
-	*out = NULL;
-	return tm_run(argv, out);
+	if (!mn_window_open(c, 1))
+		FAILF("b's record does not report an open window: %s", mn_record(c, 1));
 }
 
 static void held_until_ack(void)
@@ -143,11 +80,11 @@ static void held_until_ack(void)
 
 	b_loses_shard(&c, "mn-lost");
 	usleep(100 * 1000);
-	marker(&c, 1);		/* sealed after b's restart */
-	if (latest_names(&c, 1, 2000))
+	mn_marker(&c, 1);		/* sealed after b's restart */
+	if (mn_latest_names(&c, 1, 2000))
 		FAILF("`latest` names s1 on the backend but b's shard of s1 was lost in b's crash "
 		      "(has shard: %d; b's record: %s)", mn_has(mn_bpath(&c, "s1/shard1"), SHARD, 11),
-		      rec_of_b(&c));
+		      mn_record(&c, 1));
 	b_window_open(&c);
 	ASSERT_STR_EQ(mn_stat(&c, 0, "marker_held_for"), "b");
 	const char *why = mn_stat(&c, 0, "marker_held_reason");
@@ -159,27 +96,27 @@ static void held_until_ack(void)
 
 	mn_stop(&c, 1);		/* a clean restart forgets nothing */
 	mn_mount(&c, 1, NULL, NULL);
-	if (!rec_open(&c))
-		FAILF("after a clean restart b's window is no longer open: %s", rec_of_b(&c));
+	if (!mn_window_open(&c, 1))
+		FAILF("after a clean restart b's window is no longer open: %s", mn_record(&c, 1));
 	ASSERT_GE(mn_log_count(&c, 1, "which lost 1 file, is still open"), 1);
 	ASSERT_STR_EQ(mn_stat(&c, 1, "lost_window"), "open");
-	ASSERT_TRUE(!latest_names(&c, 1, 1500));
+	ASSERT_TRUE(!mn_latest_names(&c, 1, 1500));
 
-	int rc = ack_lost(&c, &out);
+	int rc = mn_ack_lost(&c, 1, &out);
 	if (rc != 0 || !out || !strstr(out, "is acknowledged"))
 		FAILF("ckptfs-ctl ack-lost: exit %d: %s", rc, out ? out : "");
 	fprintf(stderr, "ack-lost: %s", out);
 	free(out);
-	if (rec_open(&c))
-		FAILF("b's record still reports an open window after ack-lost: %s", rec_of_b(&c));
+	if (mn_window_open(&c, 1))
+		FAILF("b's record still reports an open window after ack-lost: %s", mn_record(&c, 1));
 	ASSERT_STR_EQ(mn_stat(&c, 1, "lost_window"), "closed");
 	ASSERT_GE(mn_log_count(&c, 1, "an administrator acknowledged the 1 file lost"), 1);
-	rc = ack_lost(&c, &out);
+	rc = mn_ack_lost(&c, 1, &out);
 	if (rc != 1 || !out || !strstr(out, "no window is open"))
 		FAILF("a second ack-lost: exit %d: %s", rc, out ? out : "");
 	free(out);
 	/* Sealed inside the window: only the policy lets it go. */
-	ASSERT_TRUE(!latest_names(&c, 1, 1500));
+	ASSERT_TRUE(!mn_latest_names(&c, 1, 1500));
 	ASSERT_STR_EQ(mn_stat(&c, 0, "marker_held_for"), "b");
 	ASSERT_TRUE(strstr(mn_stat(&c, 0, "marker_held_reason"), "stopped uncleanly") != NULL);
 	mn_kill(&c, 0);		/* its unmount would wait for the held marker */
@@ -194,7 +131,7 @@ static void released_after_ack(void)
 
 	b_loses_shard(&c, "mn-lost-ack");
 	b_window_open(&c);
-	int rc = ack_lost(&c, &out);
+	int rc = mn_ack_lost(&c, 1, &out);
 	if (rc != 0)
 		FAILF("ckptfs-ctl ack-lost: exit %d: %s", rc, out ? out : "");
 	free(out);
@@ -202,14 +139,14 @@ static void released_after_ack(void)
 	mn_mount(&c, 1, NULL, NULL);
 	mn_stop(&c, 1);
 	mn_mount(&c, 1, NULL, NULL);
-	if (rec_open(&c) || !strstr(rec_of_b(&c), "\"lost_files\": 1,"))
-		FAILF("the acknowledgement was not carried on by b's restarts: %s", rec_of_b(&c));
+	if (mn_window_open(&c, 1) || !strstr(mn_record(&c, 1), "\"lost_files\": 1,"))
+		FAILF("the acknowledgement was not carried on by b's restarts: %s", mn_record(&c, 1));
 	ASSERT_STR_EQ(mn_stat(&c, 1, "lost_window"), "closed");
 	usleep(100 * 1000);
-	shards(&c, 2);
+	mn_shards(&c, 2, SHARD);
 	double t0 = mn_now_ms();
-	marker(&c, 2);
-	if (!latest_names(&c, 2, 5000))
+	mn_marker(&c, 2);
+	if (!mn_latest_names(&c, 2, 5000))
 		FAILF("the marker of a checkpoint written after the acknowledgement is held: %s",
 		      mn_stat(&c, 0, "marker_held_reason"));
 	fprintf(stderr, "after ack-lost and two restarts of b: marker released in %.0f ms\n",
@@ -231,7 +168,7 @@ static void unrecorded(void)
 	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=append,hold=%s", flag);
 	mn_mount(&c, 1, NULL, e);
 	cu_write_text(flag, "");	/* from now on b's log appends wait */
-	shards(&c, 1);
+	mn_shards(&c, 1, SHARD);
 	usleep(300 * 1000);
 	snprintf(man, sizeof(man), "%s/.ckptfs/nodes/b/manifest.log", c.node[1].m.backend);
 	if (strstr(cu_slurp(man), "s1/shard1"))
@@ -242,10 +179,10 @@ static void unrecorded(void)
 	ASSERT_EQ(mn_log_count(&c, 1, "never persisted: s1/shard1"), 0);
 	ASSERT_GE(mn_log_count(&c, 1, "after the last its log records"), 1);
 	usleep(100 * 1000);
-	marker(&c, 1);		/* sealed after b's restart */
-	if (latest_names(&c, 1, 2000))
+	mn_marker(&c, 1);		/* sealed after b's restart */
+	if (mn_latest_names(&c, 1, 2000))
 		FAILF("`latest` names s1 on the backend but b's shard of s1, never noted in its "
-		      "log, was lost in b's crash (b's record: %s)", rec_of_b(&c));
+		      "log, was lost in b's crash (b's record: %s)", mn_record(&c, 1));
 	ASSERT_STR_EQ(mn_stat(&c, 1, "lost_window"), "open");
 	ASSERT_STR_EQ(mn_stat(&c, 0, "marker_held_for"), "b");
 	fprintf(stderr, "REPORT (3): %s\n", mn_stat(&c, 0, "marker_held_reason"));

@@ -186,6 +186,65 @@ uint64_t mn_marker_follows(struct mcluster *c, const char *shard, size_t size,
 	return t_marker - t_shard;
 }
 
+const char *mn_record(struct mcluster *c, int i)
+{
+	static char path[PATH_MAX + 64];
+
+	snprintf(path, sizeof(path), "%s/.ckptfs/nodes/%s/watermark.json", c->node[i].m.backend,
+		 c->node[i].name);
+	return cu_slurp(path);
+}
+
+bool mn_window_open(struct mcluster *c, int i)
+{
+	const char *r = mn_record(c, i);
+	return strstr(r, "\"gap_mount\": \"-\"") == NULL && strstr(r, "\"gap_to_ns\": 0,") != NULL;
+}
+
+void mn_shards(struct mcluster *c, unsigned step, size_t size)
+{
+	char rel[64];
+
+	for (int i = 0; i < 2; i++) {
+		snprintf(rel, sizeof(rel), "s%u", step);
+		if (mkdir(mn_path(c, i, rel), 0755) < 0 && errno != EEXIST)
+			FAILF("mkdir %s on node %d: %s", rel, i, strerror(errno));
+	}
+	for (int i = 1; i >= 0; i--) {
+		snprintf(rel, sizeof(rel), "s%u/shard%d", step, i);
+		mn_write(mn_path(c, i, rel), size, step * 10 + (unsigned)i);
+	}
+}
+
+void mn_marker(struct mcluster *c, unsigned step)
+{
+	char text[16];
+
+	snprintf(text, sizeof(text), "s%u", step);
+	cu_write_text(mn_path(c, 0, "latest"), text);
+}
+
+bool mn_latest_names(struct mcluster *c, unsigned step, unsigned ms)
+{
+	char want[16];
+
+	snprintf(want, sizeof(want), "s%u", step);
+	for (uint64_t t0 = mono_ms();; usleep(10000)) {
+		if (!strcmp(cu_slurp(mn_bpath(c, "latest")), want))
+			return true;
+		if (mono_ms() - t0 >= ms)
+			return false;
+	}
+}
+
+int mn_ack_lost(struct mcluster *c, int i, char **out)
+{
+	const char *argv[] = { mn_tool("ckptfs-ctl"), "ack-lost", c->node[i].m.mnt, NULL };
+
+	*out = NULL;
+	return tm_run(argv, out);
+}
+
 const char *mn_tool(const char *name)
 {
 	static char bufs[4][PATH_MAX];

@@ -72,6 +72,21 @@ void mn_stat_report(struct mcluster *c, int i, const char *want, const char *lab
  */
 uint64_t mn_marker_follows(struct mcluster *c, const char *shard, size_t size,
 			   const char *marker, const char *text, unsigned timeout_ms);
+/*
+ * Checkpoints of two nodes, as the lost-window tests write them: node i's
+ * watermark record through its own backend client (GlusterFS: no stale
+ * view; static buffer); does it report an open window (N5)?  Shards of
+ * checkpoint s<step> on both nodes, b's first, seeds step*10 + node; rank
+ * 0's marker `latest` naming it; does the backend's `latest` name it
+ * within ms?  `ckptfs-ctl ack-lost` on node i: its exit status, *out its
+ * output.
+ */
+const char *mn_record(struct mcluster *c, int i);
+bool mn_window_open(struct mcluster *c, int i);
+void mn_shards(struct mcluster *c, unsigned step, size_t size);
+void mn_marker(struct mcluster *c, unsigned step);
+bool mn_latest_names(struct mcluster *c, unsigned step, unsigned ms);
+int mn_ack_lost(struct mcluster *c, int i, char **out);
 /* A tool built beside the daemon ("ckptfs-stat", "ckptfs-ctl"); static buffer. */
 const char *mn_tool(const char *name);
 /* Milliseconds now, finer than mono_ms: for figures. */
