@@ -275,6 +275,20 @@ bool fs_own_loop_possible(enum fuse_loop_kind kind);
  */
 int fs_serve(struct ckptfs *fs);
 
+/* ---- the signals that stop the daemon (signals.c) ------------------------ */
+
+/*
+ * SIGINT, SIGTERM and SIGHUP go to one thread that takes them with
+ * sigwaitinfo(); every other thread blocks them.  fs_signals_start() must
+ * be called by main() before it starts any thread (they inherit the block);
+ * it also ignores SIGPIPE.  0, or -errno.  Until fs_signals_serve(se) a
+ * stop signal ends the process by its default action; from then it ends
+ * the session se (fs_serve returns); fs_signals_serve(NULL), once the
+ * session is over, makes it a logged no-op (the exit's drain goes on).
+ */
+int fs_signals_start(void);
+void fs_signals_serve(struct fuse_session *se);
+
 /* ---- bounded waits (wait.c) --------------------------------------------- */
 
 /* Install the cache's wait_check hook; fs_waits_destroy() undoes it. */

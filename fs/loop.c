@@ -63,9 +63,8 @@
  * threads are stopped after the workers, before the unmount.
  *
  * Stopping (fs_serve): the loop ends when the session exits — on unmount
- * the read fails with ENODEV in every worker; on SIGTERM/SIGINT libfuse's
- * handler, which runs in the main thread (the others block those signals),
- * marks the session exited.  The main thread then
+ * the read fails with ENODEV in every worker; on SIGTERM/SIGINT/SIGHUP the
+ * signal thread (signals.c) marks the session exited.  The main thread then
  *   1. tells every blocked wait to give up (fs_waits_stop: a writer waiting
  *      for cache space gets ESHUTDOWN, wait.c) and answers the reads of
  *      file data still in the backend (ESHUTDOWN, bcall_watch_stop);
@@ -503,17 +502,11 @@ static void worker_free(struct worker *w)
 		fuse_loop_cfg_destroy(w->lcfg);
 }
 
-/* Start the request threads (signals that stop the daemon stay with the caller). */
+/* Start the request threads (they block the stop signals: signals.c). */
 static unsigned serve_start(struct ckptfs *fs, struct worker *w, unsigned n)
 {
-	sigset_t block, old;
 	unsigned started = 0;
 
-	sigemptyset(&block);
-	sigaddset(&block, SIGINT);
-	sigaddset(&block, SIGTERM);
-	sigaddset(&block, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &block, &old);
 	for (unsigned i = 0; i < n; i++) {
 		w[i].se = fs->se;
 		w[i].fs = fs;
@@ -542,7 +535,6 @@ static unsigned serve_start(struct ckptfs *fs, struct worker *w, unsigned n)
 		}
 		started++;
 	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return started;
 }
 

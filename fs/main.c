@@ -347,6 +347,12 @@ int main(int argc, char **argv)
 	}
 	if (!fs->opt.foreground)
 		status_fd = daemon_fork();
+	/* Before any other thread starts: they inherit its block of the stop signals. */
+	if ((r = fs_signals_start()) < 0) {
+		fprintf(stderr, "ckptfs: cannot start the signal thread: %s\n", strerror(-r));
+		daemon_report(&status_fd, 1);
+		return 1;
+	}
 	/* Modes on the backend are the mount's exactly: the callers' umask is applied. */
 	umask(0);
 	ckpt_log_init("ckptfs", 0, fs->opt.debug);
@@ -420,8 +426,9 @@ int main(int argc, char **argv)
 		daemon_report(&status_fd, CKPTFS_USAGE_ERROR);
 		return CKPTFS_USAGE_ERROR;
 	}
-	if (fuse_set_signal_handlers(fs->se) != 0 ||
-	    fuse_session_mount(fs->se, fs->opt.mountpoint_real) != 0) {
+	fs_signals_serve(fs->se);	/* a stop signal ends the session from now on */
+	if (fuse_session_mount(fs->se, fs->opt.mountpoint_real) != 0) {
+		fs_signals_serve(NULL);
 		fprintf(stderr, "ckptfs: cannot mount on '%s'\n", fs->opt.mountpoint);
 		daemon_report(&status_fd, 1);
 		goto out_session;
@@ -444,6 +451,7 @@ int main(int argc, char **argv)
 	fs->cache.read_fd = bread_fd;	/* a writer's fill from the backend: bounded too */
 	fs->cache.read_arg = fs;
 	int stuck = fs_serve(fs);
+	fs_signals_serve(NULL);	/* the session is over: the drain is not cut short */
 	if (ra_started)
 		pthread_join(ra, NULL);	/* bounded: it gives up after 2 s, and stat()s an unmounted path */
 
@@ -457,7 +465,6 @@ int main(int argc, char **argv)
 	if (r == 0)
 		log_info("drained: everything is durable on %s", fs->opt.backend_real);
 	rc = r < 0 || stuck < 0 ? 1 : 0;
-	fuse_remove_signal_handlers(fs->se);
 	if (stuck > 0 || helpers_stuck || backend_threads_stuck(&fs->be)) {
 		/*
 		 * Workers left blocked still use the session, the namespace, the

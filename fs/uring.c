@@ -66,7 +66,6 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -489,14 +488,7 @@ int fsu_prepare(struct ckptfs *fs, struct fuse_session *se, unsigned max_threads
 			U.failed++;	/* the thread is not started: counted here */
 			continue;
 		}
-		sigset_t block, old;
-		sigemptyset(&block);
-		sigaddset(&block, SIGINT);
-		sigaddset(&block, SIGTERM);
-		sigaddset(&block, SIGHUP);
-		pthread_sigmask(SIG_BLOCK, &block, &old);
-		t->started = pthread_create(&t->th, NULL, thr_main, t) == 0;
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		t->started = pthread_create(&t->th, NULL, thr_main, t) == 0;	/* stop signals blocked: signals.c */
 		if (!t->started) {
 			pthread_mutex_lock(&U.lock);
 			U.failed++;
