@@ -239,8 +239,17 @@ static int dirfd_open(struct backend *be, struct bnode *dir)
 	pthread_mutex_lock(&be->dfd_lock);
 	fd = dfd_take_locked(be, dir);
 	pthread_mutex_unlock(&be->dfd_lock);
-	if (fd >= 0)
-		return fd;
+	if (fd >= 0) {
+		if (atomic_load(&dir->present))
+			return fd;
+		/*
+		 * Removed (rmdir, or replaced by a rename) since its fd was cached:
+		 * never hand out a dead directory.  A create in one fails with
+		 * ENOENT, or EPERM on ext4 while its link count is already 0.
+		 */
+		bnode_dirfd_put(be, dir);
+		return -ENOENT;
+	}
 again:
 	for (struct bnode *b = bnode_get(dir);;) {
 		struct bnode *up;

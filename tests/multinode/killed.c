@@ -60,17 +60,6 @@ static bool backend_latest(struct mcluster *c, unsigned step)
 	return !strcmp(cu_slurp(mn_bpath(c, "latest")), want);
 }
 
-static bool wait_held_for(struct mcluster *c, const char *node, const char *reason_part,
-			  unsigned ms)
-{
-	for (uint64_t t0 = mono_ms(); mono_ms() - t0 < ms; usleep(20000))
-		if (!strcmp(mn_stat(c, 0, "marker_held"), "latest") &&
-		    !strcmp(mn_stat(c, 0, "marker_held_for"), node) &&
-		    (!reason_part || strstr(mn_stat(c, 0, "marker_held_reason"), reason_part)))
-			return true;
-	return false;
-}
-
 static bool wait_latest(struct mcluster *c, unsigned step, unsigned ms)
 {
 	for (uint64_t t0 = mono_ms(); mono_ms() - t0 < ms; usleep(5000))
@@ -119,7 +108,7 @@ static void killed(enum killed_case kc)
 	}
 	mount_b_stuck(&c, flag);
 	checkpoint(&c, 1);
-	if (!wait_held_for(&c, "b", "node b", 5000))
+	if (!mn_wait_held(&c, "b", "node b", 5000))
 		FAILF("the marker was not reported held for node b: marker_held='%s'",
 		      mn_stat(&c, 0, "marker_held"));
 	if (!release)
@@ -156,7 +145,7 @@ static void killed(enum killed_case kc)
 		mn_cleanup(&c);
 		return;
 	}
-	if (!wait_held_for(&c, "b", "stopped uncleanly", 5000))
+	if (!mn_wait_held(&c, "b", "stopped uncleanly", 5000))
 		FAILF("after b's recovery the marker is not reported held for its lost window: %s",
 		      mn_stat(&c, 0, "marker_held_reason"));
 	char held[64], node[64];
@@ -190,7 +179,7 @@ static void stopped_then_resumed(void)
 	kill(c.node[1].m.pid, SIGSTOP);
 	usleep(400 * 1000);		/* b's last watermark is older than what follows */
 	cu_write_text(mn_path(&c, 0, "latest"), "s1b");
-	if (!wait_held_for(&c, "b", NULL, 5000))
+	if (!mn_wait_held(&c, "b", NULL, 5000))
 		FAILF("the marker was not held while b was stopped");
 	usleep(500 * 1000);
 	ASSERT_STR_EQ(cu_slurp(mn_bpath(&c, "latest")), "s1");
@@ -251,7 +240,7 @@ static void stopped_cleanly_then_stuck(void)
 	mn_mount(&c, 0, NULL, NULL);	/* a reads b's records afresh */
 	mount_b_stuck(&c, flag);
 	checkpoint(&c, 2);
-	if (!wait_held_for(&c, "b", NULL, 5000))
+	if (!mn_wait_held(&c, "b", NULL, 5000))
 		FAILF("the marker was not held for b, whose shard is stuck: %s",
 		      mn_stat(&c, 0, "marker_held_reason"));
 	usleep(1500 * 1000);

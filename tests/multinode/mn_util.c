@@ -272,6 +272,16 @@ void mn_stat_report(struct mcluster *c, int i, const char *want, const char *lab
 	free(out);
 }
 
+bool mn_wait_held(struct mcluster *c, const char *node, const char *reason_part, unsigned ms)
+{
+	for (uint64_t t0 = mono_ms(); mono_ms() - t0 < ms; usleep(20000))
+		if (!strcmp(mn_stat(c, 0, "marker_held"), "latest") &&
+		    !strcmp(mn_stat(c, 0, "marker_held_for"), node) &&
+		    (!reason_part || strstr(mn_stat(c, 0, "marker_held_reason"), reason_part)))
+			return true;
+	return false;
+}
+
 double mn_now_ms(void)
 {
 	struct timespec ts;

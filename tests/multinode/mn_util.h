@@ -90,6 +90,13 @@ int mn_ack_lost(struct mcluster *c, int i, char **out);
 /* A tool built beside the daemon ("ckptfs-stat", "ckptfs-ctl"); static buffer. */
 const char *mn_tool(const char *name);
 /* Milliseconds now, finer than mono_ms: for figures. */
+/*
+ * Within ms, does node 0 hold its marker `latest` for node `node`, with a
+ * reason that contains reason_part (unless NULL)?  The reason may pass
+ * through another wording while the peer rewrites its record (a client of
+ * a distributed file system may read it missing meanwhile).
+ */
+bool mn_wait_held(struct mcluster *c, const char *node, const char *reason_part, unsigned ms);
 double mn_now_ms(void);
 
 #endif
