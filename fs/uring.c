@@ -488,7 +488,8 @@ int fsu_prepare(struct ckptfs *fs, struct fuse_session *se, unsigned max_threads
 			U.failed++;	/* the thread is not started: counted here */
 			continue;
 		}
-		t->started = pthread_create(&t->th, NULL, thr_main, t) == 0;	/* stop signals blocked: signals.c */
+		/* It inherits the block of the stop signals (signals.c). */
+		t->started = pthread_create(&t->th, NULL, thr_main, t) == 0;
 		if (!t->started) {
 			pthread_mutex_lock(&U.lock);
 			U.failed++;

@@ -13,12 +13,13 @@
  *     its temporary files wait while a file exists) does not cut the drain
  *     short: it is logged, and once the backend answers the daemon exits 0
  *     with the file durable.
+ *  4. One while the daemon is still starting (before it mounts) ends it by
+ *     the signal's default action; the next mount comes up cleanly.
  */
 #include "tests/integrity/blockw.h"
 
 #include <dirent.h>
 #include <signal.h>
-#include <sys/mount.h>
 
 #define STOP_MASK ((1ull << (SIGINT - 1)) | (1ull << (SIGTERM - 1)) | (1ull << (SIGHUP - 1)))
 
@@ -110,7 +111,7 @@ static void second_sigterm(void)
 	const char *env[] = { cu_fault_env("op=pwrite|fdatasync|openat,name=.ckptfs.,hold=%s", hold), NULL };
 	snprintf(opts, sizeof(opts), "drain_timeout=60,io=pwrite");
 	tm_mount(&m, opts, env);
-	write_file(hold, "", 0);	/* data writes wait from here on */
+	write_file(hold, "", 0);	/* calls on temporary files wait from here on */
 	ASSERT_EQ(it_write_pattern(tm_path(&m, "f"), 7, MiB), 0);
 	CHECK_SYS(kill(m.pid, SIGTERM));
 	if (!log_within(&m, "; draining ", 10000))
@@ -128,6 +129,48 @@ static void second_sigterm(void)
 	tm_cleanup(&m);
 }
 
+/*
+ * A SIGTERM while the daemon is still starting (its read of the node's
+ * lease held): nothing is mounted, so it ends by the signal's default
+ * action at once; the next mount of that backend comes up and stops cleanly.
+ */
+static void startup_sigterm(void)
+{
+	struct tmount m;
+	char hold[PATH_MAX], env_fault[PATH_MAX + 64];
+	int logfd;
+
+	tm_init(&m, "stopsig-start");
+	snprintf(hold, sizeof(hold), "%s/hold", m.root);
+	snprintf(env_fault, sizeof(env_fault), "%s", cu_fault_env("op=any,name=lease,hold=%s", hold));
+	write_file(hold, "", 0);
+	CHECK_SYS(logfd = open(m.log, O_WRONLY | O_CREAT | O_APPEND, 0644));
+	CHECK_SYS(m.pid = fork());
+	if (m.pid == 0) {
+		dup2(logfd, 1);
+		dup2(logfd, 2);
+		putenv(env_fault);
+		execl(tm_daemon_bin(), "ckptfs", m.backend, m.mnt, "-f", "-o", "cache_size=64M",
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(logfd);
+	usleep(1000 * 1000);
+	ASSERT_TRUE(kill(m.pid, 0) == 0);	/* starting: held in the lease read */
+	ASSERT_TRUE(it_log_count(&m, "mounted ") == 0);
+	CHECK_SYS(kill(m.pid, SIGTERM));
+	int rc = bw_wait_daemon(&m, 5000);
+	if (rc != 128 + SIGTERM)
+		FAILF("SIGTERM during the start: the daemon ended with %d (want %d, killed by it)",
+		      rc, 128 + SIGTERM);
+	CHECK_SYS(unlink(hold));
+	tm_mount(&m, NULL, NULL);	/* the killed start left nothing that stops the next */
+	ASSERT_EQ(it_write_pattern(tm_path(&m, "g"), 9, 100 * KiB), 0);
+	tm_stop(&m);
+	ASSERT_TRUE(it_has_pattern(tm_bpath(&m, "g"), 9, 100 * KiB));
+	tm_cleanup(&m);
+}
+
 int main(void)
 {
 	tm_require_fuse();
@@ -135,5 +178,6 @@ int main(void)
 	stop_by(SIGINT, "SIGINT");
 	stop_by(SIGHUP, "SIGHUP");
 	second_sigterm();
+	startup_sigterm();
 	return 0;
 }
