@@ -53,7 +53,13 @@
  *      for that peer, or after
  *      marker_timeout under marker_policy=release, which is logged; a
  *      held marker holds back only what the publisher's order puts after
- *      it (its actor's later operations and its dependants);
+ *      it (its actor's later operations and its dependants).  A peer's
+ *      record that cannot be read (gone for a moment while the peer
+ *      replaces it, an I/O error) leaves the last good one in force: what
+ *      a record says of the seals before its T stays true (seals stamped
+ *      later are stamped past it, N3, and whatever a later incarnation
+ *      loses was sealed after it), so an old record only holds more.  One
+ *      that no daemon writes (damaged) replaces it and holds every marker;
  *  N5  a peer that stopped uncleanly reports the window of seal times its
  *      lost incarnation had not confirmed (from 0 when its last record
  *      cannot be read; also after a clean stop, when its own record is there
@@ -197,10 +203,11 @@ struct held_marker {
 
 struct peer {
 	char name[NODE_NAME_MAX + 1];
-	struct wm_record wm;	/* the last record read (nodes->lock) */
+	struct wm_record wm;	/* the last good record read (nodes->lock); see N4 */
 	struct lease_record lease;
-	uint64_t read_ns;	/* monotonic: when it was read */
-	uint64_t read_wall_ns;	/* this node's wall clock when the read began */
+	uint64_t read_ns;	/* monotonic: when it was last read */
+	uint64_t read_wall_ns;	/* this node's wall clock when that read began */
+	uint64_t good_ns;	/* monotonic: when wm was read */
 	int read_err;		/* -errno of the last read, 0 */
 };
 

@@ -124,8 +124,14 @@ static void peer_read(struct nodes *nd, const char *name, bool with_lease)
 	struct peer *q = peer_find(nd, name);
 	if (q) {
 		snprintf(p.name, sizeof(p.name), "%s", name);
-		if (!with_lease)
+		if (!p.lease.valid)
 			p.lease = q->lease;
+		p.good_ns = p.read_ns;
+		/* N4: a record not read leaves the last good one in force; a damaged one does not. */
+		if (p.read_err && p.read_err != -EBADMSG && q->wm.valid) {
+			p.wm = q->wm;
+			p.good_ns = q->good_ns;
+		}
 		*q = p;
 	}
 	pthread_mutex_unlock(&nd->lock);
@@ -256,11 +262,11 @@ static double secs(uint64_t a, uint64_t b)
 }
 
 /*
- * Does peer p let a marker sealed at tm go?  If not, why, and *lost: for a
- * window of lost files still open (nodes->lock held).
+ * Does peer p's record let a marker sealed at tm go?  If not, why, and
+ * *lost: for a window of lost files still open (nodes->lock held).
  */
-static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, uid_t uid,
-			char *why, size_t len, bool *lost)
+static bool record_passes(struct nodes *nd, const struct peer *p, uint64_t tm, uid_t uid,
+			  char *why, size_t len, bool *lost)
 {
 	const struct wm_record *w = &p->wm;
 	uint64_t now = wall_ns(), t = wm_before_for(w, uid);
@@ -332,6 +338,20 @@ static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, uid
 	else
 		snprintf(why, len, "node %s's durable watermark is %.3f s short of the marker (margin "
 			 "%.3f s)%s", p->name, secs(tm_m, t), (double)m / 1e9, mine);
+	return false;
+}
+
+/* record_passes, saying when the record it judged by is an earlier one (N4). */
+static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, uid_t uid,
+			char *why, size_t len, bool *lost)
+{
+	if (record_passes(nd, p, tm, uid, why, len, lost))
+		return true;
+	size_t n = strlen(why);
+	if (p->wm.valid && p->read_err && n < len)
+		snprintf(why + n, len - n, " (its record could not be read at the last look: %s; "
+			 "the one read %.1f s ago counts)", strerror(-p->read_err),
+			 secs(now_ns(), p->good_ns));
 	return false;
 }
 

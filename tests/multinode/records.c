@@ -22,6 +22,10 @@
  * Then format 4's T for the markers of uids other than those listed
  * (nodes.h N3): it releases a marker of an unlisted uid, not one of a
  * listed uid; a list or a T no daemon writes is rejected (per_actor).
+ *
+ * Last, a record that cannot be read leaves the last good one in force
+ * (unreadable); a damaged one, as in every case above after the good
+ * record that released the case before it, does not.
  */
 #include "tests/multinode/mn_util.h"
 
@@ -168,6 +172,31 @@ static void per_actor(struct mcluster *c, unsigned *k)
 	held_then_released(c, "format 4, 17 uids", ++*k);
 }
 
+/*
+ * A record that cannot be read (gone while b replaces it, as a GlusterFS
+ * client may show it) leaves the last good one in force (N4): one 10 s
+ * behind still holds the marker, and says so; one ahead still releases it.
+ * The old code dropped the last good record: "no watermark from node b
+ * yet", and the second marker held.
+ */
+static void unreadable(struct mcluster *c, unsigned *k)
+{
+	char behind[32], now[32];
+
+	snprintf(behind, sizeof(behind), "%llu", wall_now() - 10000000000ull);
+	snprintf(now, sizeof(now), "%llu", wall_now());
+	b_record(c, behind, now, "1000000", "\"gap_mount\": \"-\", \"gap_from_ns\": 0, \"gap_to_ns\": 0");
+	usleep(1500 * 1000);
+	CHECK_SYS(unlink(mn_bpath(c, ".ckptfs/nodes/b/watermark.json")));
+	held_for_then_released(c, "no record after one 10 s behind", ++*k,
+			       "could not be read at the last look: No such file or directory; "
+			       "the one read ");
+	usleep(1500 * 1000);	/* the good record was read */
+	CHECK_SYS(unlink(mn_bpath(c, ".ckptfs/nodes/b/watermark.json")));
+	released_by(c, "no record after a good one", ++*k);
+	ASSERT_STR_EQ(mn_stat(c, 0, "marker_held_for"), "");
+}
+
 int main(void)
 {
 	struct mcluster c;
@@ -218,6 +247,7 @@ int main(void)
 	b_record_fmt(&c, 5, ahead, ahead, "1000000", nogap, 0);
 	held_then_released(&c, "format 5", ++k);
 	per_actor(&c, &k);
+	unreadable(&c, &k);
 	mn_cleanup(&c);
 	return 0;
 }
