@@ -24,7 +24,8 @@
  * unrelated later file is published; the backend keeps latest="step1".
  * The same in a rotation (skip_rotation): a shard refused, latest written
  * by rename, step1 deleted, skipped; step1 and latest="step1" stay, and
- * the next checkpoint and the removal after its marker are published.
+ * the next checkpoint and the removal after its marker are published; the
+ * mount lists the kept file again, and the next rotation removes it.
  * Last, drain with a file open for writing leaves it out and says so.
  * CKPTFS_PERM_CASE=SUBSTRING runs only matching cases.
  */
@@ -475,6 +476,23 @@ static void skip_rotation_case(void)
 	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "verify", m.backend, NULL });
 	ct_expect_status(&r, 0, "ckptfs-ctl verify after the rotation");
 	ct_result_free(&r);
+	/*
+	 * The next rotation removes step1, the kept file with it: the mount
+	 * lists it again, so an rmdir of step1 alone is refused at once
+	 * (ENOTEMPTY), not blocked on the backend.  (Listed once attr_timeout,
+	 * 1 s, has passed since the mount last looked.)
+	 */
+	usleep(1200 * 1000);
+	CHECK_SYS(unlink(tm_path(&m, "step1/shard0")));
+	if (rmdir(tm_path(&m, "step1")) == 0 || errno != ENOTEMPTY)
+		FAILF("rmdir step1 holding the kept shard1: %s", strerror(errno));
+	ct_run(&r, (const char *[]){ "rm", "-rf", tm_path(&m, "step1"), NULL });
+	ct_expect_status(&r, 0, "rm -rf step1 (kept files in it)");
+	ct_result_free(&r);
+	ctl(&r, &m, "drain", "--timeout", "30");
+	ct_expect_status(&r, 0, "ckptfs-ctl drain after step1's removal");
+	ct_result_free(&r);
+	ASSERT_TRUE(!file_exists(tm_bpath(&m, "step1")));
 	tm_stop(&m);
 	tm_cleanup(&m);
 	fprintf(stderr, "%-22s ok\n", "skip in a rotation");
