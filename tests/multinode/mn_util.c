@@ -140,6 +140,19 @@ double mn_stat_num(struct mcluster *c, int i, const char *key)
 	return atof(mn_stat(c, i, key));
 }
 
+void mn_wait_peer_reads(struct mcluster *c, int i, unsigned n)
+{
+	double r0 = mn_stat_num(c, i, "peer_reads");
+	uint64_t t0 = mono_ms();
+
+	while (mn_stat_num(c, i, "peer_reads") < r0 + n) {
+		if (mono_ms() - t0 > 10000)
+			FAILF("node %s read its peers' records %.0f times in 10 s, not %u", c->node[i].name,
+			      mn_stat_num(c, i, "peer_reads") - r0, n);
+		usleep(20 * 1000);
+	}
+}
+
 int mn_log_count(struct mcluster *c, int i, const char *needle)
 {
 	return it_log_count(&c->node[i].m, needle);

@@ -51,6 +51,12 @@ const char *mn_bpath(struct mcluster *c, const char *rel);
 /* A stats value of node i ("" if absent; static buffer). */
 const char *mn_stat(struct mcluster *c, int i, const char *key);
 double mn_stat_num(struct mcluster *c, int i, const char *key);
+/*
+ * Wait until node i has read its peers' records n more times (peer_reads):
+ * with one peer, n = 2 means a whole read began after the call.  Fails
+ * after 10 s.
+ */
+void mn_wait_peer_reads(struct mcluster *c, int i, unsigned n);
 /* Lines of node i's log containing needle. */
 int mn_log_count(struct mcluster *c, int i, const char *needle);
 

@@ -104,7 +104,7 @@ static void held_for_then_released(struct mcluster *c, const char *name, unsigne
 	char text[64], why[600] = "";
 
 	snprintf(text, sizeof(text), "case%u", k);
-	usleep(1500 * 1000);	/* a's watcher has read the bad record (it polls every second) */
+	mn_wait_peer_reads(c, 0, 2);	/* a's watcher has read the bad record */
 	cu_write_text(mn_path(c, 0, "latest"), text);
 	for (uint64_t t0 = mono_ms(); mono_ms() - t0 < SETTLE_MS; usleep(20000)) {
 		if (!strcmp(cu_slurp(mn_bpath(c, "latest")), text))
@@ -131,7 +131,7 @@ static void released_by(struct mcluster *c, const char *name, unsigned k)
 	char text[64];
 
 	snprintf(text, sizeof(text), "case%u", k);
-	usleep(1500 * 1000);	/* a's watcher has read the record */
+	mn_wait_peer_reads(c, 0, 2);	/* a's watcher has read the record */
 	cu_write_text(mn_path(c, 0, "latest"), text);
 	latest_released(c, text, name, "by b's record");
 	fprintf(stderr, "%s: released\n", name);
@@ -186,12 +186,12 @@ static void unreadable(struct mcluster *c, unsigned *k)
 	snprintf(behind, sizeof(behind), "%llu", wall_now() - 10000000000ull);
 	snprintf(now, sizeof(now), "%llu", wall_now());
 	b_record(c, behind, now, "1000000", "\"gap_mount\": \"-\", \"gap_from_ns\": 0, \"gap_to_ns\": 0");
-	usleep(1500 * 1000);
+	mn_wait_peer_reads(c, 0, 2);
 	CHECK_SYS(unlink(mn_bpath(c, ".ckptfs/nodes/b/watermark.json")));
 	held_for_then_released(c, "no record after one 10 s behind", ++*k,
 			       "could not be read at the last look: No such file or directory; "
 			       "the one read ");
-	usleep(1500 * 1000);	/* the good record was read */
+	mn_wait_peer_reads(c, 0, 2);	/* the good record was read */
 	CHECK_SYS(unlink(mn_bpath(c, ".ckptfs/nodes/b/watermark.json")));
 	released_by(c, "no record after a good one", ++*k);
 	ASSERT_STR_EQ(mn_stat(c, 0, "marker_held_for"), "");
