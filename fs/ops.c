@@ -528,7 +528,8 @@ static int remove_name(struct ckptfs *fs, uid_t actor, fuse_ino_t parent, const 
 	if (!dir && S_ISDIR(n->mode))
 		return -EISDIR;
 	if (dir) {
-		if ((r = dir_load(fs, n)) != 0)
+		/* Empty as the backend has it now: another node may have filled it. */
+		if ((r = dir_fresh(fs, n)) != 0)
 			return r;	/* or DIR_DROPPED: d may be stale */
 		if (n->nentries)
 			return -ENOTEMPTY;
@@ -620,7 +621,7 @@ static int rename_locked(struct ckptfs *fs, uid_t actor, fuse_ino_t parent, cons
 		if (!S_ISDIR(sn->mode) && S_ISDIR(dn->mode))
 			return -EISDIR;
 		if (S_ISDIR(dn->mode)) {
-			if ((r = dir_load(fs, dn)) != 0)
+			if ((r = dir_fresh(fs, dn)) != 0)
 				return r;	/* or DIR_DROPPED: sd, dd may be stale */
 			if (dn->nentries)
 				return -ENOTEMPTY;

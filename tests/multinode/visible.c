@@ -13,7 +13,8 @@
  * keeps reading the old contents, as on a local file system.  Then b's own
  * pending changes — a file whose publication is held back, and an unlink
  * held back likewise (a whiteout) — survive b's revalidations while a
- * changes the same directory.
+ * changes the same directory.  Last, b's rmdir of a directory it holds
+ * empty, which a filled, is refused (ENOTEMPTY) once attr_timeout passed.
  */
 #include "tests/multinode/mn_util.h"
 
@@ -156,6 +157,28 @@ int main(void)
 	for (double tg = mn_now_ms(); file_exists(mn_bpath(&c, "d/mine-unlinked")); usleep(20000))
 		if (mn_now_ms() - tg > bound_ms())
 			FAILF("b's unlink is not on the backend %.0f ms after its drain", bound_ms());
+
+	/*
+	 * A directory b holds loaded and empty, which a fills: once b's view
+	 * is older than attr_timeout, b's rmdir of it is refused (ENOTEMPTY),
+	 * not accepted and then refused by the backend, which would block
+	 * b's later operations.  b does not look into it before the rmdir.
+	 */
+	CHECK_SYS(mkdir(mn_path(&c, 1, "e"), 0755));
+	drain(&c, 1);
+	ASSERT_EQ(list_dir(mn_path(&c, 1, "e")), 2);
+	wait_visible("another node's new directory", mn_now_ms(),
+		     (bool (*)(const char *))file_exists, mn_path(&c, 0, "e"));
+	mn_write(mn_path(&c, 0, "e/afile"), 400, 8);
+	drain(&c, 0);
+	usleep((useconds_t)(bound_ms() * 1000));
+	int rr = rmdir(mn_path(&c, 1, "e"));
+	if (rr == 0 || errno != ENOTEMPTY)
+		FAILF("b's rmdir of a directory a filled: %s (want ENOTEMPTY)",
+		      rr == 0 ? "accepted" : strerror(errno));
+	drain(&c, 1);
+	ASSERT_STR_EQ(mn_stat(&c, 1, "backend_state"), "ok");
+	ASSERT_TRUE(mn_has(mn_bpath(&c, "e/afile"), 400, 8));
 
 	double worst = 0;
 	for (unsigned i = 0; i < ntimes; i++)
