@@ -205,8 +205,6 @@ struct peer {
 	char name[NODE_NAME_MAX + 1];
 	struct wm_record wm;	/* the last good record read (nodes->lock); see N4 */
 	struct lease_record lease;
-	uint64_t read_ns;	/* monotonic: when it was last read */
-	uint64_t read_wall_ns;	/* this node's wall clock when that read began */
 	uint64_t good_ns;	/* monotonic: when wm was read */
 	int read_err;		/* -errno of the last read, 0 */
 };

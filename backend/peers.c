@@ -106,8 +106,7 @@ static void peer_read(struct nodes *nd, const char *name, bool with_lease)
 	int dfd = bsys.openat(nd->nodes_fd, name, O_RDONLY | O_DIRECTORY, 0);
 
 	atomic_fetch_add(&nd->peer_reads, 1);
-	p.read_wall_ns = wall_ns();
-	p.read_ns = now_ns();
+	p.good_ns = now_ns();
 	if (dfd < 0) {
 		p.read_err = dfd;
 	} else {
@@ -126,7 +125,6 @@ static void peer_read(struct nodes *nd, const char *name, bool with_lease)
 		snprintf(p.name, sizeof(p.name), "%s", name);
 		if (!p.lease.valid)
 			p.lease = q->lease;
-		p.good_ns = p.read_ns;
 		/* N4: a record not read leaves the last good one in force; a damaged one does not. */
 		if (p.read_err && p.read_err != -EBADMSG && q->wm.valid) {
 			p.wm = q->wm;
