@@ -5,9 +5,10 @@
  * Once a directory is loaded, every backend system call starts to sleep
  * 10 s (CKPTFS_FAULT op=any,delay_ms=10000 while a flag exists) — a hung
  * NFS or Lustre server.  Meanwhile, closing files whose data fits in the
- * cache, creating and renaming files, stat and readdir of the loaded
- * directory, and reading the stats must all answer without waiting for the
- * backend: each well under the 10 s a backend call takes (not a speed
+ * cache, creating and renaming files, an rmdir of a loaded directory
+ * whose view has expired (its revalidation waits at most 100 ms), stat and
+ * readdir of the loaded directory, and reading the stats must all answer
+ * without waiting for the backend: each well under the 10 s a backend call takes (not a speed
  * target — a wait on the backend would take at least 10 s).  Three
  * requests waiting for the backend at once (more than the workers that
  * read /dev/fuse at a time, fs/loop.c) do not hold up the others either.
@@ -58,6 +59,7 @@ int main(void)
 	ct_write_seeded(tm_path(&m, "ckpt/warm"), 1000, 1);
 	ct_write_seeded(tm_path(&m, "ckpt/warm1"), 1000, 2);
 	ct_write_seeded(tm_path(&m, "ckpt/warm2"), 1000, 3);
+	CHECK_SYS(mkdir(tm_path(&m, "ckpt/empty"), 0755));
 	tm_sync(&m);
 	/* Mounted again, so that the files' xattrs are not loaded; the directory is. */
 	char env[PATH_MAX + 128];
@@ -65,6 +67,11 @@ int main(void)
 	tm_stop(&m);
 	tm_mount(&m, NULL, (const char *const[]){ env, NULL });
 	DIR *ld = opendir(tm_path(&m, "ckpt"));
+	ASSERT_TRUE(ld != NULL);
+	while (readdir(ld))
+		;
+	closedir(ld);
+	ld = opendir(tm_path(&m, "ckpt/empty"));	/* loaded: its rmdir revalidates it */
 	ASSERT_TRUE(ld != NULL);
 	while (readdir(ld))
 		;
@@ -110,7 +117,8 @@ int main(void)
 	CHECK_SYS(rename(tm_path(&m, "ckpt/f0"), tm_path(&m, "ckpt/renamed")));
 	CHECK_SYS(mkdir(tm_path(&m, "ckpt/sub"), 0755));
 	CHECK_SYS(unlink(tm_path(&m, "ckpt/f1")));
-	took(t0, "rename, mkdir and unlink in a loaded directory");
+	CHECK_SYS(rmdir(tm_path(&m, "ckpt/empty")));	/* its revalidation waits <= 100 ms */
+	took(t0, "rename, mkdir, unlink and rmdir in a loaded directory");
 	t0 = mono_ms();
 	free(ct_read_ctl(&m, "stats"));
 	took(t0, "reading the stats");
@@ -125,6 +133,7 @@ int main(void)
 	ct_result_free(&r);
 	ASSERT_TRUE(file_exists(tm_bpath(&m, "ckpt/renamed")));
 	ASSERT_TRUE(!file_exists(tm_bpath(&m, "ckpt/f1")));
+	ASSERT_TRUE(!file_exists(tm_bpath(&m, "ckpt/empty")));
 	ASSERT_TRUE(file_exists(tm_bpath(&m, "ckpt/f19")));
 	tm_stop(&m);
 	tm_cleanup(&m);
