@@ -81,10 +81,33 @@ static void touch_add(struct bnode ***v, unsigned *n, unsigned *cap, struct bnod
 	(*v)[(*n)++] = bnode_get(b);
 }
 
+/*
+ * d is to be synced with the batch.  ordered: an operation's effect is in
+ * it; else only a temporary file written there left it for another
+ * directory (apply_version), which orders nothing: later operations in d
+ * must still wait for the sync of the directory that file went to.
+ */
+static void touch_dir_as(struct touched *t, struct bnode *d, bool ordered)
+{
+	if (!d)
+		return;
+	for (unsigned i = 0; i < t->n; i++)
+		if (t->dirs[i] == d) {
+			t->ordered[i] |= ordered;
+			return;
+		}
+	if (t->n == t->cap) {
+		t->cap = t->cap ? t->cap * 2 : 64;
+		t->dirs = xrealloc(t->dirs, t->cap * sizeof(*t->dirs));
+		t->ordered = xrealloc(t->ordered, t->cap * sizeof(*t->ordered));
+	}
+	t->ordered[t->n] = ordered;
+	t->dirs[t->n++] = bnode_get(d);
+}
+
 static void touch_dir(struct touched *t, struct bnode *d)
 {
-	if (d)
-		touch_add(&t->dirs, &t->n, &t->cap, d);
+	touch_dir_as(t, d, true);
 }
 
 static void touch_file(struct touched *t, struct bnode *b)
@@ -96,6 +119,7 @@ void touched_free(struct touched *t)
 {
 	for (unsigned i = 0; i < t->n; i++)
 		bnode_put(t->dirs[i]);
+	free(t->ordered);
 	for (unsigned i = 0; i < t->nfiles; i++)
 		bnode_put(t->files[i]);
 	free(t->dirs);
@@ -257,7 +281,7 @@ relink:
 		r = relink_others(be, op->node, dfd, op->name, t);
 	if (r == 0) {
 		touch_dir(t, op->dir);
-		touch_dir(t, tdir);
+		touch_dir_as(t, tdir, false);	/* only its temporary name left it */
 	}
 	bnode_dirfd_put(be, tdir);
 	bnode_dirfd_put(be, op->dir);
@@ -678,7 +702,7 @@ bool touched_covers(const struct touched *t, const struct op *op)
 	for (unsigned k = 0; k < 2; k++) {
 		bool found = !dirs[k];
 		for (unsigned i = 0; i < t->n && !found; i++)
-			found = t->dirs[i] == dirs[k];
+			found = t->dirs[i] == dirs[k] && t->ordered[i];
 		if (!found)
 			return false;
 	}

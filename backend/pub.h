@@ -112,6 +112,8 @@ uint64_t backend_durable_wall_locked(struct backend *be, uint64_t *seq);
 struct touched {
 	struct bnode **dirs;	/* grown as needed: a hard-linked file touches */
 	unsigned n, cap;	/* every directory it has a name in */
+	bool *ordered;		/* dirs[i] holds an operation's effect, not only a
+				 * temporary name that left it (touched_covers) */
 	struct bnode **files;
 	unsigned nfiles, capfiles;
 };
