@@ -1,4 +1,4 @@
-"""wl_files.py -- workloads made of plain write(2) calls: ckpt2g and smallfiles.
+"""wl_files.py -- workloads made of plain write(2) calls: ckpt2g, smallfiles, arraydirs.
 
 Owns: the file lists and sizes of those workloads, pre-creating files for
 targets that overwrite in place (tmpfs), running writer.py as the measured
@@ -10,6 +10,11 @@ ckpt2g      N files (default 8 x 256 MiB = 2 GiB) written with 1 MiB write()
 smallfiles  10,000 files of 4-64 KiB (deterministic sizes) in 100 directories:
             the create/write/close rate (optimizer shards of small models,
             tokenizer files, DCP with many ranks).
+arraydirs   one new directory per array, made inside the measured loop, each
+            holding a 512-byte metadata file and one 16-256 KiB chunk: the
+            shape of a zarr/tensorstore tree (Orbax without OCDBT), where
+            each file's directory is as new as the file.  direct+fsync
+            fsyncs each file and each new directory, as a durable save must.
 """
 import json
 import os
@@ -35,9 +40,11 @@ class FileWorkload:
 	def total_bytes(self):
 		return sum(self.sizes)
 
+	mkdir_each = False	# make each file's directory in the measured loop
+
 	def spec(self, path, open_mode, durable):
 		s = {"dir": path, "files": self.files, "sizes": self.sizes, "io_size": self.io_size,
-		     "open": open_mode, "mkdirs": self.mkdirs, "seed": 1}
+		     "open": open_mode, "mkdirs": self.mkdirs, "seed": 1, "mkdir_each": self.mkdir_each}
 		s.update(durable)
 		return s
 
@@ -83,7 +90,14 @@ class FileWorkload:
 	def remove(self, path):
 		for name in self.files:
 			os.unlink(os.path.join(path, name))
-		for d in sorted(self.mkdirs, reverse=True):
+		made = set(self.mkdirs)
+		if self.mkdir_each:
+			for name in self.files:
+				d = os.path.dirname(name)
+				while d:
+					made.add(d)
+					d = os.path.dirname(d)
+		for d in sorted(made, reverse=True):
 			os.rmdir(os.path.join(path, d))
 
 	def finish(self, target):
@@ -124,3 +138,18 @@ class SmallFiles(FileWorkload):
 		# 4-64 KiB, multiples of 4 KiB, deterministic
 		self.sizes = [r.randint(1, 16) * 4 * KiB for _ in range(count)]
 		self.desc = "%d files of 4-64 KiB in %d dirs, create+write+close" % (count, dirs)
+
+
+class ArrayDirs(FileWorkload):
+	name = "arraydirs"
+	mkdir_each = True
+
+	def __init__(self, arrays=1000):
+		super().__init__()
+		self.io_size = 64 * KiB
+		r = random.Random(7)
+		for i in range(arrays):
+			self.files += ["ckpt/arr%05d/.zarray" % i, "ckpt/arr%05d/0.0" % i]
+			self.sizes += [512, r.randint(4, 64) * 4 * KiB]
+		self.desc = ("%d arrays, each a new directory (made in the loop) with a 512 B "
+			     "metadata file and a 16-256 KiB chunk" % arrays)

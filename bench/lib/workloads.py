@@ -24,7 +24,7 @@ import wl_files
 import wl_speed
 import wl_torch
 
-ALL = ["ckpt2g", "bw8k", "smallfiles", "torch_ds", "megatron", "dcp", "train", "restore", "mount",
+ALL = ["ckpt2g", "bw8k", "smallfiles", "arraydirs", "torch_ds", "megatron", "dcp", "train", "restore", "mount",
        "appends", "randio"]
 QUICK = ALL
 LONG = ["long"]	# bench/run --long: its own run
@@ -35,11 +35,11 @@ FULL_ONLY = {"gluster_fsync": "GlusterFS targets run in full mode only (setup ta
 # per mode: (ckpt2g rounds, other rounds), model, small-file count, training loop
 MODES = {
 	"quick": {"rounds": (3, 1), "model": {"d": 512, "layers": 4}, "smallfiles": 2000,
-		  "ckpt2g_peers": False, "bw8k": 128 << 20, "mount_sizes": (1 << 30, 8 << 30),
+		  "arraydirs": 300, "ckpt2g_peers": False, "bw8k": 128 << 20, "mount_sizes": (1 << 30, 8 << 30),
 		  "long": (20, 256 << 20, 2000),
 		  "train": {"steps": 12, "every": 6, "step_s": 0.5}},
 	"full": {"rounds": (5, 3), "model": {"d": 1024, "layers": 8}, "smallfiles": 10000,
-		 "ckpt2g_peers": True, "bw8k": 256 << 20, "mount_sizes": (1 << 30, 8 << 30, 16 << 30),
+		 "arraydirs": 1000, "ckpt2g_peers": True, "bw8k": 256 << 20, "mount_sizes": (1 << 30, 8 << 30, 16 << 30),
 		 "long": (100, 256 << 20, 10000),
 		 "train": {"steps": 30, "every": 15, "step_s": 1.0}},
 }
@@ -219,6 +219,16 @@ class Suite:
 					 ("durable", "durable s", "%.3f"), ("daemon_cpu_s", "daemon CPU s", "%.2f"),
 					 ("rss_over_cache_mib", "peak RSS - cache MiB", "%.0f"),
 					 ("cpu_wait_pct", "CPU wait %", "%.0f")]),
+			"arraydirs": lambda: self.with_ratios(
+				wl_files.ArrayDirs(arrays=m["arraydirs"]),
+				["ckptfs", "tmpfs", "direct", "direct_fsync"] + (
+					["ckptfs_b"] if c.args.ckptfs_bin_b else []),
+				BUILD_B_RATIOS + [("ckptfs time-to-durable / direct+fsync", ("ckptfs", "durable"),
+				  ("direct_fsync", "durable"), "<= 1.0"),
+				 ("ckptfs stall / direct (no fsync)", ("ckptfs", "stall"), ("direct", "stall"), ""),
+				 ("ckptfs stall / tmpfs stall", ("ckptfs", "stall"), ("tmpfs", "stall"), "")],
+				metrics=[("stall", "stall s", "%.3f"), ("durable", "durable s", "%.3f"),
+					 ("daemon_cpu_s", "daemon CPU s", "%.2f")]),
 			"torch_ds": lambda: wl_torch.TorchSave(
 				srv, "ds", ["ckptfs"] + LEVERS + ["tmpfs", "direct", "direct_fsync", "bindfs_fsync",
 								  "rclone", "ckptfs_splice"],

@@ -7,7 +7,10 @@ means the runner's own work (sampling, bookkeeping) never shares its CPU time,
 and the writer's CPU (getrusage) is its own.
 
 Spec keys: dir, files (relative names), sizes, io_size, mkdirs (created
-before the clock starts), and
+before the clock starts), mkdir_each (each file's directory made when the
+loop first reaches it, on the clock; with "fsync_each" each such directory,
+and its parent once, is fsynced after its last file: a new tree's entries
+are durable only then), and
   open:    "create"    O_CREAT|O_TRUNC, the normal checkpoint write
            "overwrite" no O_TRUNC: rewrite existing files in place (tmpfs
                        reference, whose pages were allocated beforehand)
@@ -58,15 +61,25 @@ def main():
 	for m in spec.get("mkdirs", []):
 		os.makedirs(os.path.join(d, m), exist_ok=True)
 	closes = []
+	made = []	# directories made on the clock, in order
 	t0 = time.perf_counter()
 	t0_mono = time.monotonic()	# the clock the sampler uses, for the plot
 	for i, name in enumerate(spec["files"]):
+		sub = os.path.dirname(name)
+		if spec.get("mkdir_each") and sub and (not made or made[-1] != sub):
+			if made and durable == "fsync_each":
+				D.fsync_path(os.path.join(d, made[-1]), directory=True)
+			os.makedirs(os.path.join(d, sub), exist_ok=True)
+			made.append(sub)
 		fd = os.open(os.path.join(d, name), flags, 0o644)
 		write_all(fd, buf, sizes[i])
 		if durable == "fsync_each":
 			os.fsync(fd)
 		os.close(fd)
 		closes.append(time.perf_counter() - t0)
+	if made and durable == "fsync_each":
+		for p in {made[-1], os.path.dirname(made[-1])} - {""}:
+			D.fsync_path(os.path.join(d, p), directory=True)
 	stall = time.perf_counter() - t0
 	D.finish(spec, {os.path.join(d, n): sz for n, sz in zip(spec["files"], sizes)})
 	dur = time.perf_counter() - t0 if durable != "none" else None
