@@ -154,6 +154,15 @@ void ct_stats(struct tmount *m, struct json_obj *out)
 	free(text);
 }
 
+void ct_blocked_seq(struct tmount *m, char seq[32])
+{
+	struct json_obj s;
+
+	ct_stats(m, &s);
+	snprintf(seq, 32, "%.0f", ct_num(&s, "blocked_seq"));
+	json_free(&s);
+}
+
 size_t ct_parse_lines(const char *text, struct json_obj **out, const char *what)
 {
 	size_t n = 0;

@@ -48,6 +48,8 @@ void ct_stats(struct tmount *m, struct json_obj *out);
 /* Each '\n'-terminated line of text as an object: the count; free with ct_lines_free. */
 size_t ct_parse_lines(const char *text, struct json_obj **out, const char *what);
 void ct_lines_free(struct json_obj *v, size_t n);
+/* The sequence number of the first blocked operation (stats), as text for `ckptfs-ctl skip`. */
+void ct_blocked_seq(struct tmount *m, char seq[32]);
 /* A member of the given type, or fail naming the key. */
 double ct_num(const struct json_obj *o, const char *key);
 const char *ct_str(const struct json_obj *o, const char *key);

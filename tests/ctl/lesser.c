@@ -100,7 +100,6 @@ static void relink_case(void)
 	struct tmount m;
 	char flag[PATH_MAX], seq[32];
 	struct ct_result r;
-	struct json_obj s;
 
 	ct_mount_flagged(&m, "lesser-relink", "op=rename,err=EACCES,name=h2", flag);
 	CHECK_SYS(mkdir(tm_path(&m, "sub"), 0755));
@@ -112,9 +111,7 @@ static void relink_case(void)
 	ASSERT_EQ(fsync_path(tm_path(&m, "h")), -EACCES);
 	ct_check_seeded(tm_bpath(&m, "h"), 50000, 5);	/* on the backend, in part */
 	ct_check_seeded(tm_bpath(&m, "sub/h2"), 50000, 4);
-	ct_stats(&m, &s);
-	snprintf(seq, sizeof(seq), "%.0f", ct_num(&s, "blocked_seq"));
-	json_free(&s);
+	ct_blocked_seq(&m, seq);
 	ctl(&r, &m, "skip", seq, NULL);
 	ct_expect_status(&r, 1, "skip of a version on the backend in part");
 	ct_expect_in(r.err, "can only be finished", "skip's refusal");

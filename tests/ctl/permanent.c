@@ -330,7 +330,6 @@ static void skip_case(void)
 	struct tmount m;
 	char flag[PATH_MAX], seq[32];
 	struct ct_result r;
-	struct json_obj s;
 
 	char *snap[4];
 	ct_mount_flagged(&m, "ctl-skip", "op=mkdir,err=EACCES,name=step2", flag);
@@ -343,9 +342,7 @@ static void skip_case(void)
 	ctl(&r, &m, "skip", "12345", NULL);
 	ct_expect_status(&r, 1, "ckptfs-ctl skip of an unknown operation");
 	ct_result_free(&r);
-	ct_stats(&m, &s);
-	snprintf(seq, sizeof(seq), "%.0f", ct_num(&s, "blocked_seq"));
-	json_free(&s);
+	ct_blocked_seq(&m, seq);
 	ctl(&r, &m, "skip", seq, NULL);
 	ct_expect_status(&r, 0, "ckptfs-ctl skip");
 	ct_expect_in(r.out, "mkdir step2", "skip's report");
@@ -418,9 +415,7 @@ static void skip_rotation_case(void)
 	ASSERT_EQ(fsync_path(tm_path(&m, "latest")), -EPERM);
 	expect_backend_shard(&m, "step1/shard0", 10);	/* blocked: nothing after it */
 
-	ct_stats(&m, &s);
-	snprintf(seq, sizeof(seq), "%.0f", ct_num(&s, "blocked_seq"));
-	json_free(&s);
+	ct_blocked_seq(&m, seq);
 	ctl(&r, &m, "skip", seq, NULL);
 	ct_expect_status(&r, 0, "ckptfs-ctl skip");
 	ct_expect_in(r.out, "step2/shard0", "skip's report");
