@@ -94,13 +94,6 @@ struct bnode {
 	XXH128_hash_t digest;	/* of the last published version (files) */
 	atomic_bool has_digest;
 	uint64_t published_seq;
-	/*
-	 * Directories not on the backend yet: where their pending mkdir will
-	 * make them (be->lock; a reference), and how many mkdirs, renames and
-	 * removals of them are pending (flush.c: temp_dir_for).
-	 */
-	struct bnode *mk_parent;
-	atomic_uint pend_mkdir, pend_moves;
 };
 
 struct bnode *bnode_new(bool is_dir);
@@ -183,7 +176,6 @@ struct op {
 	bool reflush;		/* BLOCKED in its flush: flush again on retry */
 	bool skipped;		/* an administrator skipped it: drop, never apply */
 	bool kept;		/* ... a removal voided by a skip: what it removes stays (P4) */
-	bool counted;		/* in node's (and victim's) pend_mkdir/pend_moves until freed */
 	bool in_batch;		/* the publisher is applying it now */
 	bool flush_first;	/* nothing before it holds it back (last order pass):
 				 * flushed even when temporary files are at their cap */

@@ -70,12 +70,6 @@ void bnode_put(struct bnode *b)
 			if (fd >= 0)
 				bsys.close(fd);
 		}
-		if (b->mk_parent && !b->nlinks)
-			next = b->mk_parent;	/* never made: its parent-to-be goes next */
-		else if (b->mk_parent && b->links[0].dir == b->mk_parent)
-			atomic_fetch_sub(&b->mk_parent->refs, 1);	/* links[0] holds it too */
-		else if (b->mk_parent)
-			bnode_put(b->mk_parent);	/* moved since it was made: rare, one level */
 		for (uint32_t i = 0; i < b->nlinks; i++) {
 			/* Release parents iteratively: deep trees must not recurse. */
 			if (i == 0)

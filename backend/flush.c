@@ -5,10 +5,8 @@
  *
  * A flusher takes a batch of versions from the head of be->flushq (lowest
  * sequence first; at most FLUSH_BATCH versions or FLUSH_BATCH_BYTES), writes
- * each to its output — a new temporary file beside its final name (or, if
- * its directory's mkdir is still pending, in the nearest directory above it
- * that the backend has: temp_dir_for), or the stage file the spiller already
- * began — through its io_uring (or pwrite)
+ * each to its output — a new temporary file beside its final name, or the
+ * stage file the spiller already began — through its io_uring (or pwrite)
  * engine with at most queue_depth requests in flight, feeding the contents
  * to the version's digest (digest.h) in file order as it goes, then sets
  * size and attributes and fdatasyncs (P2); a new temporary file written with
@@ -225,7 +223,6 @@ static void runrec_add(struct runrec *r, uint64_t off, uint64_t len)
 
 struct fjob {
 	struct op *op;
-	struct bnode *tdir;	/* where to make its temporary file (a reference), until made */
 	struct cver *v;
 	struct cfd *out;
 	int dfd;		/* out opened O_DIRECT for aligned writes, or -1 */
@@ -1013,10 +1010,8 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 		if (j->v->out) {
 			j->out = cfd_get(j->v->out);
 		} else {
-			fjob_fail(j, temp_create(be, j->tdir, 't', &j->out),
+			fjob_fail(j, temp_create(be, j->op->dir, 't', &j->out),
 				  "creating the temporary file");
-			bnode_put(j->tdir);
-			j->tdir = NULL;
 			j->fresh = true;
 			j->runs.align = be->base_copy ? RUNS_PAGE : 1;
 			j->runs.max = fl->runs_max;
@@ -1094,32 +1089,6 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 }
 
 /*
- * Where a new temporary file for a version in dir can be made now (be->lock
- * held), or NULL: dir itself once it is on the backend; before that, the
- * directory its pending mkdir makes it in (or that one's, up the chain of
- * directories made but not yet applied), so a tree of new directories is
- * written while their mkdirs wait their turn, not one directory a round.
- * The publish then renames the file across into dir (apply_version), and
- * the temporary name is never visible (CKPTFS_RESERVED_PREFIX).  Sound only
- * while the file stays inside that ancestor until it is published: no
- * directory on the chain may have a rename or removal pending, and one
- * submitted later is ordered after the version (its actor's order, or a
- * rename's wait for what is inside, order.c) — an rmdir of the ancestor
- * needs the chain moved out first.
- */
-static struct bnode *temp_dir_for(struct bnode *dir)
-{
-	for (int depth = 0; dir && depth < 64; depth++) {
-		if (atomic_load(&dir->present))
-			return dir;
-		if (!atomic_load(&dir->pend_mkdir) || atomic_load(&dir->pend_moves))
-			return NULL;
-		dir = dir->mk_parent;
-	}
-	return NULL;
-}
-
-/*
  * Take a batch off the queue; be->lock held.  Each version written to a new
  * temporary file holds its descriptor until it is published; once
  * be->temp_cap are open (the publisher is held back — a blocked operation
@@ -1137,13 +1106,11 @@ static unsigned flush_pick(struct backend *be, struct fjob *jobs)
 		struct list *next = e->next;
 		struct op *op = list_entry(e, struct op, qlink);
 		bool room = op->ver->out || fresh < be->temp_cap || op->flush_first;
-		struct bnode *tdir = room && !op->ver->out ? temp_dir_for(op->dir) : NULL;
-		if (room && (op->ver->out || tdir)) {
+		if (room && (op->ver->out || atomic_load(&op->dir->present))) {
 			list_del(&op->qlink);
 			op->state = OPS_FLUSHING;
 			memset(&jobs[n], 0, sizeof(jobs[n]));
 			if (!op->ver->out) {
-				jobs[n].tdir = bnode_get(tdir);
 				jobs[n].taken = true;
 				atomic_fetch_add(&be->temp_taken, 1);
 				fresh++;
@@ -1151,7 +1118,7 @@ static unsigned flush_pick(struct backend *be, struct fjob *jobs)
 			jobs[n++].op = op;
 			bytes += op->ver->size;
 		}
-		/* Else no room, or nowhere on the backend to make it yet: the publisher decides (order.c). */
+		/* Else no room, or its directory is not on the backend yet: the publisher decides (order.c). */
 		e = next;
 	}
 	return n;

@@ -55,14 +55,6 @@ void op_free(struct op *op)
 {
 	if (!op)
 		return;
-	if (op->counted && op->kind == OP_MKDIR)
-		atomic_fetch_sub(&op->node->pend_mkdir, 1);
-	else if (op->counted) {
-		if (op->node->is_dir)
-			atomic_fetch_sub(&op->node->pend_moves, 1);
-		if (op->victim && op->victim->is_dir)
-			atomic_fetch_sub(&op->victim->pend_moves, 1);
-	}
 	bnode_put(op->node);
 	bnode_put(op->dir);
 	bnode_put(op->dir2);
@@ -127,32 +119,6 @@ static void keep_set_locked(struct backend *be, uid_t actor, bool on)
 }
 
 /*
- * What the flushers need to know of directories not on the backend yet
- * (flush.c, temp_dir_for): where a pending mkdir makes one, and whether a
- * rename or removal of it is pending.  be->lock held.
- */
-static void dir_note_submit(struct op *op)
-{
-	struct bnode *n = op->node;
-
-	if (!n)
-		return;
-	if (op->kind == OP_MKDIR && n->is_dir) {
-		struct bnode *old = n->mk_parent;
-		n->mk_parent = bnode_get(op->dir);
-		bnode_put(old);
-		atomic_fetch_add(&n->pend_mkdir, 1);
-		op->counted = true;
-	} else if (op->kind == OP_RENAME || op->kind == OP_RMDIR) {
-		if (n->is_dir)
-			atomic_fetch_add(&n->pend_moves, 1);
-		if (op->victim && op->victim->is_dir)
-			atomic_fetch_add(&op->victim->pend_moves, 1);
-		op->counted = true;
-	}
-}
-
-/*
  * Queue op.  No I/O here: the caller holds the front end's namespace lock.
  * Returns the error of a blocked operation that will hold it back (-errno),
  * or 0, so that close() can report it at once.
@@ -166,7 +132,6 @@ int backend_submit(struct backend *be, struct op *op)
 		op->seq = ++be->last_seq;
 	ledger_seal(&be->ledger, op->seq);	/* a store into a mapped page */
 	list_add_tail(&be->ops, &op->link);
-	dir_note_submit(op);
 	if (op->kind == OP_VERSION) {
 		op->state = OPS_QUEUED;
 		list_add_tail(&be->flushq, &op->qlink);

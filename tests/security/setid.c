@@ -127,40 +127,10 @@ static bool tail_written(const char *path)
 	return n == (ssize_t)sizeof(got) && !memcmp(got, want, sizeof(got));
 }
 
-/*
- * Look at the temporary files in backend directory rel (".": the root):
- * never root's unless 0600; count those seen root's and those not complete.
- */
-static void scan_temps(const char *rel, unsigned *seen_private, unsigned *seen_partial)
-{
-	DIR *d = opendir(tm_bpath(&m, rel));
-	struct dirent *de;
-	char p[300];
-
-	while (d && (de = readdir(d))) {
-		struct stat st;
-		if (!strstr(de->d_name, ".ckptfs.t."))
-			continue;
-		snprintf(p, sizeof(p), "%s/%s", rel, de->d_name);
-		if (lstat(tm_bpath(&m, p), &st) < 0)
-			continue;	/* published meanwhile */
-		if (st.st_uid == 0 && (st.st_mode & 07777) != 0600)
-			FAILF("temporary file %s is root's with mode %04o while written: "
-			      "it must be born 0600", p, (unsigned)(st.st_mode & 07777));
-		/* Once A's, it is complete: its final mode comes right after. */
-		*seen_private += st.st_uid == 0;
-		*seen_partial += st.st_size < (off_t)BIG || !tail_written(tm_bpath(&m, p));
-	}
-	if (d)
-		closedir(d);
-}
-
-/*
- * Watch pub/ on the backend while A's big file is flushed — and the root,
- * where its temporary file is made while pub's mkdir is not applied yet.
- */
+/* Watch pub/ on the backend while A's big file is flushed. */
 static void born_private(void)
 {
+	char p[300];
 	unsigned seen_private = 0, seen_partial = 0;
 
 	cu_write_text(flag, "hold");
@@ -173,8 +143,24 @@ static void born_private(void)
 	/* Until it is published: the whole life of its temporary file. */
 	for (uint64_t t0 = mono_ms(); mono_ms() - t0 < 30000 && !file_exists(tm_bpath(&m, "pub/suidbin"));
 	     usleep(2000)) {
-		scan_temps("pub", &seen_private, &seen_partial);
-		scan_temps(".", &seen_private, &seen_partial);
+		DIR *d = opendir(tm_bpath(&m, "pub"));
+		struct dirent *de;
+		while (d && (de = readdir(d))) {
+			struct stat st;
+			if (!strstr(de->d_name, ".ckptfs.t."))
+				continue;
+			snprintf(p, sizeof(p), "pub/%s", de->d_name);
+			if (lstat(tm_bpath(&m, p), &st) < 0)
+				continue;	/* published meanwhile */
+			if (st.st_uid == 0 && (st.st_mode & 07777) != 0600)
+				FAILF("temporary file %s is root's with mode %04o while written: "
+				      "it must be born 0600", de->d_name, (unsigned)(st.st_mode & 07777));
+			/* Once A's, it is complete: its final mode comes right after. */
+			seen_private += st.st_uid == 0;
+			seen_partial += st.st_size < (off_t)BIG || !tail_written(tm_bpath(&m, p));
+		}
+		if (d)
+			closedir(d);
 	}
 	int st;
 	CHECK_SYS(waitpid(pid, &st, 0));
