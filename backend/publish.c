@@ -666,7 +666,9 @@ static unsigned batch_apply(struct backend *be, struct op **batch, unsigned n, s
 			after_failure = bad_actors[k] == op->actor;
 		if (!after_failure && nbad)	/* a directory moved over one that stayed behind */
 			after_failure = order_moved_below(be, NULL, op, bad_ops, nbad) != NULL;
-		if (!after_failure && t->n && !touched_covers(t, op) && sync_touched(be, t) < 0) {
+		/* (files too: a chmod's inode is synced before a later mkdir is applied) */
+		if (!after_failure && (t->n || t->nfiles) && !touched_covers(t, op) &&
+		    sync_touched(be, t) < 0) {
 			for (unsigned k = i; k < nrec; k++)	/* the caller retries the sync */
 				void_attempt(be, batch[k], 0);
 			break;
