@@ -231,8 +231,10 @@ static int relink_others(struct backend *be, struct bnode *b, int dfd, const cha
 		r = bsys.linkat(dfd, name, ld, tmp);
 		if (r == 0)
 			r = bsys.renameat2(ld, tmp, ld, b->links[i].name, 0);
-		if (r == 0)
+		if (r == 0) {
 			touch_dir(t, ldir);	/* its entry changed: synced before "durable" */
+			t->closed = true;	/* nothing joins a two-directory change */
+		}
 		bnode_dirfd_put(be, ldir);
 		if (r < 0)
 			return r;
@@ -528,9 +530,18 @@ static int apply_change_at(struct backend *be, struct op *op, struct touched *t,
 		}
 		pthread_rwlock_unlock(&be->mv_lock);
 		bnode_dirfd_put(be, op->dir2);
-		if (r == 0) {
-			touch_dir(t, op->dir);
+		if (r == 0 && op->dir2 != op->dir) {
+			/*
+			 * Where it went first, then where it left (a cut between
+			 * finds it in both, never in neither); touched_covers()
+			 * made this the set's first change, and nothing else joins
+			 * it before both are synced.
+			 */
 			touch_dir(t, op->dir2);
+			touch_dir(t, op->dir);
+			t->closed = true;
+		} else if (r == 0) {
+			touch_dir(t, op->dir);
 		}
 		break;
 	}
@@ -693,6 +704,11 @@ bool touched_covers(const struct touched *t, const struct op *op)
 	const struct bnode *dirs[2] = { op->dir, op->kind == OP_RENAME || op->kind == OP_LINK ?
 					op->dir2 : NULL };
 
+	if (t->closed)
+		return false;
+	if (op->kind == OP_RENAME && op->dir2 != op->dir)
+		return false;	/* its two directories' sync order is its own */
+
 	if (!op->dir && op->node) {	/* attributes: the object itself is synced */
 		for (unsigned i = 0; i < t->nfiles; i++)
 			if (t->files[i] == op->node)
@@ -710,7 +726,9 @@ bool touched_covers(const struct touched *t, const struct op *op)
 }
 
 /*
- * fsync the manifest and every directory and file the batch touched (P3).
+ * fsync the manifest and every directory and file the batch touched (P3),
+ * directories in the order they were touched, stopping at the first that
+ * fails (a rename's source is not synced while its destination is not).
  * On failure the set is kept, to be synced again: the operations are
  * applied already and must not be applied twice.
  */
@@ -730,8 +748,10 @@ int sync_touched(struct backend *be, struct touched *t)
 		}
 		if (fd >= 0)
 			bnode_dirfd_put(be, t->dirs[i]);
-		if (r < 0 && !err)
-			err = r;
+		if (r < 0) {
+			err = err ? err : r;
+			break;
+		}
 	}
 	for (unsigned i = 0; i < t->nfiles; i++) {
 		struct bnode *at = NULL;
@@ -757,6 +777,7 @@ int sync_touched(struct backend *be, struct touched *t)
 	for (unsigned i = 0; i < t->nfiles; i++)
 		bnode_put(t->files[i]);
 	t->n = t->nfiles = 0;
+	t->closed = false;
 	return 0;
 }
 

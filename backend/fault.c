@@ -18,7 +18,8 @@
  *   while=PATH         inject only while PATH exists (tests toggle recovery)
  *   hold=PATH          the call waits while PATH exists (a hung backend that
  *                      the test lets go by removing PATH)
- *   name=SUBSTR        only calls whose file name contains SUBSTR
+ *   name=SUBSTR        only calls whose file name contains SUBSTR (fsync and
+ *                      fdatasync: the fd's path, as /proc/self/fd shows it)
  * Example: CKPTFS_FAULT='op=pwrite,err=ENOSPC,while=/tmp/full'
  *
  * Used by the test suite; harmless and inert when the variable is unset.
@@ -27,6 +28,7 @@
 #include "cache/util.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -182,8 +184,34 @@ static ssize_t f_pwrite(int fd, const void *b, size_t n, off_t o)
 		n /= 2;
 	return real.pwrite(fd, b, n, o);
 }
-static int f_fsync(int fd) { CHECK(BOP_FSYNC, NULL); return real.fsync(fd); }
-static int f_fdatasync(int fd) { CHECK(BOP_FDATASYNC, NULL); return real.fdatasync(fd); }
+/* The path of fd, for name= rules on calls that take none; NULL if no rule asks. */
+static const char *fd_name(int fd, char *buf, size_t len)
+{
+	char link[64];
+	ssize_t n;
+	bool wanted = false;
+
+	for (unsigned i = 0; i < nrules && !wanted; i++)
+		wanted = rules[i].name != NULL;
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	if (!wanted || (n = readlink(link, buf, len - 1)) < 0)
+		return NULL;
+	buf[n] = '\0';
+	return buf;
+}
+
+static int f_fsync(int fd)
+{
+	char p[PATH_MAX];
+	CHECK(BOP_FSYNC, fd_name(fd, p, sizeof(p)));
+	return real.fsync(fd);
+}
+static int f_fdatasync(int fd)
+{
+	char p[PATH_MAX];
+	CHECK(BOP_FDATASYNC, fd_name(fd, p, sizeof(p)));
+	return real.fdatasync(fd);
+}
 static int f_ftruncate(int fd, off_t l) { CHECK(BOP_FTRUNCATE, NULL); return real.ftruncate(fd, l); }
 static int f_renameat2(int od, const char *on, int nd, const char *nn, unsigned fl)
 {

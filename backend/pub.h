@@ -116,6 +116,9 @@ struct touched {
 				 * temporary name that left it (touched_covers) */
 	struct bnode **files;
 	unsigned nfiles, capfiles;
+	bool closed;		/* an operation with effects in two directories was
+				 * applied: dirs[] are synced in order before the
+				 * next one (a cut between them must lose nothing) */
 };
 void touched_free(struct touched *t);
 
