@@ -41,8 +41,10 @@ if [ $quick -eq 0 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     CTEST_ARGS="${CTEST_ARGS:-} -LE nosan" run_suite build-asan -DCKPTFS_ASAN=ON
   # ThreadSanitizer pass: the daemon's threads (request workers, flushers,
-  # spiller, publisher) under the core and integrity tests, selected by their
-  # area labels (tests/CMakeLists.txt); nosan and notsan tests stay out, and
+  # spiller, publisher) under the core and integrity tests, and libckptfs's
+  # capture threads with the daemon's GPU sessions under the gpu tests,
+  # selected by their area labels (tests/CMakeLists.txt); nosan and notsan
+  # tests stay out, and
   # so do the .pwrite twins of I/O tests (same threads as .uring; saves a
   # third of the time).  It stops at the first race.  fs/tsan.c tells TSan
   # about the ordering that /dev/fuse provides.  Address-space randomisation
@@ -50,7 +52,7 @@ if [ $quick -eq 0 ]; then
   prefix=""
   command -v setarch >/dev/null && prefix="setarch $(uname -m) -R"
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 RUN_PREFIX="$prefix" \
-    CTEST_ARGS="${CTEST_ARGS:-} -L core|integrity -LE nosan|notsan -E \.pwrite$" \
+    CTEST_ARGS="${CTEST_ARGS:-} -L core|integrity|gpu -LE nosan|notsan -E \.pwrite$" \
     run_suite build-tsan -DCKPTFS_TSAN=ON
 fi
 if [ $quick -eq 0 ]; then
