@@ -400,9 +400,7 @@ static int created_as(struct backend *be, struct op *op, int dfd, struct touched
 			return r;
 		}
 	}
-	pthread_rwlock_wrlock(&be->bt_lock);
-	bnode_link_add_locked(op->node, op->dir, op->name);
-	pthread_rwlock_unlock(&be->bt_lock);
+	bnode_set_loaded(be, op->node, op->dir, op->name);	/* once: a mkdir is retried after it */
 	touch_dir(t, op->dir);
 	return 0;
 }
@@ -473,11 +471,13 @@ static int apply_change_at(struct backend *be, struct op *op, struct touched *t,
 
 	switch (op->kind) {
 	case OP_MKDIR:
+		stage_close(be, op->node);	/* no stage is begun for it from now on */
 		r = bsys.mkdirat(dfd, op->name, op->mode & 07777);
 		uid_t found = geteuid();	/* who owns what is there now */
 		if (r == -EEXIST)
 			r = mkdir_found(be, op, dfd, &found);
-		if (r == 0 && (r = created_as(be, op, dfd, t, found)) == 0) {
+		if (r == 0 && (r = created_as(be, op, dfd, t, found)) == 0 &&
+		    (r = stage_merge(be, op)) == 0) {	/* what was written ahead moves in */
 			pthread_mutex_lock(&be->lock);		/* flushers wait for dirs */
 			pthread_cond_broadcast(&be->flush_cond);
 			pthread_mutex_unlock(&be->lock);

@@ -42,7 +42,10 @@
  *      an operation whose record could not be appended is not applied.
  *
  * Lock order: (fs namespace lock) -> cfile->lock -> be->lock -> be->mv_lock
- * -> be->bt_lock -> be->dfd_lock (btree.c).
+ * -> be->bt_lock -> be->dfd_lock (btree.c).  Staged directories (stage.c):
+ * be->stage_rw -> be->mv_lock -> be->bt_lock, and be->stage_mx alone (with
+ * at most dfd_lock inside); be->lock is never taken under stage_rw, which
+ * a temporary file of a stage takes when it is released.
  * The publisher and flushers take be->lock only to move operations between
  * queues and never hold it across a system call.
  */
@@ -94,6 +97,18 @@ struct bnode {
 	XXH128_hash_t digest;	/* of the last published version (files) */
 	atomic_bool has_digest;
 	uint64_t published_seq;
+	/*
+	 * backend/stage.c.  A directory made through the mount: mk_op, its
+	 * mkdir while pending (be->lock); stage, where its files are written
+	 * ahead meanwhile (be->stage_mx; has_stage mirrors it for lock-free
+	 * looks); no_stage: never staged; staging: being made.  A stage itself
+	 * (is_stage) lists its temporary files in stemps (be->stage_mx).
+	 */
+	struct op *mk_op;
+	struct bnode *stage;
+	atomic_bool has_stage, no_stage, staging;
+	bool is_stage;
+	struct list stemps;
 };
 
 struct bnode *bnode_new(bool is_dir);
@@ -224,6 +239,7 @@ struct backend_stats {
 	atomic_uint_least64_t pending_versions;
 	atomic_uint_least64_t dir_fsyncs;
 	atomic_uint_least64_t dir_fd_closes;	/* idle directory fds closed for room */
+	atomic_uint_least64_t dirs_staged;	/* directories written ahead of their mkdir */
 	atomic_int last_error;			/* errno of the last failure, 0 when healthy */
 	atomic_bool degraded;
 };
@@ -284,6 +300,11 @@ struct backend {
 	atomic_uint temp_open;		/* temporary files open (written, not yet published) */
 	atomic_uint temp_taken;		/* ... and about to be, by flushers that took a version */
 	uint32_t temp_cap;		/* beyond it, only flush_first versions get one */
+	pthread_mutex_t stage_mx;	/* stage.c: stages, their temporary files, decisions */
+	pthread_rwlock_t stage_rw;	/* temporary files made or removed, stages made
+					 * (read) vs a stage emptied or removed (write) */
+	struct bnode **stages;		/* directories staged, in order (stage_mx) */
+	unsigned nstages, capstages;
 
 	pthread_mutex_t lock;		/* everything below */
 	pthread_cond_t pub_cond;	/* publisher: head may be ready */

@@ -35,6 +35,7 @@ struct bnode *bnode_new(bool is_dir)
 	atomic_init(&b->present, false);
 	b->dfd = -1;
 	list_init(&b->dfd_lru);
+	list_init(&b->stemps);
 	atomic_init(&b->has_digest, false);
 	b->is_dir = is_dir;
 	return b;
@@ -79,6 +80,7 @@ void bnode_put(struct bnode *b)
 			free(b->links[i].name);
 		}
 		free(b->links);
+		bnode_put(b->stage);	/* unused at the stop (stage_remove_all) */
 		free(b);
 		b = next;
 	}

@@ -39,7 +39,7 @@
  * cfd carries a btemp tag; when the last reference goes and the file was
  * never published, the tag unlinks it.
  */
-#include "backend/backend.h"
+#include "backend/pub.h"
 #include "backend/bsys.h"
 #include "backend/digest.h"
 #include "cache/log.h"
@@ -85,7 +85,8 @@ void base_copy_decide(struct backend *be)
 
 struct btemp {
 	struct backend *be;
-	struct bnode *dir;
+	struct bnode *dir;	/* changed only under stage_rw (write): stage_merge */
+	struct list slink;	/* in dir->stemps while dir is a stage */
 	bool published;
 	char name[64];
 };
@@ -95,11 +96,24 @@ static void temp_release(void *tag)
 	struct btemp *t = tag;
 
 	if (!t->published) {
+		/*
+		 * One in a stage is removed under stage_rw, where t->dir cannot
+		 * change (stage.c S4); any other never moves: no lock to wait for
+		 * (the last put of a file's descriptor may come under the
+		 * namespace lock).
+		 */
+		bool staged = stage_temp_listed(t->be, &t->slink);
+		if (staged)
+			pthread_rwlock_rdlock(&t->be->stage_rw);
 		atomic_fetch_sub(&t->be->temp_open, 1);
 		int d = bnode_dirfd(t->be, t->dir);
 		if (d >= 0) {
 			bsys.unlinkat(d, t->name, 0);
 			bnode_dirfd_put(t->be, t->dir);
+		}
+		if (staged) {
+			stage_temp_del(t->be, &t->slink);
+			pthread_rwlock_unlock(&t->be->stage_rw);
 		}
 	}
 	bnode_put(t->dir);
@@ -115,27 +129,34 @@ static void temp_release(void *tag)
 static int temp_create(struct backend *be, struct bnode *dir, char kind, struct cfd **out)
 {
 	struct btemp *t = xcalloc(1, sizeof(*t));
-	int d = bnode_dirfd(be, dir), fd;
 	uint64_t n;
+	int d, fd;
 
-	if (d < 0) {
-		free(t);
-		return d;
-	}
 	pthread_mutex_lock(&be->lock);
 	n = ++be->temp_counter;
 	pthread_mutex_unlock(&be->lock);
 	snprintf(t->name, sizeof(t->name), CKPTFS_RESERVED_PREFIX "%c.%s.%llu", kind,
 		 be->mount_id, (unsigned long long)n);
-	fd = bsys.openat(d, t->name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW, 0600);
-	bnode_dirfd_put(be, dir);
+	list_init(&t->slink);
+	t->be = be;
+	pthread_rwlock_rdlock(&be->stage_rw);	/* not while a stage is emptied (stage.c) */
+	struct bnode *at = stage_target(be, dir);
+	if ((fd = d = bnode_dirfd(be, at)) >= 0) {
+		fd = bsys.openat(d, t->name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW, 0600);
+		bnode_dirfd_put(be, at);
+	}
+	if (fd >= 0) {
+		t->dir = at;	/* before it is listed: a merge may move it at once */
+		atomic_fetch_add(&be->temp_open, 1);
+		if (at->is_stage)
+			stage_temp_add(be, at, &t->slink);
+	}
+	pthread_rwlock_unlock(&be->stage_rw);
 	if (fd < 0) {
+		bnode_put(at);
 		free(t);
 		return fd;
 	}
-	atomic_fetch_add(&be->temp_open, 1);
-	t->be = be;
-	t->dir = bnode_get(dir);
 	*out = cfd_new(fd);
 	(*out)->tag = t;
 	(*out)->tag_free = temp_release;
@@ -149,6 +170,21 @@ void flush_temp_mark_published(struct cfd *out)
 
 	t->published = true;
 	atomic_fetch_sub(&t->be->temp_open, 1);
+}
+
+bool flush_temp_moved(struct list *stemps, const char *name, struct bnode *to)
+{
+	for (struct list *e = stemps->next; e != stemps; e = e->next) {
+		struct btemp *t = list_entry(e, struct btemp, slink);
+		if (strcmp(t->name, name))
+			continue;
+		list_del(&t->slink);
+		list_init(&t->slink);
+		bnode_put(t->dir);
+		t->dir = bnode_get(to);
+		return true;
+	}
+	return false;
 }
 
 const char *flush_temp_name(struct cfd *out, struct bnode **dir)
@@ -707,15 +743,21 @@ static void submit_write(struct flusher *fl, struct fjob *j, int fd, const char 
 static int open_direct(struct backend *be, struct cfd *out)
 {
 	struct bnode *tdir;
-	const char *tname = flush_temp_name(out, &tdir);
+	const char *tname;
 	int d, fd;
 
 	if (!be->opt.direct || atomic_load(&be->direct_unsupported))
 		return -1;
-	if ((d = bnode_dirfd(be, tdir)) < 0)
+	pthread_rwlock_rdlock(&be->stage_rw);	/* where it is stays so (stage.c S4) */
+	tname = flush_temp_name(out, &tdir);
+	fd = d = bnode_dirfd(be, tdir);
+	if (d >= 0) {
+		fd = bsys.openat(d, tname, O_WRONLY | O_DIRECT | O_NOFOLLOW, 0);
+		bnode_dirfd_put(be, tdir);
+	}
+	pthread_rwlock_unlock(&be->stage_rw);
+	if (d < 0)
 		return -1;
-	fd = bsys.openat(d, tname, O_WRONLY | O_DIRECT | O_NOFOLLOW, 0);
-	bnode_dirfd_put(be, tdir);
 	if (fd == -EINVAL || fd == -EOPNOTSUPP)
 		atomic_store(&be->direct_unsupported, true);
 	if (fd >= 0 && !bsys_same_file(fd, out->fd)) {
@@ -1096,17 +1138,20 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
  * them holds back are taken, so the daemon keeps descriptors for its users
  * and the publisher always gets what it can publish next.
  */
-static unsigned flush_pick(struct backend *be, struct fjob *jobs)
+static unsigned flush_pick(struct backend *be, struct fjob *jobs, struct stage_job *stage)
 {
 	unsigned n = 0, fresh = atomic_load(&be->temp_open) + atomic_load(&be->temp_taken);
 	uint64_t bytes = 0;
 	struct list *e = be->flushq.next;
 
+	stage->n = 0;
+
 	while (e != &be->flushq && n < FLUSH_BATCH && bytes < FLUSH_BATCH_BYTES) {
 		struct list *next = e->next;
 		struct op *op = list_entry(e, struct op, qlink);
 		bool room = op->ver->out || fresh < be->temp_cap || op->flush_first;
-		if (room && (op->ver->out || atomic_load(&op->dir->present))) {
+		if (room && (op->ver->out || atomic_load(&op->dir->present) ||
+			     atomic_load(&op->dir->has_stage))) {
 			list_del(&op->qlink);
 			op->state = OPS_FLUSHING;
 			memset(&jobs[n], 0, sizeof(jobs[n]));
@@ -1117,6 +1162,9 @@ static unsigned flush_pick(struct backend *be, struct fjob *jobs)
 			}
 			jobs[n++].op = op;
 			bytes += op->ver->size;
+		} else if (room && !op->ver->out && !stage->n) {
+			/* Its directory is made through the mount and not there yet: stage it (stage.c). */
+			stage_collect_locked(be, op->dir, stage);
 		}
 		/* Else no room, or its directory is not on the backend yet: the publisher decides (order.c). */
 		e = next;
@@ -1134,11 +1182,20 @@ static void *flusher_main(void *arg)
 	thread_background("ckptfs-flush", (int)be->opt.flush_nice);
 	fl->bio = bio_create(be->opt.io, be->opt.queue_depth, &why);
 	bio_count_written(fl->bio, &be->st.io_written);	/* progress within a batch */
+	struct stage_job stage = { 0 };
+
 	pthread_mutex_lock(&be->lock);
 	for (;;) {
 		if (be->aborting)
 			break;
-		unsigned n = flush_pick(be, jobs);
+		unsigned n = flush_pick(be, jobs, &stage);
+		if (stage.n) {	/* then its files, in the next pick */
+			pthread_mutex_unlock(&be->lock);
+			bool staged = stage_run(be, &stage);
+			pthread_mutex_lock(&be->lock);
+			if (!n && staged)
+				continue;
+		}
 		if (!n) {
 			if (be->stopping && list_empty(&be->ops))
 				break;

@@ -106,6 +106,39 @@ uint64_t backend_wall_stamp_locked(struct backend *be, uint64_t *ahead);
  */
 uint64_t backend_durable_wall_locked(struct backend *be, uint64_t *seq);
 
+/* ---- stage.c: directories written ahead of their mkdir ------------------ */
+
+#define STAGE_DEPTH 16	/* new directories above one another, staged at once */
+struct stage_job {	/* directories to stage, top down: d[i] in p[i] */
+	struct bnode *d[STAGE_DEPTH], *p[STAGE_DEPTH];
+	unsigned n;
+};
+/* Can d (not present) be staged, with what is above it?  Fills job (refs); be->lock held. */
+bool stage_collect_locked(struct backend *be, struct bnode *d, struct stage_job *job);
+/* Stage what job lists (no lock held), then free it: did it stage anything? */
+bool stage_run(struct backend *be, struct stage_job *job);
+void stage_job_free(struct stage_job *job);
+/*
+ * Where a temporary file of a version in dir is made (a reference): dir,
+ * or while its mkdir is pending its stage.  be->stage_rw held for reading.
+ */
+struct bnode *stage_target(struct backend *be, struct bnode *dir);
+/* A temporary file made in (or released from) a stage: listed there (stage_mx). */
+void stage_temp_add(struct backend *be, struct bnode *stage, struct list *link);
+void stage_temp_del(struct backend *be, struct list *link);
+/* The publisher decides op's mkdir now: no stage is made for its directory after this. */
+void stage_close(struct backend *be, struct bnode *dir);
+/* op's mkdir made its directory: what was written ahead moves in, the stage goes. 0 or -errno. */
+int stage_merge(struct backend *be, struct op *op);
+/* dir's mkdir will never come (skipped, or the stop): its stage is removed. */
+void stage_discard(struct backend *be, struct bnode *dir);
+/* At the stop: every stage left is removed. */
+void stage_remove_all(struct backend *be);
+/* flush.c: the temporary file `name` listed in stemps is in `to` now (stage_rw held for writing). */
+bool flush_temp_moved(struct list *stemps, const char *name, struct bnode *to);
+/* Is the temporary file with this link listed in a stage? (stage_mx) */
+bool stage_temp_listed(struct backend *be, struct list *link);
+
 /* ---- apply.c ------------------------------------------------------------ */
 
 /* Directories and files a batch touched: fsync'd before it is durable (P3). */

@@ -51,6 +51,14 @@ struct op *op_new(enum op_kind kind)
 	return op;
 }
 
+/* Take op off be->ops (be->lock held): a mkdir no longer pending is not its directory's. */
+static void op_unlist_locked(struct op *op)
+{
+	list_del(&op->link);
+	if (op->kind == OP_MKDIR && op->node && op->node->mk_op == op)
+		op->node->mk_op = NULL;
+}
+
 void op_free(struct op *op)
 {
 	if (!op)
@@ -132,6 +140,8 @@ int backend_submit(struct backend *be, struct op *op)
 		op->seq = ++be->last_seq;
 	ledger_seal(&be->ledger, op->seq);	/* a store into a mapped page */
 	list_add_tail(&be->ops, &op->link);
+	if (op->kind == OP_MKDIR && op->node && !atomic_load(&op->node->present))
+		op->node->mk_op = op;	/* its files may be written ahead (flush.c) */
 	if (op->kind == OP_VERSION) {
 		op->state = OPS_QUEUED;
 		list_add_tail(&be->flushq, &op->qlink);
@@ -552,7 +562,7 @@ static void skipped_collect(struct backend *be, struct list *out)
 		struct list *next = e->next;
 		struct op *op = list_entry(e, struct op, link);
 		if (op->skipped && op->state != OPS_FLUSHING) {
-			list_del(&op->link);
+			op_unlist_locked(op);
 			if (list_linked(&op->ilink))
 				list_del(&op->ilink);
 			list_add_tail(out, &op->link);
@@ -563,6 +573,9 @@ static void skipped_collect(struct backend *be, struct list *out)
 
 static void skipped_drop(struct backend *be, struct list *gone)
 {
+	struct bnode *mkdirs[64] = { 0 };
+	unsigned nmk = 0;
+
 	while (!list_empty(gone)) {
 		struct op *op = list_entry(gone->next, struct op, link);
 		list_del(&op->link);
@@ -581,9 +594,17 @@ static void skipped_drop(struct backend *be, struct list *gone)
 		record_void(be, op, "skipped by the administrator");
 		if (op->node)
 			atomic_store(&op->node->sticky_err, ECANCELED);
+		if (op->kind == OP_MKDIR && op->node && nmk < CKPT_ARRAY_LEN(mkdirs))
+			mkdirs[nmk++] = bnode_get(op->node);	/* its stage: once its files are closed */
+		else if (op->kind == OP_MKDIR && op->node)
+			stage_discard(be, op->node);
 		if (op->kind == OP_VERSION)
 			atomic_fetch_sub(&be->st.pending_versions, 1);
 		op_free(op);
+	}
+	for (unsigned i = 0; i < nmk; i++) {	/* what was written ahead for them (stage.c S5) */
+		stage_discard(be, mkdirs[i]);
+		bnode_put(mkdirs[i]);
 	}
 }
 
@@ -808,7 +829,7 @@ static void *publisher_main(void *arg)
 		for (unsigned i = 0; i < n; i++)
 			batch[i]->in_batch = false;
 		for (unsigned i = 0; i < applied; i++)
-			list_del(&batch[i]->link);
+			op_unlist_locked(batch[i]);
 		now = now_ns();
 		for (unsigned i = 0; i < nfailed; i++)
 			op_block(be, failed[i], ferr[i], now);
@@ -911,6 +932,12 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 	pthread_rwlock_init(&be->bt_lock, NULL);
 	pthread_rwlock_init(&be->mv_lock, NULL);
 	pthread_mutex_init(&be->dfd_lock, NULL);
+	pthread_mutex_init(&be->stage_mx, NULL);
+	pthread_rwlockattr_t rwa;	/* a stage emptied is not starved by flushers */
+	pthread_rwlockattr_init(&rwa);
+	pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&be->stage_rw, &rwa);
+	pthread_rwlockattr_destroy(&rwa);
 	list_init(&be->dfd_lru);
 	/*
 	 * Idle directory fds: an eighth of the limit.  Temporary files: a
@@ -1049,6 +1076,8 @@ void backend_abort(struct backend *be)
 void backend_stop(struct backend *be)
 {
 	threads_join(be, false);
+	if (!be->threads_stuck)
+		stage_remove_all(be);	/* stages of mkdirs that never came (stage.c S5) */
 	bool clean = list_empty(&be->ops);
 	ledger_close(&be->ledger, manifest_close(&be->man, atomic_load(&be->durable_seq), clean));
 	if (be->nodes) {
@@ -1058,7 +1087,7 @@ void backend_stop(struct backend *be)
 	}
 	while (!list_empty(&be->ops)) {
 		struct op *op = list_entry(be->ops.next, struct op, link);
-		list_del(&op->link);
+		op_unlist_locked(op);
 		op_free(op);
 	}
 	be->cache->spill_wanted = NULL;
@@ -1067,7 +1096,8 @@ void backend_stop(struct backend *be)
 	free(be->keep_actors);
 	be->keep_actors = NULL;
 	be->nkeep = 0;
-	/* dfd_lock stays usable: the namespace puts its nodes' bnodes later. */
+	/* dfd_lock and the stage locks stay usable: the namespace puts its nodes' bnodes, and
+	 * the cache its temporary files, later. */
 	bnode_dirfds_close(be);
 	bnode_put(be->root);
 	pthread_rwlock_destroy(&be->bt_lock);

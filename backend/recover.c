@@ -502,7 +502,8 @@ static int orphan_entry(void *arg, const char *name)
 
 	if (o->depth == 0 && !strcmp(name, ".ckptfs"))
 		return 0;
-	if (!strncmp(name, ".ckptfs.", 8) && strstr(name, o->needle)) {
+	bool ours = !strncmp(name, ".ckptfs.", 8) && strstr(name, o->needle);
+	if (ours && strncmp(name, ".ckptfs.d.", 10)) {
 		if (bsys.unlinkat(o->dirfd, name, 0) == 0)
 			o->removed++;
 		return 0;
@@ -513,6 +514,13 @@ static int orphan_entry(void *arg, const char *name)
 			o->removed += remove_orphans(sub, o->needle, o->depth + 1);
 			bsys.close(sub);
 		}
+		/*
+		 * A staged directory (stage.c) held only the dead mount's own
+		 * temporary files and staged directories, now removed; only the
+		 * daemon's own is removed itself: one that is not was never a stage.
+		 */
+		if (ours && st.st_uid == geteuid() && bsys.unlinkat(o->dirfd, name, AT_REMOVEDIR) == 0)
+			o->removed++;
 	}
 	return 0;
 }

@@ -247,8 +247,10 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 	pthread_mutex_lock(&be->dfd_lock);
 	unsigned dfds = be->dfd_open;
 	pthread_mutex_unlock(&be->dfd_lock);
-	sb_printf(b, ", \"dir_fds_open\": %u, \"dir_fds_cap\": %u, \"dir_fd_closes\": %llu", dfds,
-		  be->dfd_cap, (unsigned long long)atomic_load(&be->st.dir_fd_closes));
+	sb_printf(b, ", \"dir_fds_open\": %u, \"dir_fds_cap\": %u, \"dir_fd_closes\": %llu, "
+		  "\"dirs_staged\": %llu", dfds, be->dfd_cap,
+		  (unsigned long long)atomic_load(&be->st.dir_fd_closes),
+		  (unsigned long long)atomic_load(&be->st.dirs_staged));
 	sb_printf(b, ", \"temp_fds_open\": %u, \"temp_fds_cap\": %u", atomic_load(&be->temp_open),
 		  be->temp_cap);
 	sb_printf(b, ", \"backpressure_waits\": %llu, \"backpressure_wait_s\": %.3f",

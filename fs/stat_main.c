@@ -100,6 +100,7 @@ static const struct metric {
 	{ "blocked_ops", "gauge", "Operations the backend refused, holding back later ones" },
 	{ "dir_fds_open", "gauge", "Backend directory descriptors open" },
 	{ "dir_fd_closes", "counter", "Idle backend directory descriptors closed for room" },
+	{ "dirs_staged", "counter", "New directories whose files were written ahead of their mkdir" },
 	{ "publisher_passes", "counter", "Publisher walks of the queue of pending operations" },
 	{ "backend_calls", "counter", "Backend calls of requests, bounded by drain_timeout" },
 	{ "backend_calls_timed_out", "counter", "Requests answered EIO: their backend call hung past drain_timeout" },
