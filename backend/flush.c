@@ -31,9 +31,11 @@
  * (flush_copy_version) always asks.
  *
  * A version whose target directory is not on the backend yet (its mkdir is
- * still queued) waits in the queue; the publisher wakes the flushers after
- * each mkdir, and blocks the version if nothing before it will create that
- * directory (order.c).
+ * still queued) is written into that directory's stage, made for it by the
+ * flusher that finds it (stage.c), and moves into the directory once the
+ * mkdir makes it; where no stage can be made it waits in the queue: the
+ * publisher wakes the flushers after each mkdir, and blocks the version if
+ * nothing before it will create that directory (order.c).
  *
  * Temporary files are named ".ckptfs.<kind>.<mount id>.<n>" (P5).  Their
  * cfd carries a btemp tag; when the last reference goes and the file was

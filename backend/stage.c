@@ -93,6 +93,8 @@ static struct bnode *target_locked(struct bnode *dir)
 
 struct bnode *stage_target(struct backend *be, struct bnode *dir)
 {
+	if (atomic_load(&dir->present))
+		return bnode_get(dir);	/* the common case: no lock */
 	pthread_mutex_lock(&be->stage_mx);
 	struct bnode *at = target_locked(dir);
 	bnode_get(at ? at : dir);

@@ -14,6 +14,8 @@
  * merged:  the directory appears on the backend meanwhile (another node
  *          made it, with a file of its own): the files written ahead are
  *          moved into it, the other node's file is kept.
+ * tampered: the stage's mode changed meanwhile: not emptied, its file
+ *          still published by its own checked rename.
  * moved:   a directory renamed (and its old parent removed) before its
  *          file was closed, and one renamed after: drain exits 0, every
  *          file where the mount put it, the old parents gone.
@@ -224,6 +226,40 @@ static void merged_case(void)
 	fprintf(stderr, "%-10s ok\n", "merged");
 }
 
+/*
+ * tampered: the stage's mode changed on the backend while its mkdir waits
+ * (an administrator's chmod -R): it is not emptied as the daemon's own, and
+ * its file still reaches its place by its own checked rename.
+ */
+static void tampered_case(void)
+{
+	struct tmount m;
+	char flag[PATH_MAX];
+
+	ct_mount_held(&m, "ctl-staged-chmod", HOLD_GATE, flag);
+	CHECK_SYS(mkdir(tm_path(&m, "ck"), 0755));
+	tm_sync(&m);
+	ct_touch(flag);
+	ct_write_seeded(tm_path(&m, "ck/gate"), 100, 2);
+	CHECK_SYS(mkdir(tm_path(&m, "ck/arr1"), 0755));
+	ct_write_seeded(tm_path(&m, "ck/arr1/f"), FSIZE, 61);
+	wait_tally(&m, "ck", 2, 1, "while the mkdir is held");
+	CHECK_SYS(chmod(a_stage(&m, "ck"), 0755));
+	CHECK_SYS(unlink(flag));
+	drain_ok(&m, "drain with a stage not private any more");
+	ct_check_seeded(tm_bpath(&m, "ck/arr1/f"), FSIZE, 61);
+	size_t len = 0;
+	char *log = read_file(m.log, &len);
+	static const char said_text[] = "not the daemon's private one";
+	bool said = log && memmem(log, len, said_text, sizeof(said_text) - 1);
+	free(log);
+	if (!said)
+		FAILF("%s", "the changed stage was emptied as if it were the daemon's own");
+	tm_stop(&m);
+	tm_cleanup(&m);
+	fprintf(stderr, "%-10s ok\n", "tampered");
+}
+
 static void moved_case(void)
 {
 	struct tmount m;
@@ -339,7 +375,8 @@ static void killed_case(void)
 int main(void)
 {
 	static const struct { const char *name; void (*fn)(void); } cases[] = {
-		{ "staged", staged_case }, { "merged", merged_case }, { "moved", moved_case },
+		{ "staged", staged_case }, { "merged", merged_case }, { "tampered", tampered_case },
+		{ "moved", moved_case },
 		{ "skipped", skipped_case }, { "killed", killed_case },
 	};
 	const char *only = getenv("CKPTFS_STAGED_CASE");
