@@ -278,6 +278,8 @@ struct backend_opts {
 
 struct backend {
 	int root_fd;
+	dev_t root_dev;			/* root_fd's inode: where every ".." chain must end */
+	ino_t root_ino;
 	struct bnode *root;
 	struct cache *cache;
 	struct backend_opts opt;

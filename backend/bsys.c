@@ -182,6 +182,38 @@ int bsys_name_is(int d, const char *n, int fd)
 	return sn.st_dev == sf.st_dev && sn.st_ino == sf.st_ino ? 0 : -ESTALE;
 }
 
+int bsys_beneath(int fd, uint32_t depth, dev_t dev, ino_t ino)
+{
+	enum { HOP = 1024 };	/* "../" x HOP fits PATH_MAX */
+	char path[HOP * 3];
+	struct stat st;
+	int at = fd, e;
+
+	for (;;) {
+		uint32_t n = depth < HOP ? depth : HOP;
+		for (uint32_t i = 0; i < n; i++)
+			memcpy(path + 3 * i, "../", 3);
+		path[n ? 3 * n - 1 : 0] = '\0';	/* "" (AT_EMPTY_PATH): the fd itself */
+		depth -= n;
+		if (!depth) {
+			e = fstatat(at, path, &st, AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) < 0 ? -errno : 0;
+			break;
+		}
+		int up = openat(at, path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		e = up < 0 ? -errno : 0;
+		if (at != fd)
+			close(at);
+		if (up < 0)
+			return e;
+		at = up;
+	}
+	if (at != fd)
+		close(at);
+	if (e < 0)
+		return e;
+	return st.st_dev == dev && st.st_ino == ino ? 0 : -EXDEV;
+}
+
 /*
  * A symlink itself, pinned (O_PATH|O_NOFOLLOW) and C5-checked, for a chown
  * through AT_EMPTY_PATH: the link checked is the link changed.  Anything

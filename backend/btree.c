@@ -11,7 +11,11 @@
  *
  * Links are guarded by be->bt_lock (P6).  A directory's fd follows the
  * directory through renames, so a holder (bnode_dirfd .. bnode_dirfd_put)
- * needs no lock to use it.  Open fds are bounded: beyond be->dfd_cap (an
+ * needs no lock to use it.  It would follow it out of the backend too (its
+ * owner may move it anywhere in the same file system): so each time a
+ * cached fd is handed out, its ".." chain is checked to reach the backend
+ * root at the depth its links say (dfd_check), and an fd that does not is
+ * replaced by what its name holds now (or refused, -ENOENT).  Open fds are bounded: beyond be->dfd_cap (an
  * eighth of RLIMIT_NOFILE), the least recently used idle ones are closed
  * and reopened by name when next wanted — a checkpoint of tens of
  * thousands of directories (one per array, as tensorstore writes them)
@@ -20,6 +24,7 @@
  */
 #include "backend/backend.h"
 #include "backend/bsys.h"
+#include "cache/log.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -108,6 +113,7 @@ void backend_move_wait(struct backend *be)
 }
 
 static int dirfd_open(struct backend *be, struct bnode *dir);
+static int dfd_check(struct backend *be, struct bnode *dir, int fd);
 
 int bnode_dirfd(struct backend *be, struct bnode *dir)
 {
@@ -242,15 +248,16 @@ static int dirfd_open(struct backend *be, struct bnode *dir)
 	fd = dfd_take_locked(be, dir);
 	pthread_mutex_unlock(&be->dfd_lock);
 	if (fd >= 0) {
-		if (atomic_load(&dir->present))
-			return fd;
 		/*
 		 * Removed (rmdir, or replaced by a rename) since its fd was cached:
 		 * never hand out a dead directory.  A create in one fails with
 		 * ENOENT, or EPERM on ext4 while its link count is already 0.
 		 */
+		int r = atomic_load(&dir->present) ? dfd_check(be, dir, fd) : -ENOENT;
+		if (r == 0)
+			return fd;
 		bnode_dirfd_put(be, dir);
-		return -ENOENT;
+		return r;
 	}
 again:
 	for (struct bnode *b = bnode_get(dir);;) {
@@ -270,6 +277,13 @@ again:
 		fd = dfd_take_locked(be, up);
 		pthread_mutex_unlock(&be->dfd_lock);
 		if (fd >= 0) {
+			int r = dfd_check(be, up, fd);
+			if (r < 0) {
+				bnode_dirfd_put(be, up);
+				bnode_put(up);
+				fd = r;
+				goto out;
+			}
 			b = up;
 			/* Downwards: b is open and taken (fd); chain[n-1] is its child. */
 			while (n) {
@@ -307,6 +321,100 @@ out:
 		bnode_put(chain[--n]);
 	free(chain);
 	return fd;
+}
+
+/*
+ * How many links down from the backend root dir is, with bt_lock held for
+ * reading; 0 if its chain does not reach the root (an ancestor removed).
+ */
+static uint32_t depth_locked(const struct bnode *dir)
+{
+	uint32_t depth = 0;
+	const struct bnode *b = dir;
+
+	for (; b && !b->is_root; b = bnode_up_locked(b))
+		depth++;
+	return b ? depth : 0;
+}
+
+/*
+ * Open dir again by its names, one component at a time from the backend
+ * root, and put it in place of fd (dup3: holders of fd use it from now on).
+ * Under mv_lock and bt_lock for reading: no move of the publisher's is
+ * between the names read and the opens.  0, or -errno (fd left as it was;
+ * every use checks it again).
+ */
+static int dfd_reopen(struct backend *be, struct bnode *dir, int fd, int why)
+{
+	static struct ckpt_ratelimit rl;
+	const struct bnode **chain = NULL;
+	size_t n = 0, cap = 0;
+	int cur = be->root_fd, r = 0;
+	char name[256] = "";
+
+	pthread_rwlock_rdlock(&be->mv_lock);
+	pthread_rwlock_rdlock(&be->bt_lock);
+	for (const struct bnode *b = dir; !b->is_root && r == 0; b = bnode_up_locked(b)) {
+		if (!b->nlinks) {
+			r = -ENOENT;
+			break;
+		}
+		if (n == cap)
+			chain = xrealloc(chain, (cap = cap ? cap * 2 : 16) * sizeof(*chain));
+		chain[n++] = b;
+	}
+	if (dir->nlinks)
+		snprintf(name, sizeof(name), "%s", dir->links[0].name);
+	while (r == 0 && n) {
+		const struct bnode *c = chain[--n];
+		int nfd = open_dir_at(cur, c->links[0].name);
+		if (cur != be->root_fd)
+			bsys.close(cur);
+		cur = nfd;
+		r = nfd < 0 ? nfd : 0;
+	}
+	pthread_rwlock_unlock(&be->bt_lock);
+	pthread_rwlock_unlock(&be->mv_lock);
+	free(chain);
+	if (r == 0 && !bsys_same_file(cur, fd)) {
+		ckpt_log_limited(&rl, 10ull * 1000000000, LOG_WARNING,
+				 "backend: directory '%s' was moved away from its place (%s); "
+				 "what its name holds now is used, not the directory moved",
+				 name, strerror(-why));
+		if (dup3(cur, fd, O_CLOEXEC) < 0)
+			r = -errno;
+	}
+	if (cur >= 0 && cur != be->root_fd)
+		bsys.close(cur);
+	if (r < 0)
+		ckpt_log_limited(&rl, 10ull * 1000000000, LOG_WARNING,
+				 "backend: directory '%s' was moved away from its place (%s) and "
+				 "its name cannot be opened (%s): not followed",
+				 name, strerror(-why), strerror(-r));
+	return r;
+}
+
+/*
+ * Is fd (dir's, taken) still dir, where its links say, beneath the backend
+ * root?  If its ".." chain says otherwise, once more after any move of the
+ * publisher's in flight (P6's gap), it is reopened by name (dfd_reopen).
+ * 0, or -errno: do not use fd.
+ */
+static int dfd_check(struct backend *be, struct bnode *dir, int fd)
+{
+	int r = -ENOENT;
+
+	if (dir->is_root)
+		return 0;
+	for (int attempt = 0; attempt < 2 && r < 0; attempt++) {
+		if (attempt)
+			backend_move_wait(be);
+		pthread_rwlock_rdlock(&be->bt_lock);
+		uint32_t depth = depth_locked(dir);
+		r = depth ? bsys_beneath(fd, depth, be->root_dev, be->root_ino) : -ENOENT;
+		pthread_rwlock_unlock(&be->bt_lock);
+	}
+	return r == 0 ? 0 : dfd_reopen(be, dir, fd, r);
 }
 
 /* Keep the fd just opened for dir, unless another thread was first; take it. */

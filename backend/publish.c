@@ -909,11 +909,16 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 		  const struct backend_opts *opt, const struct backend_hooks *hooks)
 {
 	FILE *f;
+	struct stat rst;
 	uint64_t rnd = now_ns() ^ ((uint64_t)getpid() << 32);
 
 	memset(be, 0, sizeof(*be));
 	be->ledger.dirfd = be->ledger.parentfd = -1;
 	be->root_fd = root_fd;
+	if (bsys.fstatat(root_fd, "", &rst) == 0) {
+		be->root_dev = rst.st_dev;
+		be->root_ino = rst.st_ino;
+	}
 	be->cache = cache;
 	be->opt = *opt;
 	if (hooks)

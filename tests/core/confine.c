@@ -11,12 +11,15 @@
  *    only seen listed) is replaced from outside by a symlink to a directory
  *    outside the backend: whatever is then written under that name through
  *    the mount never lands in the outside directory.
+ *  - A directory the daemon holds open is moved out of the backend (by
+ *    rename, within its file system): nothing is written there or below,
+ *    and what its name on the backend holds since is used instead.
  */
 #include "tests/core/core_util.h"
 
 #include <dirent.h>
 
-static char outside[PATH_MAX + 32], outside2[PATH_MAX + 32];
+static char outside[PATH_MAX + 32], outside2[PATH_MAX + 32], outside3[PATH_MAX + 32];
 
 static void outside_symlink(struct tmount *m)
 {
@@ -145,6 +148,85 @@ static void swapped_dirs(struct tmount *m)
 	assert_untouched(outside2);
 }
 
+/* dir holds exactly the names in want (NULL-terminated). */
+static void assert_holds(const char *dir, const char *const *want)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	size_t n = 0, found = 0;
+
+	ASSERT_TRUE(d != NULL);
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		bool known = false;
+		for (size_t k = 0; want[k]; k++)
+			known |= !strcmp(de->d_name, want[k]);
+		if (!known)
+			FAILF("%s/%s was created outside the backend", dir, de->d_name);
+		found++;
+	}
+	closedir(d);
+	while (want[n])
+		n++;
+	ASSERT_EQ(found, n);
+}
+
+/* The moved directories hold what they held when they were moved. */
+static void assert_moved_untouched(void)
+{
+	char p[PATH_MAX + 64];
+
+	assert_holds(outside3, (const char *const[]){ "mv", "mv2", NULL });
+	snprintf(p, sizeof(p), "%s/mv", outside3);
+	assert_holds(p, (const char *const[]){ "f1", "sub", NULL });
+	snprintf(p, sizeof(p), "%s/mv/sub", outside3);
+	assert_holds(p, (const char *const[]){ "s1", NULL });
+	snprintf(p, sizeof(p), "%s/mv2", outside3);
+	assert_holds(p, (const char *const[]){ "f1", NULL });
+	snprintf(p, sizeof(p), "%s/mv/f1", outside3);
+	ASSERT_STR_EQ(cu_slurp(p), "inside");
+	snprintf(p, sizeof(p), "%s/mv/sub/s1", outside3);
+	ASSERT_STR_EQ(cu_slurp(p), "inside");
+}
+
+/*
+ * Directories the daemon holds descriptors for are moved out of the
+ * backend by their owner (rename(2) within the file system): a descriptor
+ * follows its directory, but the daemon must act neither there nor in a
+ * subdirectory.  mv's name is left empty: writes under it fail.  mv2's
+ * name gets a new directory: writes under it land there, on the backend.
+ */
+static void moved_out(struct tmount *m)
+{
+	char to[PATH_MAX + 64];
+
+	CHECK_SYS(mkdir(tm_path(m, "mv"), 0755));
+	CHECK_SYS(mkdir(tm_path(m, "mv/sub"), 0755));
+	CHECK_SYS(mkdir(tm_path(m, "mv2"), 0755));
+	cu_write_text(tm_path(m, "mv/f1"), "inside");
+	cu_write_text(tm_path(m, "mv/sub/s1"), "inside");
+	cu_write_text(tm_path(m, "mv2/f1"), "inside");
+	tm_sync(m);
+	snprintf(to, sizeof(to), "%s/mv", outside3);
+	CHECK_SYS(rename(tm_bpath(m, "mv"), to));
+	snprintf(to, sizeof(to), "%s/mv2", outside3);
+	CHECK_SYS(rename(tm_bpath(m, "mv2"), to));
+	CHECK_SYS(mkdir(tm_bpath(m, "mv2"), 0755));
+	cu_write_text(tm_path(m, "mv2/new2"), "replaced");
+	tm_sync(m);
+	ASSERT_STR_EQ(cu_slurp(tm_bpath(m, "mv2/new2")), "replaced");
+	write_under(m, "mv");
+	write_under(m, "mv/sub");
+	int fd = open(m->mnt, O_RDONLY | O_DIRECTORY);
+	if (fd >= 0) {
+		if (fsync(fd) < 0)
+			fprintf(stderr, "fsync of the mount root after the move: %s\n", strerror(errno));
+		close(fd);
+	}
+	assert_moved_untouched();
+}
+
 int main(void)
 {
 	struct tmount m;
@@ -156,6 +238,8 @@ int main(void)
 	snprintf(outside2, sizeof(outside2), "%s/outside2", m.root);
 	CHECK_SYS(mkdir(outside, 0755));
 	CHECK_SYS(mkdir(outside2, 0755));
+	snprintf(outside3, sizeof(outside3), "%s/outside3", m.root);
+	CHECK_SYS(mkdir(outside3, 0755));
 	snprintf(rel, sizeof(rel), "%s/secret", outside);
 	cu_write_text(rel, "outside");
 	snprintf(rel, sizeof(rel), "%s/secret", outside2);
@@ -166,14 +250,16 @@ int main(void)
 	cu_write_text(tm_bpath(&m, ".ckptfs.t.000000000000.1"), "junk");
 	CHECK_SYS(mkdir(tm_bpath(&m, "sub"), 0755));
 	cu_write_text(tm_bpath(&m, "sub/.ckptfs.t.000000000000.1"), "junk");
-	tm_mount(&m, NULL, NULL);
+	tm_mount(&m, "drain_timeout=3", NULL);	/* writes under mv stay refused */
 
 	outside_symlink(&m);
 	reserved_names(&m);
 	swapped_dirs(&m);
+	moved_out(&m);
 	fprintf(stderr, "daemon exit status after the swap: %d\n", cu_stop_any(&m));
 	assert_untouched(outside);
 	assert_untouched(outside2);
+	assert_moved_untouched();
 	tm_cleanup(&m);
 	return 0;
 }

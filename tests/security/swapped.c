@@ -30,6 +30,11 @@
  *      file's name: their file would have been carried into root's
  *      directory under root's chosen name.  Now refused (the object at the
  *      name is not root's), logged, nothing moved.
+ *   5. they move a directory of theirs that the daemon holds open out of
+ *      the backend, to their home: the daemon's descriptor follows it, so
+ *      root's next file there would have been created outside the backend.
+ *      Now not: the directory is not where the mount put it, nothing is
+ *      written there, the version is blocked and the daemon says why.
  */
 #include "tests/security/sec_util.h"
 
@@ -59,6 +64,17 @@ static int as_a_rename(void *arg)
 {
 	(void)arg;
 	return SEC_ERR(rename(tm_bpath(&m, swap_from), tm_bpath(&m, swap_to)));
+}
+
+/* As A: move a/ours out of the backend, into A's home. */
+static char a_home[PATH_MAX];
+
+static int as_a_move_out(void *arg)
+{
+	char to[PATH_MAX + 16];
+	(void)arg;
+	snprintf(to, sizeof(to), "%s/ours", a_home);
+	return SEC_ERR(rename(tm_bpath(&m, "a/ours"), to));
 }
 
 /* As A: move the daemon's temporary file in a/ away and put their own there. */
@@ -100,6 +116,7 @@ int main(void)
 {
 	char opts[PATH_MAX + 160], hold[PATH_MAX], p[PATH_MAX];
 	struct stat st;
+	int rfd;
 
 	sec_init_user_dir(&m, "swapped", "a", USER_A);
 	/* Root's objects in A's directory. */
@@ -166,6 +183,33 @@ int main(void)
 	       "root's directory\n");
 	cu_stop_any(&m);
 
+	/* 5. A moves their directory, which the daemon holds open, out of the backend. */
+	snprintf(a_home, sizeof(a_home), "%s/a-home", m.root);
+	CHECK_SYS(mkdir(a_home, 0755));
+	CHECK_SYS(chown(a_home, USER_A, USER_A));
+	tm_mount(&m, opts, env);
+	CHECK_SYS(mkdir(tm_path(&m, "a/ours"), 0755));
+	CHECK_SYS(chown(tm_path(&m, "a/ours"), USER_A, USER_A));
+	cu_write_text(tm_path(&m, "a/ours/first"), "root's first\n");
+	tm_sync(&m);	/* a/ours is on the backend, A's, and the daemon holds it open */
+	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_move_out, NULL), 0);
+	char *home_was = sec_tree_state(a_home);
+	cu_write_text(tm_path(&m, "a/ours/second"), "root's second\n");
+	CHECK_SYS(mkdir(tm_path(&m, "a/ours/sub"), 0755));
+	rfd = cu_open(m.mnt, O_RDONLY | O_DIRECTORY);
+	int synced = fsync(rfd);	/* the daemon has tried by now */
+	cu_close(rfd);
+	sec_assert_unchanged("A's home, after A moved a directory of theirs there", a_home,
+			     home_was);
+	ASSERT_LT(synced, 0);	/* not durable, and said */
+	if (!sec_log_wait(&m, "was moved away from its place", "'ours'", 5000))
+		FAILF("a directory moved out of the backend went unnoticed");
+	cu_stop_any(&m);
+	sec_assert_unchanged("A's home, after the stop", a_home, home_was);
+	free(home_was);
+	printf("5. a directory moved out of the backend by its owner: nothing written there, "
+	       "the version blocked\n");
+
 	/* 2. mkdir of a name where A renamed root's non-empty directory meanwhile. */
 	tm_mount(&m, opts, env);
 	CHECK_SYS(lstat(tm_path(&m, "a"), &st));
@@ -204,7 +248,7 @@ int main(void)
 	ASSERT_EQ(cu_file_size(tm_bpath(&m, p)), 0);	/* A's file got none of root's data */
 	if (access(tm_bpath(&m, "a/big"), F_OK) == 0)
 		FAILF("a/big was published, from a temporary file A controlled");
-	int rfd = cu_open(m.mnt, O_RDONLY | O_DIRECTORY);
+	rfd = cu_open(m.mnt, O_RDONLY | O_DIRECTORY);
 	ASSERT_LT(fsync(rfd), 0);	/* not durable, and said */
 	cu_close(rfd);
 	printf("3. temporary file swapped by the directory's owner: nothing written to "
