@@ -182,6 +182,42 @@ int bsys_name_is(int d, const char *n, int fd)
 	return sn.st_dev == sf.st_dev && sn.st_ino == sf.st_ino ? 0 : -ESTALE;
 }
 
+/*
+ * bsys_beneath's slow path: up one ".." at a time from fd until the
+ * directory (dev, ino) (0), or the top, whose ".." is itself (-EXDEV).
+ */
+static int beneath_walk(int fd, dev_t dev, ino_t ino)
+{
+	struct stat st, up_st;
+	int at = fd, r = -EXDEV;
+
+	for (unsigned i = 0; i < 65536; i++) {
+		if (fstat(at, &st) < 0) {
+			r = -errno;
+			break;
+		}
+		if (st.st_dev == dev && st.st_ino == ino) {
+			r = 0;
+			break;
+		}
+		int up = openat(at, "..", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (up < 0 || fstat(up, &up_st) < 0) {
+			r = -errno;
+			if (up >= 0)
+				close(up);
+			break;
+		}
+		if (at != fd)
+			close(at);
+		at = up;
+		if (up_st.st_dev == st.st_dev && up_st.st_ino == st.st_ino)
+			break;	/* the top: -EXDEV */
+	}
+	if (at != fd)
+		close(at);
+	return r;
+}
+
 int bsys_beneath(int fd, uint32_t depth, dev_t dev, ino_t ino)
 {
 	enum { HOP = 1024 };	/* "../" x HOP fits PATH_MAX */
@@ -189,7 +225,7 @@ int bsys_beneath(int fd, uint32_t depth, dev_t dev, ino_t ino)
 	struct stat st;
 	int at = fd, e;
 
-	for (;;) {
+	for (;;) {	/* the depth its links say first: one call, as a rule */
 		uint32_t n = depth < HOP ? depth : HOP;
 		for (uint32_t i = 0; i < n; i++)
 			memcpy(path + 3 * i, "../", 3);
@@ -209,9 +245,10 @@ int bsys_beneath(int fd, uint32_t depth, dev_t dev, ino_t ino)
 	}
 	if (at != fd)
 		close(at);
-	if (e < 0)
-		return e;
-	return st.st_dev == dev && st.st_ino == ino ? 0 : -EXDEV;
+	if (e == 0 && st.st_dev == dev && st.st_ino == ino)
+		return 0;
+	/* Moved, by its owner, within the backend to another depth, or out of it. */
+	return e == -ENOENT ? e : beneath_walk(fd, dev, ino);
 }
 
 /*

@@ -147,11 +147,12 @@ bool bsys_same_file(int a, int b);
 /* Is (d, n) itself (not followed) the inode fd holds?  0, -ESTALE if another, or -errno. */
 int bsys_name_is(int d, const char *n, int fd);
 /*
- * Is the directory fd `depth` levels beneath the directory (dev, ino), by
- * its ".." entries as they are now?  A directory's fd follows it through
- * renames, out of the backend too (its owner may move it anywhere in the
- * same file system): this is how btree.c notices.  0, -EXDEV if its
- * depth-th ancestor is another directory, or -errno (-ENOENT: removed).
+ * Is the directory fd beneath the directory (dev, ino), by its ".." entries
+ * as they are now?  Looked for `depth` levels up first (one call), then at
+ * every level.  A directory's fd follows it through renames, out of the
+ * backend too (its owner may move it anywhere in the same file system):
+ * this is how btree.c notices.  0, -EXDEV if not beneath it, or -errno
+ * (-ENOENT: removed).
  */
 int bsys_beneath(int fd, uint32_t depth, dev_t dev, ino_t ino);
 /* C5: from now on this thread's attribute calls need an object owned by uid. */

@@ -14,8 +14,9 @@
  * needs no lock to use it.  It would follow it out of the backend too (its
  * owner may move it anywhere in the same file system): so each time a
  * cached fd is handed out, its ".." chain is checked to reach the backend
- * root at the depth its links say (dfd_check), and an fd that does not is
- * replaced by what its name holds now (or refused, -ENOENT).  Open fds are bounded: beyond be->dfd_cap (an
+ * root (dfd_check: at the depth its links say, in one call, as a rule),
+ * and an fd that does not is replaced by what its name holds now (or
+ * refused, -ENOENT).  Open fds are bounded: beyond be->dfd_cap (an
  * eighth of RLIMIT_NOFILE), the least recently used idle ones are closed
  * and reopened by name when next wanted — a checkpoint of tens of
  * thousands of directories (one per array, as tensorstore writes them)
@@ -395,10 +396,11 @@ static int dfd_reopen(struct backend *be, struct bnode *dir, int fd, int why)
 }
 
 /*
- * Is fd (dir's, taken) still dir, where its links say, beneath the backend
- * root?  If its ".." chain says otherwise, once more after any move of the
- * publisher's in flight (P6's gap), it is reopened by name (dfd_reopen).
- * 0, or -errno: do not use fd.
+ * Is fd (dir's, taken) still beneath the backend root?  Where its links
+ * say, as a rule; anywhere beneath it is accepted (a move by its owner
+ * within the backend is followed, as before).  If not, once more after any
+ * move of the publisher's in flight (P6's gap), it is reopened by name
+ * (dfd_reopen).  0, or -errno: do not use fd.
  */
 static int dfd_check(struct backend *be, struct bnode *dir, int fd)
 {
@@ -413,6 +415,8 @@ static int dfd_check(struct backend *be, struct bnode *dir, int fd)
 		uint32_t depth = depth_locked(dir);
 		r = depth ? bsys_beneath(fd, depth, be->root_dev, be->root_ino) : -ENOENT;
 		pthread_rwlock_unlock(&be->bt_lock);
+		if (!depth)
+			return -ENOENT;	/* removed from the mount's tree meanwhile */
 	}
 	return r == 0 ? 0 : dfd_reopen(be, dir, fd, r);
 }

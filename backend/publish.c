@@ -915,10 +915,11 @@ int backend_start(struct backend *be, int root_fd, struct cache *cache,
 	memset(be, 0, sizeof(*be));
 	be->ledger.dirfd = be->ledger.parentfd = -1;
 	be->root_fd = root_fd;
-	if (bsys.fstatat(root_fd, "", &rst) == 0) {
-		be->root_dev = rst.st_dev;
-		be->root_ino = rst.st_ino;
-	}
+	int e = bsys.fstatat(root_fd, "", &rst);
+	if (e < 0)
+		return e;
+	be->root_dev = rst.st_dev;
+	be->root_ino = rst.st_ino;
 	be->cache = cache;
 	be->opt = *opt;
 	if (hooks)

@@ -196,6 +196,7 @@ static void assert_moved_untouched(void)
  * follows its directory, but the daemon must act neither there nor in a
  * subdirectory.  mv's name is left empty: writes under it fail.  mv2's
  * name gets a new directory: writes under it land there, on the backend.
+ * dp is moved deeper within the backend: still beneath it, so followed.
  */
 static void moved_out(struct tmount *m)
 {
@@ -204,6 +205,8 @@ static void moved_out(struct tmount *m)
 	CHECK_SYS(mkdir(tm_path(m, "mv"), 0755));
 	CHECK_SYS(mkdir(tm_path(m, "mv/sub"), 0755));
 	CHECK_SYS(mkdir(tm_path(m, "mv2"), 0755));
+	CHECK_SYS(mkdir(tm_path(m, "dp"), 0755));
+	cu_write_text(tm_path(m, "dp/f1"), "inside");
 	cu_write_text(tm_path(m, "mv/f1"), "inside");
 	cu_write_text(tm_path(m, "mv/sub/s1"), "inside");
 	cu_write_text(tm_path(m, "mv2/f1"), "inside");
@@ -213,9 +216,14 @@ static void moved_out(struct tmount *m)
 	snprintf(to, sizeof(to), "%s/mv2", outside3);
 	CHECK_SYS(rename(tm_bpath(m, "mv2"), to));
 	CHECK_SYS(mkdir(tm_bpath(m, "mv2"), 0755));
+	CHECK_SYS(mkdir(tm_bpath(m, "arch"), 0755));
+	CHECK_SYS(mkdir(tm_bpath(m, "arch/old"), 0755));
+	CHECK_SYS(rename(tm_bpath(m, "dp"), tm_bpath(m, "arch/old/dp")));
 	cu_write_text(tm_path(m, "mv2/new2"), "replaced");
+	cu_write_text(tm_path(m, "dp/new3"), "followed");
 	tm_sync(m);
 	ASSERT_STR_EQ(cu_slurp(tm_bpath(m, "mv2/new2")), "replaced");
+	ASSERT_STR_EQ(cu_slurp(tm_bpath(m, "arch/old/dp/new3")), "followed");
 	write_under(m, "mv");
 	write_under(m, "mv/sub");
 	int fd = open(m->mnt, O_RDONLY | O_DIRECTORY);
