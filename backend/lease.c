@@ -69,6 +69,20 @@ bool nodes_name_ok(const char *s)
 	return true;
 }
 
+bool nodes_job_ok(const char *id)
+{
+	size_t n = strlen(id);
+
+	if (n == 0 || n > NODES_JOB_MAX || id[0] == '.' || id[0] == '-' || id[0] == '_' ||
+	    id[0] == '+' || !strcmp(id, "none"))	/* "-" in a record: none */
+		return false;
+	for (; *id; id++)	/* Slurm's: 1234, 1234_7 (arrays), 1234+1 (heterogeneous) */
+		if (!((*id >= 'a' && *id <= 'z') || (*id >= 'A' && *id <= 'Z') ||
+		      (*id >= '0' && *id <= '9') || *id == '.' || *id == '-' || *id == '_' || *id == '+'))
+			return false;
+	return true;
+}
+
 int nodes_parse_peers(struct nodes_opts *o, const char *val, char *why, size_t len)
 {
 	char *end;

@@ -98,12 +98,18 @@ struct op;
 
 #define NODE_NAME_MAX 255
 #define NODES_PEERS_MAX 4096
+#define NODES_JOB_MAX 63
 
 enum marker_policy { MARKER_HOLD, MARKER_RELEASE };
 
 /* What the command line chose (fs/opts.c fills it). */
 struct nodes_opts {
 	char node[NODE_NAME_MAX + 1];	/* "" : the default (short hostname) */
+	/*
+	 * job=ID (default $SLURM_JOB_ID; "": none): written in the watermark
+	 * record; with peers=N only peers whose record names it are counted.
+	 */
+	char job[NODES_JOB_MAX + 1];
 	unsigned peers_count;		/* peers=N: the job has N nodes, this one included */
 	char **peer_names;		/* peers=a:b:c (this node left out) */
 	unsigned npeer_names;
@@ -122,6 +128,11 @@ static inline bool nodes_opts_have_peers(const struct nodes_opts *o)
 
 /* Is name usable as a node name (one path component, not hidden)? */
 bool nodes_name_ok(const char *name);
+/*
+ * Is id usable as a job id (1-63 letters, digits, '.', '-', '_', '+',
+ * starting with a letter or digit; not "none", which job= takes for none)?
+ */
+bool nodes_job_ok(const char *id);
 /* peers=N or peers=a:b:c into o: 0, or -EINVAL with one line in why. */
 int nodes_parse_peers(struct nodes_opts *o, const char *val, char *why, size_t len);
 void nodes_opts_free(struct nodes_opts *o);
@@ -129,6 +140,8 @@ void nodes_opts_free(struct nodes_opts *o);
 /* ---- a peer's watermark record, as read from the backend ---------------- */
 
 #define NODES_WM_FILE "watermark.json"
+/* A watermark record's most bytes (a 255-byte node name, 16 uids, a job id). */
+#define NODES_WM_BUF 1536
 /* The kernel's cap on a clock's maxerror (NTP_PHASE_LIMIT, 16 s): an unsynchronized clock's. */
 #define NODES_MAXERROR_MAX_NS (16ull * 1000000000)
 /* Failing actors a record lists (N3); with more, it lists none: one T for all. */
@@ -163,6 +176,7 @@ struct wm_record {
 	 * others_before_ns is before_ns).  Older formats: none, before_ns.
 	 */
 	uint64_t others_before_ns;
+	char job[NODES_JOB_MAX + 1];	/* format 5: the writer's job= ("": none, or older) */
 	unsigned nblocked;
 	uint32_t blocked_uids[NODES_WM_UIDS_MAX];
 };

@@ -102,7 +102,7 @@ static int discover_one(void *arg, const char *name)
 static void peer_read(struct nodes *nd, const char *name, bool with_lease)
 {
 	struct peer p = { 0 };
-	char buf[1024];
+	char buf[NODES_WM_BUF];
 	int dfd = bsys.openat(nd->nodes_fd, name, O_RDONLY | O_DIRECTORY, 0);
 
 	atomic_fetch_add(&nd->peer_reads, 1);
@@ -354,6 +354,18 @@ static bool peer_passes(struct nodes *nd, const struct peer *p, uint64_t tm, uid
 }
 
 /*
+ * With peers=N and a job id (job=, or $SLURM_JOB_ID), a daemon of another
+ * job over the same backend directory is not one of this job's nodes: it
+ * must not stand in for a node of this job that died.  A peer whose record
+ * names no job (or is older than format 5) is not counted either.  One not
+ * read yet is kept: it is waited for, as before.
+ */
+static bool peer_of_this_job(const struct nodes *nd, const struct peer *p)
+{
+	return !nd->opt.job[0] || !p->wm.valid || !strcmp(p->wm.job, nd->opt.job);
+}
+
+/*
  * Do the peers let a marker sealed at tm go?  waiting/why/lost: the first
  * peer it waits for (peer_passes).
  */
@@ -377,7 +389,13 @@ static bool peers_pass(struct nodes *nd, uint64_t tm, uid_t uid, char *waiting, 
 		return true;
 	}
 	need = nd->opt.peers_count - 1;
+	unsigned known = 0, other_jobs = 0;
 	for (unsigned i = 0; i < nd->npeers; i++) {
+		if (!peer_of_this_job(nd, &nd->peers[i])) {
+			other_jobs++;
+			continue;
+		}
+		known++;
 		l = false;
 		if (peer_passes(nd, &nd->peers[i], tm, uid, one, sizeof(one), &l)) {
 			passed++;
@@ -391,8 +409,13 @@ static bool peers_pass(struct nodes *nd, uint64_t tm, uid_t uid, char *waiting, 
 		return true;
 	if (!waiting[0]) {
 		snprintf(waiting, wlen, "?");
-		snprintf(why, len, "%u of the %u other nodes have confirmed it; %u are known", passed,
-			 need, nd->npeers);
+		if (nd->opt.job[0])
+			snprintf(why, len, "%u of the %u other nodes have confirmed it; %u of job %s "
+				 "are known (%u of other jobs not counted)", passed, need, known,
+				 nd->opt.job, other_jobs);
+		else
+			snprintf(why, len, "%u of the %u other nodes have confirmed it; %u are known",
+				 passed, need, known);
 	}
 	return false;
 }
@@ -567,8 +590,8 @@ void nodes_peer_summary(struct nodes *nd, unsigned *known, char *behind, size_t 
 	*known = 0;
 	for (unsigned i = 0; i < nd->npeers; i++) {
 		const struct peer *p = &nd->peers[i];
-		if (!p->wm.valid)
-			continue;
+		if (!p->wm.valid || (count_mode(nd) && !peer_of_this_job(nd, p)))
+			continue;	/* another job's daemon is not one of ours */
 		(*known)++;
 		if (p->wm.before_ns < worst) {
 			worst = p->wm.before_ns;

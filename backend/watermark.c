@@ -61,20 +61,22 @@
 #define WM_PREV_RETRY_US (100 * 1000)
 
 /*
- * Format 4: T for markers of actors other than "blocked_uids" (N3):
+ * Format 5: "job", the writer's job= ("-" for none): with peers=N a daemon
+ * counts only peers of its own job; a daemon of format 4 rejects it (markers
+ * held, never released early).  Format 4: T for markers of actors other than "blocked_uids" (N3):
  * "others_before_ns", the list ascending, "-" for none; a daemon of format
  * 3 rejects it (markers held, never released early).  Format 3: "gap_to_ns":
  * 0 with a gap_mount is an open window (N5).  Formats 2 and 3 (older
  * daemons) are still read, with one T for every actor; format 2's window
  * with lost files as open.
  */
-#define WM_FORMAT 4
+#define WM_FORMAT 5
 #define WM_FMT "{\"format\": %d, \"node\": \"%s\", \"mount_id\": \"%s\", \"boot_id\": \"%s\", "   \
 	       "\"state\": \"%s\", \"seq\": %llu, \"durable_before_ns\": %llu, "              \
 	       "\"written_ns\": %llu, \"maxerror_ns\": %llu, \"clock_synced\": %s, "          \
 	       "\"gap_mount\": \"%s\", \"gap_from_ns\": %llu, \"gap_to_ns\": %llu, "          \
 	       "\"lost_files\": %llu, \"skipped\": %llu, \"skipped_from_ns\": %llu, "         \
-	       "\"blocked_uids\": \"%s\", \"others_before_ns\": %llu}\n"
+	       "\"blocked_uids\": \"%s\", \"others_before_ns\": %llu, \"job\": \"%s\"}\n"
 /* The list: NODES_WM_UIDS_MAX uids of 10 digits and commas (wm_parse's width: 176). */
 #define WM_UIDS_LEN (NODES_WM_UIDS_MAX * 11)
 
@@ -207,8 +209,17 @@ bool wm_parse(const char *text, size_t len, struct wm_record *r)
 	} else {
 		end = -1;
 		if (sscanf(tail, ", \"blocked_uids\": \"%176[0-9,-]\", \"others_before_ns\": "
-			   "%20[0-9]}%n", uids, n[9], &end) != 2 || end < 0 || !wm_uids_parse(uids, r))
+			   "%20[0-9]%n", uids, n[9], &end) != 2 || end < 0 || !wm_uids_parse(uids, r))
 			return false;
+		tail += end;
+		end = -1;
+		if (fmt >= 5 && (sscanf(tail, ", \"job\": \"%63[^\"]\"}%n", r->job, &end) != 1 ||
+				 end < 0 || (strcmp(r->job, "-") && !nodes_job_ok(r->job))))
+			return false;
+		if (fmt >= 5 ? tail[end] != '\0' && tail[end] != '\n' : *tail != '}')
+			return false;
+		if (!strcmp(r->job, "-"))
+			r->job[0] = '\0';
 	}
 	uint64_t *const to[10] = { &r->seq, &r->before_ns, &r->written_ns, &r->maxerror_ns,
 				   &r->gap_from_ns, &r->gap_to_ns, &r->lost_files, &r->skipped,
@@ -314,7 +325,7 @@ static void skipped_locked(struct nodes *nd, uint64_t *count, uint64_t *from)
 static int wm_write(struct nodes *nd, bool stopped)
 {
 	struct backend *be = nd->be;
-	char buf[1024], uids[WM_UIDS_LEN + 1];
+	char buf[NODES_WM_BUF], uids[WM_UIDS_LEN + 1];
 	struct wm_record t;
 	uint64_t seq, before, skipped, skipped_from;
 	int r, n;
@@ -346,7 +357,7 @@ static int wm_write(struct nodes *nd, bool stopped)
 			     (unsigned long long)(g->gap_open ? 0 : g->gap_to_ns),
 			     (unsigned long long)g->lost_files, (unsigned long long)skipped,
 			     (unsigned long long)skipped_from, uids,
-			     (unsigned long long)t.others_before_ns);
+			     (unsigned long long)t.others_before_ns, nd->opt.job[0] ? nd->opt.job : "-");
 		/* Peers read at most sizeof(buf) - 1 bytes: past that, one T for every actor. */
 		if (n < (int)sizeof(buf) || !t.nblocked)
 			break;
@@ -399,7 +410,7 @@ static const char *unclean_previous(const struct nodes *nd)
 static int prev_read(struct nodes *nd, struct wm_record *p, bool expected)
 {
 	uint64_t t0 = now_ns();
-	char buf[1024];
+	char buf[NODES_WM_BUF];
 	int r;
 
 	for (;;) {

@@ -122,6 +122,9 @@ void opts_usage(FILE *f)
 "  peers=N|A:B:...      the job's nodes (a count, or names; this node may be\n"
 "                       listed): markers wait until every peer has made\n"
 "                       durable what it sealed before them (default: none)\n"
+"  job=ID|none          the job this daemon serves (default: $SLURM_JOB_ID when\n"
+"                       it is such an id); with peers=N only daemons of the\n"
+"                       same job count\n"
 "  markers=LIST         marker file names, ':'-separated globs (from=GLOB: a\n"
 "                       rename's source); +LIST adds to the defaults; none\n"
 "  peer_skew=SEC        clock-skew margin added to a marker's time and to a\n"
@@ -287,6 +290,18 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 		snprintf(o->nodes.node, sizeof(o->nodes.node), "%s", val);
 		return 0;
 	}
+	if (!strcmp(opt, "job")) {
+		if (val && !strcmp(val, "none")) {	/* $SLURM_JOB_ID not taken */
+			o->nodes.job[0] = '\0';
+			return 0;
+		}
+		if (!val || !nodes_job_ok(val))
+			return usage_error("option 'job=%s' is not a job id (1-63 letters, digits, "
+					   "'.', '-', '_' or '+', starting with a letter or digit) "
+					   "or %s", val ? val : "", "none");
+		snprintf(o->nodes.job, sizeof(o->nodes.job), "%s", val);
+		return 0;
+	}
 	if (!strcmp(opt, "peers") || !strcmp(opt, "markers")) {
 		char why[512];
 		if ((opt[0] == 'p' ? nodes_parse_peers(&o->nodes, val, why, sizeof(why))
@@ -393,6 +408,9 @@ int opts_parse(int argc, char **argv, struct ckptfs_opts *o)
 	o->nodes.peer_skew = -1;	/* derived from the clocks */
 	o->nodes.lease_ttl = 30;
 	o->nodes.marker_policy = MARKER_HOLD;
+	const char *job = getenv("SLURM_JOB_ID");	/* job= overrides it */
+	if (job && nodes_job_ok(job))
+		snprintf(o->nodes.job, sizeof(o->nodes.job), "%s", job);
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];

@@ -226,20 +226,26 @@ ckptfs_slurm_hostnames() {
 	END { exit bad }'
 }
 
-# ckptfs_slurm_peer_opts: the daemon's node= and peers= for a job on several
-# nodes (multinode = auto): this node's Slurm name, and the job's node list
-# (or, if it cannot be read, their number).  Empty for a one-node job or
-# with multinode = off.
+# ckptfs_slurm_peer_opts: the daemon's node=, peers= and job= for a job on
+# several nodes (multinode = auto): this node's Slurm name, and the job's
+# node list (or, if it cannot be read, their number: then only daemons
+# whose records name this job id count).  Empty for a one-node job or with
+# multinode = off.
 ckptfs_slurm_peer_opts() {
 	[ "$cfg_multinode" = auto ] && [ -n "${SLURM_JOB_NODELIST:-}" ] || return 0
 	_names=$(ckptfs_slurm_hostnames "$SLURM_JOB_NODELIST") || _names=
 	_n=$(printf '%s\n' "$_names" | grep -c .)
 	_node=${SLURMD_NODENAME:+node=$SLURMD_NODENAME,}
+	_job=
+	case ${SLURM_JOB_ID:-} in
+	'' | *[!A-Za-z0-9._+-]*) ;;
+	*) _job=,job=$SLURM_JOB_ID ;;
+	esac
 	if [ "$_n" -gt 1 ]; then
-		printf '%speers=%s\n' "$_node" "$(printf '%s\n' "$_names" | paste -sd: -)"
+		printf '%speers=%s%s\n' "$_node" "$(printf '%s\n' "$_names" | paste -sd: -)" "$_job"
 	elif [ -z "$_names" ] && ckptfs_is_uint "${SLURM_JOB_NUM_NODES:-}" &&
 		[ "$SLURM_JOB_NUM_NODES" -gt 1 ]; then
-		printf '%speers=%s\n' "$_node" "$SLURM_JOB_NUM_NODES"
+		printf '%speers=%s%s\n' "$_node" "$SLURM_JOB_NUM_NODES" "$_job"
 	fi
 }
 

@@ -244,8 +244,8 @@ int main(void)
 		 "\"gap_to_ns\": 0", wall_now() + AHEAD_NS + 1000);
 	b_record_fmt(&c, 3, ahead, ahead, "1000000", gap, 1);
 	held_then_released(&c, "an open window starting after the record", ++k);
-	b_record_fmt(&c, 5, ahead, ahead, "1000000", nogap, 0);
-	held_then_released(&c, "format 5", ++k);
+	b_record_fmt(&c, 6, ahead, ahead, "1000000", nogap, 0);
+	held_then_released(&c, "format 6", ++k);
 	per_actor(&c, &k);
 	unreadable(&c, &k);
 	mn_cleanup(&c);
