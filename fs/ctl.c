@@ -299,6 +299,8 @@ static void nodes_json(struct ckptfs *fs, struct strbuf *b)
 
 	sb_printf(b, ", \"node\": ");
 	sb_json_str(b, nd->node);
+	sb_printf(b, ", \"node_job\": ");	/* job=: "" none */
+	sb_json_str(b, nd->opt.job);
 	int lease_err = atomic_load(&nd->lease_err);
 	sb_printf(b, ", \"lease\": \"%s\", \"node_flock\": %s, \"lease_error\": ",
 		  atomic_load(&nd->lease_lost) ? "lost" : "held", nd->flock_ok ? "true" : "false");

@@ -198,8 +198,8 @@ static void show_nodes_human(const struct json_obj *o)
 {
 	const char *node = json_str(o, "node"), *held = json_str(o, "marker_held");
 	const char *behind = json_str(o, "peer_behind"), *lease = json_str(o, "lease");
-	const char *lerr = json_str(o, "lease_error");
-	char lbuf[160];
+	const char *lerr = json_str(o, "lease_error"), *job = json_str(o, "node_job");
+	char lbuf[160], jbuf[96] = "";
 	double peers = NUM(o, "peers");
 
 	if (!node)
@@ -208,10 +208,12 @@ static void show_nodes_human(const struct json_obj *o)
 		snprintf(lbuf, sizeof(lbuf), "held, cannot renew it: %s", lerr);
 		lease = lbuf;
 	}
+	if (job && *job)	/* with a count, only this job's daemons are peers */
+		snprintf(jbuf, sizeof(jbuf), " of job %s", job);
 	if (peers > 0)
-		printf("  node:         %s, peers %.0f/%.0f seen, furthest behind %s by %.1f s, "
-		       "lease %s\n", node, NUM(o, "peers_known"), peers, behind && *behind ? behind : "-",
-		       NUM(o, "peer_behind_s"), lease ? lease : "?");
+		printf("  node:         %s, peers%s %.0f/%.0f seen, furthest behind %s by %.1f s, "
+		       "lease %s\n", node, jbuf, NUM(o, "peers_known"), peers,
+		       behind && *behind ? behind : "-", NUM(o, "peer_behind_s"), lease ? lease : "?");
 	else
 		printf("  node:         %s, no peers, lease %s\n", node, lease ? lease : "?");
 	const char *lost = json_str(o, "lost_window");
