@@ -355,7 +355,7 @@ static int dfd_reopen(struct backend *be, struct bnode *dir, int fd, int why)
 
 	pthread_rwlock_rdlock(&be->mv_lock);
 	pthread_rwlock_rdlock(&be->bt_lock);
-	for (const struct bnode *b = dir; !b->is_root && r == 0; b = bnode_up_locked(b)) {
+	for (const struct bnode *b = dir; !b->is_root; b = bnode_up_locked(b)) {
 		if (!b->nlinks) {
 			r = -ENOENT;
 			break;

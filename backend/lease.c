@@ -42,6 +42,7 @@
 #include "backend/bsys.h"
 #include "cache/log.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -56,31 +57,28 @@
 
 /* ---- names and options ---------------------------------------------------- */
 
-bool nodes_name_ok(const char *s)
+/* 1..max bytes of letters, digits and the characters in `extra`, the first alphanumeric or in `first`. */
+static bool word_ok(const char *s, size_t max, const char *first, const char *extra)
 {
 	size_t n = strlen(s);
 
-	if (n == 0 || n > NODE_NAME_MAX || s[0] == '.' || s[0] == '-')
+	if (n == 0 || n > max || !(isalnum((unsigned char)s[0]) || strchr(first, s[0])))
 		return false;
-	for (; *s; s++)	/* what host and Slurm node names are made of */
-		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-		      *s == '.' || *s == '-' || *s == '_'))
+	for (; *s; s++)
+		if (!isalnum((unsigned char)*s) && !strchr(extra, *s))
 			return false;
 	return true;
 }
 
+bool nodes_name_ok(const char *s)
+{
+	return word_ok(s, NODE_NAME_MAX, "_", "._-");	/* host and Slurm node names */
+}
+
 bool nodes_job_ok(const char *id)
 {
-	size_t n = strlen(id);
-
-	if (n == 0 || n > NODES_JOB_MAX || id[0] == '.' || id[0] == '-' || id[0] == '_' ||
-	    id[0] == '+' || !strcmp(id, "none"))	/* "-" in a record: none */
-		return false;
-	for (; *id; id++)	/* Slurm's: 1234, 1234_7 (arrays), 1234+1 (heterogeneous) */
-		if (!((*id >= 'a' && *id <= 'z') || (*id >= 'A' && *id <= 'Z') ||
-		      (*id >= '0' && *id <= '9') || *id == '.' || *id == '-' || *id == '_' || *id == '+'))
-			return false;
-	return true;
+	/* Slurm's: 1234, 1234_7 (arrays), 1234+1 (heterogeneous); "-" in a record: none */
+	return word_ok(id, NODES_JOB_MAX, "", "._+-") && strcmp(id, "none") != 0;
 }
 
 int nodes_parse_peers(struct nodes_opts *o, const char *val, char *why, size_t len)

@@ -62,10 +62,10 @@
 
 /*
  * Format 5: "job", the writer's job= ("-" for none): with peers=N a daemon
- * counts only peers of its own job; a daemon of format 4 rejects it (markers
- * held, never released early).  Format 4: T for markers of actors other than "blocked_uids" (N3):
- * "others_before_ns", the list ascending, "-" for none; a daemon of format
- * 3 rejects it (markers held, never released early).  Format 3: "gap_to_ns":
+ * counts only peers of its own job; a daemon of format 4 rejects it
+ * (markers held, never released early).  Format 4: T for markers of actors
+ * other than "blocked_uids" (N3): "others_before_ns", the list ascending,
+ * "-" for none; a daemon of format 3 rejects it (markers held, never released early).  Format 3: "gap_to_ns":
  * 0 with a gap_mount is an open window (N5).  Formats 2 and 3 (older
  * daemons) are still read, with one T for every actor; format 2's window
  * with lost files as open.
