@@ -234,6 +234,27 @@ struct actor_state *order_actor(struct order_state *st, uid_t uid, bool create)
 	return a;
 }
 
+void order_forget(struct order_state *st, const struct op *op)
+{
+	for (unsigned i = 0; i < st->nactors; i++) {
+		struct actor_state *a = &st->actors[i];
+		if (a->blocker == op) {
+			a->blocker = NULL;
+			a->first_blocked = UINT64_MAX;
+		}
+		if (a->failing == op) {
+			a->failing = NULL;
+			a->first_failing = UINT64_MAX;
+		}
+	}
+	if (st->all.blocker == op) {
+		st->all.blocker = NULL;
+		st->all.first_blocked = UINT64_MAX;
+	}
+	if (st->first_blocked_op == op)
+		st->first_blocked_op = NULL;
+}
+
 static void order_reset(struct order_state *st)
 {
 	fpset_clear(&st->keys);

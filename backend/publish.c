@@ -52,9 +52,10 @@ struct op *op_new(enum op_kind kind)
 }
 
 /* Take op off be->ops (be->lock held): a mkdir no longer pending is not its directory's. */
-static void op_unlist_locked(struct op *op)
+static void op_unlist_locked(struct backend *be, struct op *op)
 {
 	list_del(&op->link);
+	order_forget(be->order, op);	/* backend_actor_error reads it after the op is freed */
 	if (op->kind == OP_MKDIR && op->node && op->node->mk_op == op)
 		op->node->mk_op = NULL;
 }
@@ -562,7 +563,7 @@ static void skipped_collect(struct backend *be, struct list *out)
 		struct list *next = e->next;
 		struct op *op = list_entry(e, struct op, link);
 		if (op->skipped && op->state != OPS_FLUSHING) {
-			op_unlist_locked(op);
+			op_unlist_locked(be, op);
 			if (list_linked(&op->ilink))
 				list_del(&op->ilink);
 			list_add_tail(out, &op->link);
@@ -829,7 +830,7 @@ static void *publisher_main(void *arg)
 		for (unsigned i = 0; i < n; i++)
 			batch[i]->in_batch = false;
 		for (unsigned i = 0; i < applied; i++)
-			op_unlist_locked(batch[i]);
+			op_unlist_locked(be, batch[i]);
 		now = now_ns();
 		for (unsigned i = 0; i < nfailed; i++)
 			op_block(be, failed[i], ferr[i], now);
@@ -1093,7 +1094,7 @@ void backend_stop(struct backend *be)
 	}
 	while (!list_empty(&be->ops)) {
 		struct op *op = list_entry(be->ops.next, struct op, link);
-		op_unlist_locked(op);
+		op_unlist_locked(be, op);
 		op_free(op);
 	}
 	be->cache->spill_wanted = NULL;
