@@ -234,8 +234,33 @@ struct actor_state *order_actor(struct order_state *st, uid_t uid, bool create)
 	return a;
 }
 
-void order_forget(struct order_state *st, const struct op *op)
+/* Drop every slot's reference to blocker (the slots stay: not done yet). */
+static void fpset_forget(struct fpset *s, const struct op *blocker)
 {
+	for (size_t i = 0; i < s->cap && s->n; i++)
+		if (s->v[i].blocker == blocker)
+			s->v[i].blocker = NULL;
+}
+
+void order_forget(struct backend *be, const struct op *op)
+{
+	struct order_state *st = be->order;
+
+	/*
+	 * Only an operation that failed was ever a blocker (op_block counts
+	 * its attempt); the picture of the last pass, and the operations it
+	 * held, may still point at it until the next pass: not after it is
+	 * freed.  Rare (once per blocked operation), so a sweep is fine.
+	 */
+	if (op->attempts) {
+		fpset_forget(&st->keys, op);
+		fpset_forget(&st->batch, op);
+		for (struct list *e = be->ops.next; e != &be->ops; e = e->next) {
+			struct op *o = list_entry(e, struct op, link);
+			if (o->blocker == op)
+				o->blocker = NULL;
+		}
+	}
 	for (unsigned i = 0; i < st->nactors; i++) {
 		struct actor_state *a = &st->actors[i];
 		if (a->blocker == op) {

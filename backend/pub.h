@@ -64,7 +64,7 @@ struct actor_state *order_actor(struct order_state *st, uid_t uid, bool create);
  * op leaves the list (applied, skipped, dropped; be->lock held): the last
  * pass's picture must not point at it once it is freed.
  */
-void order_forget(struct order_state *st, const struct op *op);
+void order_forget(struct backend *be, const struct op *op);
 
 /*
  * One scheduling pass over be->ops (be->lock held): fills batch with up to

@@ -55,7 +55,7 @@ struct op *op_new(enum op_kind kind)
 static void op_unlist_locked(struct backend *be, struct op *op)
 {
 	list_del(&op->link);
-	order_forget(be->order, op);	/* backend_actor_error reads it after the op is freed */
+	order_forget(be, op);	/* the last pass's picture must not outlive it */
 	if (op->kind == OP_MKDIR && op->node && op->node->mk_op == op)
 		op->node->mk_op = NULL;
 }

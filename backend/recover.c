@@ -433,7 +433,24 @@ static int replay_cb(void *arg, const char *p, size_t len, uint64_t off)
 static int replay_digests(struct manifest *m, struct rscan *s)
 {
 	struct manifest_scan scan;
-	int r = manifest_scan_fd(m->fd, replay_cb, s, &scan);
+	size_t k = 0;
+	int r;
+
+	/*
+	 * The replay skips a record any "void" or cut of the whole log voids,
+	 * wherever it stands; the scan dropped only what a later one voided.
+	 * Only a damaged log repeats a voided attempt after its void: such an
+	 * operation was never applied either, so drop it here too, and the
+	 * operations left are a subsequence of the records the replay meets.
+	 */
+	for (size_t i = 0; i < s->nops; i++) {
+		if (!rec_voided(s, s->prev, s->ops[i].seq, s->ops[i].try))
+			s->ops[k++] = s->ops[i];
+		else
+			rrec_free(&s->ops[i]);
+	}
+	s->nops = k;
+	r = manifest_scan_fd(m->fd, replay_cb, s, &scan);
 
 	if (r == 0 && s->matched != s->nops) {
 		ckpt_log(LOG_ERR, "recovery: met %zu of the %zu operations of mount %s again in "
