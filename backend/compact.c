@@ -154,6 +154,7 @@ struct compactor {
 	struct mnt *cur;
 	/* pass 2 */
 	struct smap live;	/* L: path -> struct lent */
+	struct smap linked;	/* names a kept "link" record made (moved with renames) */
 	struct krec *k;		/* K */
 	size_t nk, capk;
 	char **old, **u;	/* OLD and U payloads */
@@ -188,10 +189,13 @@ static int pass1_cb(void *arg, const char *p, size_t len, uint64_t off)
 		if (!strcmp(t, "unmount")) {
 			mt->settled = true;
 		} else if (!strcmp(t, "recovered")) {
+			bool exp = false;
 			mt->settled = true;
-			if (!mt->has_cut || seq < mt->cut)
+			/* One that voids each attempt explicitly cuts nothing (recover.c, verify). */
+			if (!(json_bool(&o, "explicit", &exp) && exp) && (!mt->has_cut || seq < mt->cut)) {
 				mt->cut = seq;
-			mt->has_cut = true;
+				mt->has_cut = true;
+			}
 		} else if (!strcmp(t, "void")) {
 			uint64_t try = 0;
 			json_u64(&o, "try", &try);
@@ -345,6 +349,28 @@ static void live_move(struct compactor *c, struct sent *list, const char *from, 
 	}
 }
 
+/* Rename the linked names at or below `from` to below `to` (exchange: swap). */
+static void linked_move(struct compactor *c, const char *from, const char *to, bool exch)
+{
+	struct sent *a = smap_take(&c->linked, from), *b = exch ? smap_take(&c->linked, to) : NULL;
+	struct sent *lists[2] = { a, b };
+	const char *src[2] = { from, to }, *dst[2] = { to, from };
+
+	for (unsigned i = 0; i < 2; i++)
+		for (struct sent *e = lists[i], *n; e; e = n) {
+			struct strbuf k = { 0 };
+			n = e->next;
+			sb_printf(&k, "%s%s", dst[i], e->key + strlen(src[i]));
+			free(e->key);
+			e->key = k.s;
+			if (smap_find(&c->linked, e->key)) {
+				sent_free(e, NULL);
+			} else {
+				smap_link(&c->linked, e);
+			}
+		}
+}
+
 /* Emit the live entry at path (if any) into K as it stands, and forget it. */
 static void live_freeze(struct compactor *c, const char *path)
 {
@@ -397,32 +423,35 @@ static void settled_record(struct compactor *c, const char *p, size_t len, struc
 	} else if (!strcmp(t, "rename") && to) {
 		bool exch = false;
 		json_bool(o, "exchange", &exch);
-		bool local = smap_find(&c->live, path) && (!exch || smap_find(&c->live, to));
+		/*
+		 * Only this node's files moved, and none over a name a kept link
+		 * made (verify takes such a name out of its link group): L says
+		 * it all.
+		 */
+		bool local = smap_find(&c->live, path) && (!exch || smap_find(&c->live, to)) &&
+			     !smap_find(&c->linked, to) && !smap_find(&c->linked, path);
 		struct sent *a = smap_take(&c->live, path), *b = exch ? smap_take(&c->live, to) : NULL;
 		if (!exch)
 			live_drop(c, to);
 		live_move(c, a, path, to, tm->str);
 		live_move(c, b, to, path, tm->str);
+		linked_move(c, path, to, exch);
 		if (local)
-			free(text);	/* only this node's files moved: L says it all */
+			free(text);
 		else
 			k_push(c, K_RENAME, text, path, tm->str);
 	} else if (!strcmp(t, "link") && to) {
-		struct sent *src = smap_find(&c->live, path);
-		if (src) {
-			struct lent *sl = src->val, *l;
-			live_drop(c, to);
-			struct sent *e = smap_get(&c->live, to);
-			char *copy = obj_text(&sl->o, to, tm->str);
-			l = e->val = xcalloc(1, sizeof(*l));
-			json_parse(copy, strlen(copy), &l->o, NULL, 0);
-			l->time = xstrdup(tm->str);
-			free(copy);
-			free(text);
-		} else {
-			live_freeze(c, to);	/* what `to` holds now depends on other nodes */
-			k_push(c, K_LINK, text, path, tm->str);
-		}
+		/*
+		 * Kept as it was, after the files it joins as they stand: the
+		 * names it links share every later version (apply.c
+		 * relink_others; verify's link groups), which separate copies in
+		 * L would not.
+		 */
+		live_freeze(c, path);
+		live_freeze(c, to);
+		smap_get(&c->linked, to);
+		smap_get(&c->linked, path);
+		k_push(c, K_LINK, text, path, tm->str);
 	} else {
 		free(text);
 	}
@@ -571,6 +600,7 @@ static void mnt_free(void *v)
 static void compactor_free(struct compactor *c)
 {
 	smap_free(&c->mounts, mnt_free);
+	smap_free(&c->linked, NULL);
 	smap_each(&c->live, lent_free_each, NULL);
 	strmap_destroy(&c->live.map);
 	for (size_t i = 0; i < c->nk; i++) {

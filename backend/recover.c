@@ -332,7 +332,7 @@ int rscan_cb(void *arg, const char *p, size_t len, uint64_t off)
 	if (!strcmp(t, "mount")) {
 		rscan_reset_ops(s);
 		snprintf(s->prev, sizeof(s->prev), "%s", mid);
-		s->prev_format = MANIFEST_FORMAT;
+		s->prev_format = 1;	/* no "format": of format 1, as the replay and verify read it */
 		json_u64(&o, "format", &s->prev_format);
 		s->prev_clean = false;
 		s->prev_durable = s->prev_max_seq = 0;

@@ -744,6 +744,8 @@ int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, 
 	const uint64_t end = off + len;
 	struct spares sp = { .n = 0, .cap = CKPT_ARRAY_LEN(sp.buf) };
 	uint32_t need[3];
+	uint64_t done = off;	/* the write's bytes before this are in the file */
+	bool changed = false;	/* a chunk took some of them */
 	int r = 0;
 
 	sp.v = sp.buf;
@@ -811,15 +813,25 @@ int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, 
 			ch->hi = CKPT_MAX(ch->hi, z);
 		}
 		r = copy(arg, ch->mem + a, z - a, (size_t)(cbase + a - off));
+		changed = true;
+		if (r == 0)
+			done = cbase + z;
+		else	/* what it left there is unknown (a recycled chunk's old bytes) */
+			memset(ch->mem + a, 0, z - a);
 		if (ch->state != CH_DIRTY || ch->list == CL_NONE)
 			cache_chunk_set_state(cf->cache, ch, CH_DIRTY);
 	}
-	if (r == 0) {
-		if (end > cf->size)
-			cf->size = end;
+	/*
+	 * A write that failed after some chunks took their part (a later
+	 * chunk's fill from the backend, or the copy, failed) changed the file
+	 * all the same: what reads show from now on is what gets published.
+	 */
+	if (changed) {
+		if (done > cf->size)
+			cf->size = done;
 		cf->dirty = true;
-		cf->absorbed += len;
-		atomic_fetch_add(&cf->cache->st.absorbed_bytes, len);
+		cf->absorbed += done - off;
+		atomic_fetch_add(&cf->cache->st.absorbed_bytes, done - off);
 	}
 	pthread_mutex_unlock(&cf->lock);
 

@@ -224,7 +224,10 @@ uint64_t cfile_base_ino(struct cfile *cf);
  * Write len bytes at off.  `copy` fills dst (len bytes of the write starting
  * at src_off) and returns 0 or -errno; it runs under cf->lock.  May sleep for
  * cache space (backpressure); if that wait gives up (cache.h wait_check),
- * returns its -errno with the file untouched.  Returns 0 or -errno.
+ * returns its -errno with the file untouched.  Returns 0 or -errno; an
+ * error met after the first chunk took its part (a later chunk's fill
+ * from the backend, or the copy, failed) leaves that part written, the
+ * file dirty and its size grown to cover it, as reads show it.
  */
 typedef int (*cfile_copy_fn)(void *arg, char *dst, size_t len, size_t src_off);
 int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, void *arg);

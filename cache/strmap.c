@@ -22,6 +22,71 @@ static size_t slot(const struct strmap *m, const char *key)
 	return (size_t)fnv1a(key) & (m->nb - 1);
 }
 
+/* ---- keys below each directory prefix ---------------------------------- */
+
+/* The slot of prefix hash h (its own, or the empty one it would take). */
+static struct strmap_dir *dir_slot(struct strmap_dir *v, size_t cap, uint64_t h)
+{
+	size_t i = (size_t)(h ^ (h >> 29)) & (cap - 1);
+	while (v[i].keys != SIZE_MAX && v[i].h != h)
+		i = (i + 1) & (cap - 1);
+	return &v[i];
+}
+
+/* Grow (or rebuild without the prefixes no key lies below any more). */
+static void dirs_rebuild(struct strmap *m)
+{
+	struct strmap_dir *old = m->dirs;
+	size_t oldcap = m->capdirs, live = 0;
+
+	for (size_t i = 0; i < oldcap; i++)
+		live += old[i].keys != SIZE_MAX && old[i].keys != 0;
+	m->capdirs = 64;
+	while (m->capdirs < 4 * (live + 1))
+		m->capdirs *= 2;
+	m->dirs = xmalloc(m->capdirs * sizeof(*m->dirs));
+	for (size_t i = 0; i < m->capdirs; i++)
+		m->dirs[i].keys = SIZE_MAX;	/* empty */
+	m->ndirs = 0;
+	for (size_t i = 0; i < oldcap; i++)
+		if (old[i].keys != SIZE_MAX && old[i].keys != 0) {
+			*dir_slot(m->dirs, m->capdirs, old[i].h) = old[i];
+			m->ndirs++;
+		}
+	free(old);
+}
+
+/* Count key in (+1) or out (-1) of every directory prefix above it. */
+static void dirs_note(struct strmap *m, const char *key, int d)
+{
+	uint64_t h = 0xcbf29ce484222325ull;	/* fnv1a of the prefix before each '/' */
+
+	for (const char *s = key; *s; s++) {
+		if (*s == '/') {
+			if (d > 0 && 2 * (m->ndirs + 1) > m->capdirs)
+				dirs_rebuild(m);
+			struct strmap_dir *x = m->capdirs ? dir_slot(m->dirs, m->capdirs, h) : NULL;
+			if (d > 0 && x->keys == SIZE_MAX) {
+				x->h = h;
+				x->keys = 0;
+				m->ndirs++;
+			}
+			if (x && x->keys != SIZE_MAX)
+				x->keys += (size_t)d;	/* (size_t)-1: one fewer */
+		}
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	}
+}
+
+/* Might a key lie below `key`?  (A hash shared by two prefixes says yes.) */
+static bool dirs_has(const struct strmap *m, const char *key)
+{
+	if (!m->capdirs)
+		return false;
+	const struct strmap_dir *x = dir_slot(m->dirs, m->capdirs, fnv1a(key));
+	return x->keys != SIZE_MAX && x->keys != 0;
+}
+
 struct strmap_node *strmap_get(const struct strmap *m, const char *key)
 {
 	if (!m->nb)
@@ -70,6 +135,7 @@ void strmap_insert(struct strmap *m, struct strmap_node *e)
 	e->next = m->b[s];
 	m->b[s] = e;
 	m->n++;
+	dirs_note(m, e->key, +1);
 }
 
 void strmap_remove(struct strmap *m, struct strmap_node *e)
@@ -80,6 +146,7 @@ void strmap_remove(struct strmap *m, struct strmap_node *e)
 	*pp = e->next;
 	e->next = NULL;
 	m->n--;
+	dirs_note(m, e->key, -1);
 }
 
 static int below(const char *key, const char *dir, size_t n)
@@ -96,6 +163,8 @@ struct strmap_node *strmap_take_tree(struct strmap *m, const char *key)
 		strmap_remove(m, out);
 		return out;
 	}
+	if (!dirs_has(m, key))
+		return NULL;	/* nothing below it */
 	for (size_t i = 0; i < m->nb; i++)
 		for (struct strmap_node *x = m->b[i], *nx; x; x = nx) {
 			nx = x->next;
@@ -111,6 +180,7 @@ struct strmap_node *strmap_take_tree(struct strmap *m, const char *key)
 void strmap_destroy(struct strmap *m)
 {
 	free(m->b);
+	free(m->dirs);
 	memset(m, 0, sizeof(*m));
 }
 

@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct strmap_node {
 	struct strmap_node *next;	/* in its bucket; in a list strmap_take_tree returns */
@@ -23,6 +24,13 @@ struct strmap_node {
 struct strmap {
 	struct strmap_node **b;
 	size_t nb, n;
+	/*
+	 * How many keys lie below each directory prefix, by the prefix's hash
+	 * (open addressing): strmap_take_tree answers a miss with nothing
+	 * below it at once, not with a walk of the table.
+	 */
+	struct strmap_dir { uint64_t h; size_t keys; } *dirs;
+	size_t ndirs, capdirs;
 };
 
 /* The node with this key, or NULL. */
@@ -45,8 +53,9 @@ void strmap_remove(struct strmap *m, struct strmap_node *e);
 /*
  * Take out the node at `key` and every node whose key lies below it
  * ("key/..."), as a list through ->next.  A key with a node of its own has
- * nothing below it in a path map (a file), so only a miss costs a walk of
- * the whole table.
+ * nothing below it in a path map (a file), and a miss with no key below it
+ * costs a lookup of its prefix count; only a directory with keys below it
+ * costs a walk of the whole table.
  */
 struct strmap_node *strmap_take_tree(struct strmap *m, const char *key);
 /* Free the table (not the nodes); the map is empty afterwards. */

@@ -869,7 +869,6 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		r = -EINVAL;
 	} else {
 		node_cfile(fs, n);
-		killed = open_truncate(fs, n, fi->flags, fuse_req_ctx(req)->uid);
 		h = handle_new(req, n, fi->flags);
 		if (pt_open_locked(fs, n, h) == PT_REFUSE) {	/* may drop and retake ns */
 			struct pt_drop drop;	/* none: h has no passthrough */
@@ -877,6 +876,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			handle_free(h);
 			r = -ETXTBSY;
 		} else {
+			/* Only an open that succeeds truncates. */
+			killed = open_truncate(fs, n, fi->flags, fuse_req_ctx(req)->uid);
 			handle_opened(fs, h);
 		}
 	}
@@ -920,7 +921,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	struct fsnode *p, *n = NULL;
 	struct fsdent *d;
 	struct fshandle *h = NULL;
-	bool killed = false;
+	bool killed = false, existing = false;
 	int r;
 
 	pthread_mutex_lock(&fs->ns);
@@ -933,8 +934,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			n = d->node;
 			if (!S_ISREG(n->mode))
 				r = S_ISDIR(n->mode) ? -EISDIR : -EINVAL;
-			else
-				killed = open_truncate(fs, n, fi->flags, fuse_req_ctx(req)->uid);
+			existing = true;
 		} else {
 			n = new_child(fs, req, p, S_IFREG | (mode & 07777));
 			n->new_file = true;
@@ -952,6 +952,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			handle_free(h);
 			r = -ETXTBSY;
 		} else {
+			if (existing)	/* only an open that succeeds truncates */
+				killed = open_truncate(fs, n, fi->flags, fuse_req_ctx(req)->uid);
 			handle_opened(fs, h);
 			fill_entry(fs, n, &e);
 		}

@@ -45,8 +45,13 @@
  *   T3  No backend I/O under fs->ns: the reopen, the ioctls and the last
  *       close of a backing file happen with it dropped; opens of a node
  *       whose backing is being made wait on fs->pt_cond.
+ *   T4  Making a backing file waits for the backend boundedly: the base's
+ *       open (node_open_base) and the reopen run on bcall helpers, at most
+ *       drain_timeout each; a backend that does not answer costs the open
+ *       its passthrough (it reads through the daemon), not a worker.
  * Lock order: fs->ns (pt_* fields of nodes); cfile->lock inside.
  */
+#include "fs/bcall.h"
 #include "fs/fs.h"
 #include "fs/fuse_kapi.h"
 #include "cache/log.h"
@@ -54,6 +59,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
@@ -96,18 +102,55 @@ static bool read_from_cache(struct cfile *cf, const struct cfd *base)
 	return cfile_in_memory(cf) && !backend_cached(base, cfile_size(cf));
 }
 
-/* Register f (read-only, T2) with the connection: the backing id, or -errno. */
-static int32_t backing_open(struct cfd *f)
-{
-	char path[64];
-	int fd, e;
+/* The read-only reopen of a backend file: an open on the backend (bcall.h). */
+struct reopen_call {
+	struct bcall c;
+	struct cfd *f;	/* referenced */
+	int fd;
+};
 
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", f->fd);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 && (fcntl(f->fd, F_GETFL) & O_ACCMODE) == O_RDONLY)
-		fd = fcntl(f->fd, F_DUPFD_CLOEXEC, 0);	/* no /proc: it is read-only already */
-	if (fd < 0)
-		return -errno;
+static int reopen_run(struct bcall *c)
+{
+	struct reopen_call *o = CKPT_CONTAINER_OF(c, struct reopen_call, c);
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", o->f->fd);
+	o->fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (o->fd < 0 && (fcntl(o->f->fd, F_GETFL) & O_ACCMODE) == O_RDONLY)
+		o->fd = fcntl(o->f->fd, F_DUPFD_CLOEXEC, 0);	/* no /proc: read-only already */
+	return o->fd < 0 ? -errno : 0;
+}
+
+static void reopen_drop(struct bcall *c)
+{
+	struct reopen_call *o = CKPT_CONTAINER_OF(c, struct reopen_call, c);
+
+	if (o->fd >= 0)
+		close(o->fd);
+	cfd_put(o->f);
+	free(o);
+}
+
+/*
+ * Register f (read-only, T2) with the connection: the backing id, or
+ * -errno (-EIO: the reopen did not return within drain_timeout, T4).
+ */
+static int32_t backing_open(struct ckptfs *fs, struct cfd *f)
+{
+	struct reopen_call *o = xcalloc(1, sizeof(*o));
+	int fd, e, r;
+
+	o->c = (struct bcall){ .run = reopen_run, .drop = reopen_drop,
+			       .what = "reopen a file for passthrough" };
+	o->f = cfd_get(f);
+	o->fd = -1;
+	if ((r = bcall_run(fs, &o->c, &e)) == BCALL_GONE)
+		return e;
+	fd = o->fd;
+	o->fd = -1;
+	reopen_drop(&o->c);
+	if (r < 0)
+		return r;
 	struct kapi_backing_map map = { .fd = fd };
 	int id = ioctl(devio_fd(), KAPI_DEV_IOC_BACKING_OPEN, &map);
 	e = errno;
@@ -143,7 +186,7 @@ static bool make_backing(struct ckptfs *fs, struct fsnode *n)
 	if (base && read_from_cache(cf, base))
 		id = 0;		/* from memory, through the daemon */
 	else if (base)
-		id = backing_open(base);
+		id = backing_open(fs, base);
 	pthread_mutex_lock(&fs->ns);
 	n->pt_state = PT_IDLE;
 	pthread_cond_broadcast(&fs->pt_cond);
@@ -186,8 +229,10 @@ enum pt_mode pt_open_locked(struct ckptfs *fs, struct fsnode *n, struct fshandle
 				pthread_mutex_unlock(&fs->ns);
 				cfd_put(now);
 				pthread_mutex_lock(&fs->ns);
-				if (n->pt_state == PT_MAKING || !n->pt_handles)
-					continue;	/* changed meanwhile: decide again */
+				if (n->pt_state == PT_MAKING || !n->pt_handles) {
+					h->pt = PT_NONE;	/* changed meanwhile: decide again */
+					continue;
+				}
 			}
 			break;
 		}

@@ -223,9 +223,14 @@ static int rec_cmp(const void *a, const void *b)
 struct voids {
 	struct { const char *mount; double seq; } *cut;	/* "recovered" */
 	size_t ncut;
-	struct { const char *mount; double seq, try; } *one;	/* "void": one attempt */
-	size_t none;
+	struct strset one;	/* "void": one attempt each, void_key's */
 };
+
+/* "<mount> <seq> <try>": one attempt of one operation. */
+static void void_key(char *key, size_t len, const char *mount, double seq, double try)
+{
+	snprintf(key, len, "%.40s %.17g %.17g", mount, seq, try);
+}
 
 static void voids_collect(const struct recs *r, struct voids *v)
 {
@@ -241,10 +246,10 @@ static void voids_collect(const struct recs *r, struct voids *v)
 			v->cut[v->ncut].mount = m;
 			v->cut[v->ncut++].seq = json_num_or0(&r->v[i].o, "seq");
 		} else if (!strcmp(t, "void")) {
-			v->one = xrealloc(v->one, (v->none + 1) * sizeof(*v->one));
-			v->one[v->none].mount = m;
-			v->one[v->none].try = json_num_or0(&r->v[i].o, "try");
-			v->one[v->none++].seq = json_num_or0(&r->v[i].o, "seq");
+			char key[128];
+			void_key(key, sizeof(key), m, json_num_or0(&r->v[i].o, "seq"),
+				 json_num_or0(&r->v[i].o, "try"));
+			strset_add(&v->one, key);
 		}
 	}
 }
@@ -260,10 +265,9 @@ static bool voided(const struct voids *v, const struct json_obj *o)
 		if (seq > v->cut[i].seq && !strcmp(v->cut[i].mount, mid))
 			return true;
 	/* A void names one attempt: an operation retried after it is recorded anew. */
-	for (size_t i = 0; i < v->none; i++)
-		if (seq == v->one[i].seq && try == v->one[i].try && !strcmp(v->one[i].mount, mid))
-			return true;
-	return false;
+	char key[128];
+	void_key(key, sizeof(key), mid, seq, try);
+	return strset_has(&v->one, key);
 }
 
 /* The manifest format of each mount, from its "mount" record. */
@@ -353,7 +357,7 @@ static void replay(struct pmap *m, const struct recs *r)
 		}
 	}
 	free(v.cut);
-	free(v.one);
+	strset_clear(&v.one);
 	strmap_destroy(&fmap);
 	free(fmt);
 }

@@ -16,7 +16,9 @@
  *    temp file, its first write, its fdatasync, the rename over
  *    manifest.log, the directory fsync: the mount fails, and the next mount
  *    (no fault) comes up, leaves no temp file, and verify says exactly the
- *    reference again.
+ *    reference again;
+ *  - hard links: rewrites through one name of a group, and a rename over a
+ *    linked name, before and after compactions: verify agrees.
  */
 #include "tests/integrity/integ.h"
 
@@ -118,6 +120,83 @@ static const struct { const char *step, *rule; bool renamed, temp; } kills[] = {
 	{ "rename", "op=rename,name=manifest.log,err=kill", false, true },
 	{ "directory fsync", "op=fsync,after=2,err=kill", true, false },
 };
+
+/*
+ * Hard links: every name of a file shares each later version (the
+ * publisher relinks them), and verify follows them as one group.  A
+ * snapshot that kept the names as separate copies expected the old
+ * version at the other name.  Before and after a compaction, a rewrite
+ * through one name; and a rename over a linked name.  `ok`: the files
+ * verify says OK before.
+ */
+/* Records enough for the next mount to compact (the log at least doubled). */
+static void pad_log(struct tmount *m)
+{
+	char rel[64];
+
+	for (int i = 0; i < 150; i++) {
+		snprintf(rel, sizeof(rel), "links/pad_%d", i);
+		ASSERT_EQ(it_write_pattern(tm_path(m, rel), (uint64_t)i, 16), 0);
+	}
+	tm_sync(m);
+	for (int i = 0; i < 150; i++) {
+		snprintf(rel, sizeof(rel), "links/pad_%d", i);
+		CHECK_SYS(unlink(tm_path(m, rel)));
+	}
+	tm_sync(m);
+}
+
+static void hard_links(struct tmount *m, int ok)
+{
+	const char *no_compact[] = { NO_COMPACT, NULL }, *compact[] = { COMPACT, NULL };
+	char a[PATH_MAX], b[PATH_MAX], c[PATH_MAX], d[PATH_MAX], x[PATH_MAX];
+	char *v;
+	int compactions = it_log_count(m, "manifest: compacted");
+
+	tm_mount(m, NULL, no_compact);
+	CHECK_SYS(mkdir(tm_path(m, "links"), 0755));
+	snprintf(a, sizeof(a), "%s", tm_path(m, "links/a"));
+	snprintf(b, sizeof(b), "%s", tm_path(m, "links/b"));
+	snprintf(c, sizeof(c), "%s", tm_path(m, "links/c"));
+	snprintf(d, sizeof(d), "%s", tm_path(m, "links/d"));
+	snprintf(x, sizeof(x), "%s", tm_path(m, "links/x"));
+	ASSERT_EQ(it_write_pattern(a, 1, 4096), 0);
+	ASSERT_EQ(it_write_pattern(c, 3, 4096), 0);
+	tm_sync(m);
+	CHECK_SYS(link(a, b));
+	CHECK_SYS(link(c, d));
+	tm_sync(m);
+	ASSERT_EQ(it_write_pattern(a, 2, 8192), 0);	/* a and b: version 2 */
+	tm_sync(m);
+	pad_log(m);
+	tm_stop(m);
+	tm_mount(m, NULL, compact);	/* the snapshot: a, b, c, d */
+	tm_stop(m);
+	ASSERT_EQ(it_log_count(m, "manifest: compacted"), compactions + 1);
+	v = verdicts(m->backend);
+	all_ok(v, ok + 4);
+	free(v);
+	tm_mount(m, NULL, no_compact);
+	ASSERT_EQ(it_write_pattern(d, 4, 12288), 0);	/* c and d: version 2, after the snapshot */
+	tm_sync(m);
+	ASSERT_EQ(it_write_pattern(x, 5, 100), 0);
+	CHECK_SYS(rename(x, b));	/* b leaves a's group */
+	tm_sync(m);
+	ASSERT_EQ(it_write_pattern(a, 6, 200), 0);	/* a alone */
+	tm_sync(m);
+	pad_log(m);
+	tm_stop(m);
+	v = verdicts(m->backend);
+	all_ok(v, ok + 4);
+	free(v);
+	tm_mount(m, NULL, compact);
+	tm_stop(m);
+	v = verdicts(m->backend);
+	all_ok(v, ok + 4);
+	free(v);
+	ASSERT_EQ(it_log_count(m, "manifest: compacted"), compactions + 2);
+	printf("hard links: verify agrees before and after compactions of linked names\n");
+}
 
 int main(void)
 {
@@ -244,6 +323,7 @@ int main(void)
 		       kills[i].step, st);
 	}
 	snprintf(m.backend, sizeof(m.backend), "%s", orig_backend);
+	hard_links(&m, 5 * (CKPT_FILES + 1) + 1);
 	free(ref);
 	tm_cleanup(&m);
 	return 0;

@@ -18,7 +18,8 @@
  *     daemon gives it FOPEN_PASSTHROUGH | FOPEN_DIRECT_IO), its writes reach
  *     the cache and the backend; earlier readers keep the version they
  *     opened (close-to-open), later ones read the new bytes through the
- *     daemon; a read-write open is refused (ETXTBSY) until they close;
+ *     daemon; a read-write open is refused (ETXTBSY) until they close,
+ *     and an O_TRUNC one that is refused truncates nothing;
  *   - after a remount (cold, the base not opened yet): passthrough again;
  *   - -o passthrough=off: never.
  * Where the kernel does not offer passthrough, the reads are checked all
@@ -119,8 +120,16 @@ int main(void)
 	 * A read-write open while a passthrough reader holds it is refused: its
 	 * shared writable mapping would write the backend file behind the cache.
 	 */
-	if (pt)
+	if (pt) {
 		CU_EXPECT_ERRNO(open(tm_path(&m, "a"), O_RDWR), ETXTBSY);
+		/* Refused, it truncates nothing either (h5py's 'w', Python's "w+"). */
+		CU_EXPECT_ERRNO(open(tm_path(&m, "a"), O_RDWR | O_CREAT | O_TRUNC, 0644), ETXTBSY);
+		struct stat st;
+		CHECK_SYS(stat(tm_path(&m, "a"), &st));
+		ASSERT_EQ((uint64_t)st.st_size, 5 * MiB + 123);
+		drain(&m);	/* nothing to publish: the backend keeps it whole */
+		cu_check_pattern(tm_bpath(&m, "a"), 5 * MiB + 123, 1);
+	}
 
 	/* A writer while a passthrough reader holds it: opens, writes, publishes. */
 	char text[] = "rewritten!";
