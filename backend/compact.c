@@ -17,13 +17,18 @@
  *         L  path -> the newest "file" record of a live file of this node,
  *            moved along with this node's renames (its "path" and "time"
  *            rewritten to the rename's), and
- *         K  the records whose effect may reach other nodes' files: unlinks
- *            of names this node never wrote, rmdirs, renames of directories
- *            or of other nodes' files, links from other nodes' files;
+ *         K  the records whose effect may reach other nodes' files or the
+ *            other names of a link group: unlinks of names this node never
+ *            wrote, rmdirs, renames of directories, of other nodes' files
+ *            or of or over linked names, every link (after both its names'
+ *            entries, frozen out of L), every version of a linked name
+ *            (verify gives it to the whole group: L's one-name entries
+ *            would not);
  *       an unlink of a file in L just drops it, a rename of a file in L
  *       just moves it.  Then K is thinned from the end: a removal
  *       (unlink/rmdir) is dropped when a later removal of the same name or
- *       of a directory above it follows with no rename or link in between.
+ *       of a directory above it follows with no rename, link or version in
+ *       between.
  * `ckptfs-ctl verify` replays every node's records by time, so the
  * snapshot gives it the same map as the full history wherever no two nodes
  * write or move the same name; recovery reads only this mount's records
@@ -393,6 +398,18 @@ static void settled_record(struct compactor *c, const char *p, size_t len, struc
 	/* What verify replays: a path, a time, and for rename/link a target. */
 	if (!path || !tm || tm->type != JSON_NUM || tm->num == 0)
 		return;
+	if (!strcmp(t, "file") && smap_find(&c->linked, path)) {
+		/*
+		 * A name a kept link made, or linked: its version is every name
+		 * of its group's (verify), which the removal of this one name
+		 * later must not take away: kept as it is, in order.
+		 */
+		text = xmalloc(len + 1);
+		memcpy(text, p, len);
+		text[len] = '\0';
+		k_push(c, K_FILE, text, path, tm->str);
+		return;
+	}
 	if (!strcmp(t, "file")) {
 		struct sent *e = smap_get(&c->live, path);
 		struct lent *l = e->val;
@@ -513,12 +530,11 @@ static void k_thin(struct compactor *c)
 
 	for (size_t i = c->nk; i-- > 0;) {
 		struct krec *r = &c->k[i];
-		if (r->kind == K_RENAME || r->kind == K_LINK) {
-			smap_free(&removed, NULL);	/* a move in between: nothing covers across it */
+		if (r->kind == K_RENAME || r->kind == K_LINK || r->kind == K_FILE) {
+			/* A move, a link or a kept version in between: nothing covers across it. */
+			smap_free(&removed, NULL);
 			continue;
 		}
-		if (r->kind == K_FILE)
-			continue;
 		/* Is this name, or a directory above it, removed later? */
 		bool covered = smap_find(&removed, r->path) != NULL;
 		for (char *s = strchr(r->path, '/'); s && !covered; s = strchr(s + 1, '/')) {

@@ -738,7 +738,8 @@ static int spares_fill(struct cfile *cf, struct spares *sp, const uint32_t need[
 	return 0;
 }
 
-int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, void *arg)
+int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, void *arg,
+		bool *changed_out)
 {
 	const uint64_t cs = cf->cache->chunk_size;
 	const uint64_t end = off + len;
@@ -834,6 +835,8 @@ int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, 
 		atomic_fetch_add(&cf->cache->st.absorbed_bytes, done - off);
 	}
 	pthread_mutex_unlock(&cf->lock);
+	if (changed_out)
+		*changed_out = changed;
 
 	while (sp.n)
 		cache_chunk_free(cf->cache, sp.v[--sp.n]);

@@ -227,10 +227,12 @@ uint64_t cfile_base_ino(struct cfile *cf);
  * returns its -errno with the file untouched.  Returns 0 or -errno; an
  * error met after the first chunk took its part (a later chunk's fill
  * from the backend, or the copy, failed) leaves that part written, the
- * file dirty and its size grown to cover it, as reads show it.
+ * file dirty and its size grown to cover it, as reads show it.  *changed
+ * (if not NULL): whether the file changed, on success or error.
  */
 typedef int (*cfile_copy_fn)(void *arg, char *dst, size_t len, size_t src_off);
-int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, void *arg);
+int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, void *arg,
+		bool *changed);
 
 /*
  * Write len bytes at off that already lie at the start of `nc`, a full

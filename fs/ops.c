@@ -1014,6 +1014,7 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	bool changed = false;
 	fs_req_wait_begin(fs, req);	/* waiting for space ends on interrupt (wait.c) */
 	for (;;) {
 		/* A write that starts a chunk takes the spare as it is; others copy. */
@@ -1021,12 +1022,15 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 		if (r == 0)
 			fs_loop_staged_taken();
 		else if (r == 1)
-			r = cfile_write(n->cf, (uint64_t)off, len, copy_from_bufvec, bufv);
+			r = cfile_write(n->cf, (uint64_t)off, len, copy_from_bufvec, bufv, &changed);
 		if (r != -EAGAIN || (r = node_open_base(fs, n)) < 0)
 			break;
 	}
 	fs_req_wait_end(req);
 	if (r < 0) {
+		/* A part that went in before the error changed the file all the same. */
+		if (changed && note_write(n, fuse_req_ctx(req)->uid))
+			attrs_changed(fs, n);
 		fuse_reply_err(req, -r);
 		return;
 	}

@@ -140,6 +140,8 @@ ckptfs_drain() {
 #   2   unmounted, but the drain failed or timed out, or the daemon was
 #       still running at the deadline: data may be at risk (logged);
 #   32  the unmount itself failed (busy, not mounted): still mounted.
+# ckptfs_drain_failed is 1 afterwards if the drain failed or timed out
+# (whatever the return: a caller that detaches a busy mount needs it).
 ckptfs_unmount() {
 	_mnt=$1
 	_timeout=$2
@@ -149,9 +151,13 @@ ckptfs_unmount() {
 	[ "$_timeout" -gt 0 ] && _deadline=$((_start + _timeout))
 	_pids=$(ckptfs_daemon_pids "$_mnt")
 	_status=0
+	# shellcheck disable=SC2034  # read by the callers (ckptfs-epilog)
+	ckptfs_drain_failed=0
 	if ! _err=$(ckptfs_drain "$_mnt" "$_timeout" 2>&1); then
 		ckptfs_log warning "drain of $_mnt failed: ${_err:-no reason given}; unmounting anyway, the daemon keeps retrying and rescues what it cannot persist"
 		_status=2
+		# shellcheck disable=SC2034
+		ckptfs_drain_failed=1
 	fi
 	if ! _err=$(umount -i "$@" -- "$_mnt" 2>&1); then
 		ckptfs_log err "cannot unmount $_mnt: $_err"

@@ -81,12 +81,11 @@ ckptfs_slurm_load_config() {
 	CKPTFS_LOG_FILE=$cfg_log_file
 }
 
-# ckptfs_slurm_safe_name WHAT VALUE: a user or account name that may be put
-# into a path: letters, digits, . _ - and not . or ..
+# ckptfs_slurm_safe_name VALUE: true if a user or account name may be put
+# into a path: letters, digits, . _ - @ + and not . or ..
 ckptfs_slurm_safe_name() {
-	case $2 in
-	'' | . | .. | *[!A-Za-z0-9._-]*)
-		ckptfs_slurm_config_error "$1 '$2' cannot be used in a path" ;;
+	case $1 in
+	'' | . | .. | *[!A-Za-z0-9._@+-]*) return 1 ;;
 	esac
 }
 
@@ -99,9 +98,11 @@ ckptfs_slurm_job() {
 		ckptfs_slurm_config_error "SLURM_JOB_ID, SLURM_JOB_UID and SLURM_JOB_USER must be set (run from slurmd as Prolog/Epilog)"
 	job_gid=${SLURM_JOB_GID:-$(id -g "$job_user" 2>/dev/null)}
 	ckptfs_is_uint "$job_gid" || ckptfs_slurm_config_error "no group for user '$job_user'"
-	job_account=${SLURM_JOB_ACCOUNT:-$(getent group "$job_gid" | cut -d: -f1)}
-	ckptfs_slurm_safe_name user "$job_user"
-	ckptfs_slurm_safe_name account "${job_account:=$job_gid}"
+	job_account=${SLURM_JOB_ACCOUNT:-}
+	if [ -z "$job_account" ]; then	# the group's name, where it can be in a path
+		job_account=$(getent group "$job_gid" | cut -d: -f1)
+		ckptfs_slurm_safe_name "$job_account" || job_account=$job_gid
+	fi
 }
 
 # ckptfs_slurm_expand TEMPLATE: %j job id, %u user, %U uid, %g gid,
@@ -111,10 +112,24 @@ ckptfs_slurm_expand() {
 		-e "s/%U/$job_uid/g" -e "s/%g/$job_gid/g" -e "s/%a/$job_account/g" -e 's/\x01/%/g'
 }
 
-# ckptfs_slurm_init: configuration, job, and the paths for this job.
+# ckptfs_slurm_init: configuration, job, and the paths for this job.  A
+# user or account name a template uses that cannot be in a path is this
+# job's problem, not the site's: name_problem says why (the prolog fails
+# the job's mount as on_prolog_error says; the epilog has nothing to do),
+# and the paths are left empty.
 ckptfs_slurm_init() {
 	ckptfs_slurm_load_config
 	ckptfs_slurm_job
+	name_problem=
+	_templates="$cfg_backend_root $cfg_job_dir $cfg_mount_point $cfg_rescue_dir"
+	case $_templates in *%u*) ckptfs_slurm_safe_name "$job_user" ||
+		name_problem="user name '$job_user' cannot be used in a path" ;; esac
+	case $_templates in *%a*) ckptfs_slurm_safe_name "$job_account" ||
+		name_problem="account '$job_account' cannot be used in a path" ;; esac
+	if [ -n "$name_problem" ]; then
+		backend_root="" backend="" mnt="" rescue=""
+		return 0
+	fi
 	backend_root=$(ckptfs_slurm_expand "$cfg_backend_root")
 	backend=$backend_root/$(ckptfs_slurm_expand "$cfg_job_dir")
 	mnt=$(ckptfs_slurm_expand "$cfg_mount_point")

@@ -58,7 +58,7 @@ static int check(void *arg, uint64_t waited_ns)
 	if (checks++ == 0 && write_meanwhile) {
 		cache_chunk_free(&c, held);
 		held = NULL;
-		CHECK(cfile_write(cf, 0, CS - TAIL, copy_byte, "a") == 0);
+		CHECK(cfile_write(cf, 0, CS - TAIL, copy_byte, "a", NULL) == 0);
 	}
 	return waited_ns > 2000000000ull ? -EIO : 0;
 }
@@ -72,11 +72,11 @@ static void one_case(bool meanwhile)
 	CHECK(cache_init(&c, 2 * CS, CS) == 0);
 	c.wait_check = check;
 	cf = cfile_new(&c, NULL);
-	CHECK(cfile_write(cf, 4 * CS, 8, copy_byte, "x") == 0);	/* a dirty chunk: one left */
+	CHECK(cfile_write(cf, 4 * CS, 8, copy_byte, "x", NULL) == 0);	/* a dirty chunk: one left */
 	CHECK(cache_chunk_alloc(&c, NULL, false, false, &held) == 0);	/* none left */
 	CHECK(cache_chunk_alloc(&c, NULL, false, false, &mine) == -EAGAIN);
 
-	int r = cfile_write(cf, CS - TAIL, TAIL, copy_byte, "b");
+	int r = cfile_write(cf, CS - TAIL, TAIL, copy_byte, "b", NULL);
 	if (meanwhile) {
 		if (r != 0)
 			fprintf(stderr, "the 16-byte write failed (%s) after %u wait checks, though "

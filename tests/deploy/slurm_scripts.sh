@@ -17,7 +17,13 @@
 #    mounts nothing; the epilog then removes nothing there either (0);
 #  - a backend that refuses every publish: the epilog finds the data in the
 #    rescue directory and exits 1 (on_drain_failure = drain) or 0 (keep),
-#    logging why either way.
+#    logging why either way; and with the mount busy at the epilog
+#    (detached lazily) and a rescue directory the epilog does not know,
+#    the failed drain still makes it exit 1;
+#  - a user or account name that cannot be in a path fails only that job's
+#    mount, only where a template uses it (1; an opted-out job 0);
+#  - a mount point without %j: another job's epilog leaves the mount of
+#    the job that made it alone (0), that job's epilog drains it.
 . "$(dirname "$0")/lib.sh"
 dt_enter_namespace "$@"
 dt_test_user
@@ -158,4 +164,49 @@ for policy in drain keep; do
 		dt_fail "f0 is not whole in the rescue directory"
 done
 dt_assert_match "Slurm drains this node" "$(cat "$log")" "the log says the node is drained"
+
+# ---- a busy mount over a failing backend: the failed drain still counts
+# The job's mount is busy at the epilog (a process still in it for a few
+# seconds), so it is detached lazily; the daemon then fails to publish,
+# rescues the file (into a rescue_dir the epilog does not know: given in
+# options) and exits before the deadline.  The drain failed: not durable.
+mkdir -p "$DT_SCRATCH/rescue-opt"
+write_conf "options=drain_timeout=1,rescue_dir=$DT_SCRATCH/rescue-opt" "rescue_dir="
+run_script prolog 150 proj1 CKPTFS_FAULT='op=rename,err=EIO'
+expect "prolog, busy and failing" 0 "job 150: mounted"
+runuser -u "$DT_USER" -- cp "$DT_SCRATCH/ref/f0" "$DT_SCRATCH/ckpt/150/f0" ||
+	dt_fail "write to the mount failed"
+runuser -u "$DT_USER" -- sh -c "cd '$DT_SCRATCH/ckpt/150' && exec sleep 8" &
+holder=$!
+sleep 0.5
+run_script epilog 150 proj1
+wait $holder
+expect "epilog, busy mount, failed drain" 1 "job 150: the drain before the detach failed"
+dt_assert_match "detaching it lazily" "$out" "the busy mount was detached lazily"
+
+# ---- names that cannot be in a path: the job's problem, not the site's
+write_conf
+run_script prolog 160 "bad account"
+expect "an account name with a blank" 1 "job 160: account 'bad account' cannot be used in a path"
+run_script epilog 160 "bad account"
+dt_assert_eq 0 "$rc" "epilog of a job whose account cannot be a path (output: $out)"
+run_script prolog 161 "bad account" SLURM_JOB_COMMENT="ckptfs=off"
+expect "such a job that opts out" 0 "job 161: no ckptfs mount"
+write_conf "backend_root=$projects/proj1/ckpt"	# no %a: the account is not used
+run_script prolog 162 "bad account"
+expect "an account no template uses" 0 "job 162: mounted"
+run_script epilog 162 "bad account"
+expect "its epilog" 0 "job 162: drained"
+
+# ---- a mount point without %j: another job's mount is left alone
+write_conf "mount_point=$DT_SCRATCH/shared-ckpt"
+run_script prolog 170 proj1
+expect "prolog of the first job" 0 "job 170: mounted"
+run_script epilog 171 proj1
+expect "epilog of another job on the same mount point" 0 \
+	"job 171: '$DT_SCRATCH/shared-ckpt' mounts '.*/170', not this job's"
+dt_assert_eq fuse.ckptfs "$(ckptfs_mounted "$DT_SCRATCH/shared-ckpt")" \
+	"the first job's mount survives another job's epilog"
+run_script epilog 170 proj1
+expect "epilog of the first job" 0 "job 170: drained"
 exit 0

@@ -168,13 +168,47 @@ static void hard_links(struct tmount *m, int ok)
 	tm_sync(m);
 	ASSERT_EQ(it_write_pattern(a, 2, 8192), 0);	/* a and b: version 2 */
 	tm_sync(m);
+	/*
+	 * The version of a name that then goes is its group's: e (through f)
+	 * and g (through h) keep what was written through the other name;
+	 * and an unlink, a new file and its unlink of the same linked name.
+	 */
+	const char *grp[] = { "links/e", "links/f", "links/g", "links/h", "links/p", "links/q",
+			      "links/y" };
+	char gp[7][PATH_MAX];
+	for (int i = 0; i < 7; i++)
+		snprintf(gp[i], sizeof(gp[i]), "%s", tm_path(m, grp[i]));
+	ASSERT_EQ(it_write_pattern(gp[0], 7, 3000), 0);
+	ASSERT_EQ(it_write_pattern(gp[2], 8, 3000), 0);
+	ASSERT_EQ(it_write_pattern(gp[4], 9, 3000), 0);
+	tm_sync(m);
+	CHECK_SYS(link(gp[0], gp[1]));
+	CHECK_SYS(link(gp[2], gp[3]));
+	CHECK_SYS(link(gp[4], gp[5]));
+	tm_sync(m);
+	ASSERT_EQ(it_write_pattern(gp[1], 10, 5000), 0);	/* e and f: version 2 */
+	ASSERT_EQ(it_write_pattern(gp[2], 11, 5000), 0);	/* g and h: version 2 */
+	tm_sync(m);
+	CHECK_SYS(unlink(gp[1]));			/* e keeps version 2 */
+	ASSERT_EQ(it_write_pattern(gp[6], 12, 10), 0);
+	tm_sync(m);
+	CHECK_SYS(rename(gp[6], gp[2]));		/* h keeps version 2 */
+	CHECK_SYS(unlink(gp[5]));
+	tm_sync(m);
+	ASSERT_EQ(it_write_pattern(gp[5], 13, 700), 0);	/* q anew, not p's */
+	tm_sync(m);
+	CHECK_SYS(unlink(gp[5]));
+	tm_sync(m);
 	pad_log(m);
 	tm_stop(m);
-	tm_mount(m, NULL, compact);	/* the snapshot: a, b, c, d */
+	v = verdicts(m->backend);
+	all_ok(v, ok + 8);	/* a b c d e g h p */
+	free(v);
+	tm_mount(m, NULL, compact);	/* the snapshot */
 	tm_stop(m);
 	ASSERT_EQ(it_log_count(m, "manifest: compacted"), compactions + 1);
 	v = verdicts(m->backend);
-	all_ok(v, ok + 4);
+	all_ok(v, ok + 8);
 	free(v);
 	tm_mount(m, NULL, no_compact);
 	ASSERT_EQ(it_write_pattern(d, 4, 12288), 0);	/* c and d: version 2, after the snapshot */
@@ -187,12 +221,12 @@ static void hard_links(struct tmount *m, int ok)
 	pad_log(m);
 	tm_stop(m);
 	v = verdicts(m->backend);
-	all_ok(v, ok + 4);
+	all_ok(v, ok + 8);
 	free(v);
 	tm_mount(m, NULL, compact);
 	tm_stop(m);
 	v = verdicts(m->backend);
-	all_ok(v, ok + 4);
+	all_ok(v, ok + 8);
 	free(v);
 	ASSERT_EQ(it_log_count(m, "manifest: compacted"), compactions + 2);
 	printf("hard links: verify agrees before and after compactions of linked names\n");
