@@ -9,6 +9,8 @@
 #  2. `umount -i` (no helper) returns at once while the daemon is still
 #     draining — the caveat the operations guide documents — and the
 #     daemon still drains everything before it exits;
+#     and the helper given -N (a mount in another mount namespace) drains
+#     it there;
 #  3. with a backend that fails every publish, the helper unmounts anyway,
 #     exits 2 saying the drain failed, and the daemon (drain_timeout=1)
 #     leaves the data in its rescue directory.
@@ -51,6 +53,22 @@ for how in "ckptfs-ctl|cache_size=64M,_netdev|" "|cache_size=64M,_netdev|" "ckpt
 	rm -f "$b"/f*
 	dt_note "$what: ok"
 done
+
+what="the helper with -N (the mount in another mount namespace)"
+unshare -m --propagation private sleep 600 &
+holder=$!
+sleep 0.3
+inns() { nsenter --mount="/proc/$holder/ns/mnt" -- "$@"; }
+err=$(CKPTFS_FAULT=$slow inns mount -t fuse.ckptfs -o cache_size=64M "$b" "$m" 2>&1) ||
+	dt_fail "$what: mount in the namespace failed: $err"
+inns sh -c "cp '$ref'/* '$m/'" || dt_fail "$what: writing in the namespace failed"
+err=$(umount.fuse.ckptfs "$m" -N "$holder" 2>&1) || dt_fail "$what: the helper failed: $err"
+dt_assert_same_files "$ref" "$b" "$what: backend when umount returns"
+[ -z "$(inns findmnt -n --mountpoint "$m")" ] || dt_fail "$what: still mounted in the namespace"
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+rm -f "$b"/f*
+dt_note "$what: ok"
 
 what="umount -i (no helper)"
 pid=$(mount_slow "$slow" cache_size=64M,_netdev)
