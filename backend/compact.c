@@ -354,10 +354,24 @@ static void live_move(struct compactor *c, struct sent *list, const char *from, 
 	}
 }
 
+/* Free a list of `linked` entries smap_take returned. */
+static void linked_forget(struct sent *list)
+{
+	for (struct sent *e = list, *n; e; e = n) {
+		n = e->next;
+		sent_free(e, NULL);
+	}
+}
+
 /* Rename the linked names at or below `from` to below `to` (exchange: swap). */
 static void linked_move(struct compactor *c, const char *from, const char *to, bool exch)
 {
-	struct sent *a = smap_take(&c->linked, from), *b = exch ? smap_take(&c->linked, to) : NULL;
+	struct sent *a = smap_take(&c->linked, from), *b = smap_take(&c->linked, to);
+
+	if (!exch) {	/* what `to` held is gone, out of its group (verify: pm_remove) */
+		linked_forget(b);
+		b = NULL;
+	}
 	struct sent *lists[2] = { a, b };
 	const char *src[2] = { from, to }, *dst[2] = { to, from };
 
@@ -404,6 +418,7 @@ static void settled_record(struct compactor *c, const char *p, size_t len, struc
 		 * of its group's (verify), which the removal of this one name
 		 * later must not take away: kept as it is, in order.
 		 */
+		live_drop(c, path);	/* (none: a linked name's versions are all in K) */
 		text = xmalloc(len + 1);
 		memcpy(text, p, len);
 		text[len] = '\0';
@@ -427,6 +442,8 @@ static void settled_record(struct compactor *c, const char *p, size_t len, struc
 	text = xmalloc(len + 1);
 	memcpy(text, p, len);
 	text[len] = '\0';
+	if (!strcmp(t, "unlink") || !strcmp(t, "rmdir"))	/* out of its link group */
+		linked_forget(smap_take(&c->linked, path));
 	if (!strcmp(t, "unlink")) {
 		if (smap_find(&c->live, path)) {
 			live_drop(c, path);	/* this node's file: gone, nothing to keep */

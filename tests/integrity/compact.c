@@ -199,16 +199,32 @@ static void hard_links(struct tmount *m, int ok)
 	tm_sync(m);
 	CHECK_SYS(unlink(gp[5]));
 	tm_sync(m);
+	/* A linked name renamed over, rewritten, unlinked: gone, r keeps its own. */
+	char r[PATH_MAX], sn[PATH_MAX], t[PATH_MAX];
+	snprintf(r, sizeof(r), "%s", tm_path(m, "links/r"));
+	snprintf(sn, sizeof(sn), "%s", tm_path(m, "links/s"));
+	snprintf(t, sizeof(t), "%s", tm_path(m, "links/t"));
+	ASSERT_EQ(it_write_pattern(r, 14, 900), 0);
+	tm_sync(m);
+	CHECK_SYS(link(r, sn));
+	ASSERT_EQ(it_write_pattern(t, 15, 901), 0);
+	tm_sync(m);
+	CHECK_SYS(rename(t, sn));
+	tm_sync(m);
+	ASSERT_EQ(it_write_pattern(sn, 16, 902), 0);
+	tm_sync(m);
+	CHECK_SYS(unlink(sn));
+	tm_sync(m);
 	pad_log(m);
 	tm_stop(m);
 	v = verdicts(m->backend);
-	all_ok(v, ok + 8);	/* a b c d e g h p */
+	all_ok(v, ok + 9);	/* a b c d e g h p r */
 	free(v);
 	tm_mount(m, NULL, compact);	/* the snapshot */
 	tm_stop(m);
 	ASSERT_EQ(it_log_count(m, "manifest: compacted"), compactions + 1);
 	v = verdicts(m->backend);
-	all_ok(v, ok + 8);
+	all_ok(v, ok + 9);
 	free(v);
 	tm_mount(m, NULL, no_compact);
 	ASSERT_EQ(it_write_pattern(d, 4, 12288), 0);	/* c and d: version 2, after the snapshot */
@@ -221,12 +237,12 @@ static void hard_links(struct tmount *m, int ok)
 	pad_log(m);
 	tm_stop(m);
 	v = verdicts(m->backend);
-	all_ok(v, ok + 8);
+	all_ok(v, ok + 9);
 	free(v);
 	tm_mount(m, NULL, compact);
 	tm_stop(m);
 	v = verdicts(m->backend);
-	all_ok(v, ok + 8);
+	all_ok(v, ok + 9);
 	free(v);
 	ASSERT_EQ(it_log_count(m, "manifest: compacted"), compactions + 2);
 	printf("hard links: verify agrees before and after compactions of linked names\n");
