@@ -162,6 +162,7 @@ struct ckptfs {
 	struct list all_nodes;
 	uint64_t nodes;
 	struct list handles;	/* open file handles (ns): those never released are freed at exit */
+	struct list dirsnaps;	/* open directory handles (ns): the same */
 
 	struct fsnode *ctl_dir;	/* MOUNT/.ckptfs, not in the root's entries */
 	pthread_mutex_t rate_lock;
@@ -200,6 +201,8 @@ struct ckptfs {
 
 int fs_init_namespace(struct ckptfs *fs);
 void fs_free_namespace(struct ckptfs *fs);
+/* Free the directory handles the kernel never released (at exit, ns held). */
+void fs_free_dirsnaps(struct ckptfs *fs);
 struct fsnode *fs_node(struct ckptfs *fs, fuse_ino_t ino);
 fuse_ino_t fs_ino(struct ckptfs *fs, struct fsnode *n);
 struct fsnode *node_new(struct ckptfs *fs, mode_t mode, uid_t uid, gid_t gid);

@@ -366,6 +366,7 @@ int main(int argc, char **argv)
 	raise_fd_limit();
 	fs_waits_init(fs);
 	list_init(&fs->handles);
+	list_init(&fs->dirsnaps);
 	fs->own_loop = fs->opt.loop != LOOP_LIBFUSE && fs_own_loop_possible(fs->opt.loop);
 	if (fs->opt.loop != LOOP_LIBFUSE && !fs->own_loop)
 		log_warn("cannot size a 1 MiB pipe (fs.pipe-max-size): write data is copied twice");
@@ -493,6 +494,7 @@ out_session:
 		pt_drop_finish(&drop);
 		handle_free(h);
 	}
+	fs_free_dirsnaps(fs);
 	fs_free_namespace(fs);
 	pthread_mutex_unlock(&fs->ns);
 	session_free(fs);

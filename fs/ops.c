@@ -1259,12 +1259,33 @@ static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fus
 /* ---- directories ------------------------------------------------------- */
 
 struct dirsnap {
+	struct list link;	/* in fs->dirsnaps (ns) */
 	uint32_t n;
 	struct {
 		struct fsnode *node;
 		char *name;
 	} e[];
 };
+
+/* Release a directory handle (ns held); unref: drop its node references too. */
+static void dirsnap_drop(struct ckptfs *fs, struct dirsnap *s, struct fsnode *dir, bool unref)
+{
+	list_del(&s->link);
+	for (uint32_t i = 0; i < s->n; i++) {
+		free(s->e[i].name);
+		if (unref)
+			node_unref(fs, s->e[i].node);
+	}
+	if (unref)
+		node_unref(fs, dir);
+	free(s);
+}
+
+void fs_free_dirsnaps(struct ckptfs *fs)
+{
+	while (!list_empty(&fs->dirsnaps))	/* the namespace goes next, whole */
+		dirsnap_drop(fs, list_entry(fs->dirsnaps.next, struct dirsnap, link), NULL, false);
+}
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -1287,6 +1308,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		}
 		s->n = i;
 		node_ref(dir);
+		list_add_tail(&fs->dirsnaps, &s->link);
 	}
 	pthread_mutex_unlock(&fs->ns);
 	if (r < 0) {
@@ -1294,7 +1316,11 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return;
 	}
 	fi->fh = (uint64_t)(uintptr_t)s;
-	fuse_reply_open(req, fi);
+	if (fuse_reply_open(req, fi) == -ENOENT) {	/* the opener was interrupted: no RELEASEDIR */
+		pthread_mutex_lock(&fs->ns);
+		dirsnap_drop(fs, s, dir, true);
+		pthread_mutex_unlock(&fs->ns);
+	}
 }
 
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -1361,13 +1387,8 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
 
 	pthread_mutex_lock(&fs->ns);
-	for (uint32_t i = 0; i < s->n; i++) {
-		free(s->e[i].name);
-		node_unref(fs, s->e[i].node);
-	}
-	node_unref(fs, fs_node(fs, ino));
+	dirsnap_drop(fs, s, fs_node(fs, ino), true);
 	pthread_mutex_unlock(&fs->ns);
-	free(s);
 	fuse_reply_err(req, 0);
 }
 
