@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -732,6 +733,27 @@ bool touched_covers(const struct touched *t, const struct op *op)
  * On failure the set is kept, to be synced again: the operations are
  * applied already and must not be applied twice.
  */
+/*
+ * A directory fsync the file system refused with r: EINVAL (no directory
+ * fsync: its whole file system is synced instead), EBADF (an O_PATH
+ * descriptor — the daemon may not read the directory, as on NFS with
+ * root_squash: the whole file system, through the backend's root, when
+ * the directory is on that file system).  Otherwise it cannot be synced,
+ * and is not durable: the error stands.
+ */
+static int dir_sync_refused(struct backend *be, int fd, int r)
+{
+	struct stat st;
+
+	if (r == -EINVAL)
+		return syncfs(fd) == 0 ? 0 : -errno;
+	if (r != -EBADF)
+		return r;
+	if (bsys.fstatat(fd, "", &st) == 0 && st.st_dev == be->root_dev)
+		return syncfs(be->root_fd) == 0 ? 0 : -errno;
+	return -EACCES;		/* it could not be opened to be synced */
+}
+
 int sync_touched(struct backend *be, struct touched *t)
 {
 	int err = manifest_sync(&be->man);
@@ -743,7 +765,7 @@ int sync_touched(struct backend *be, struct touched *t)
 		if (fd >= 0 && atomic_load(&t->dirs[i]->present)) {
 			r = bsys.fsync(fd);
 			if (r == -EBADF || r == -EINVAL)	/* an O_PATH fd, or a fs without dir fsync */
-				r = 0;
+				r = dir_sync_refused(be, fd, r);
 			atomic_fetch_add(&be->st.dir_fsyncs, 1);
 		}
 		if (fd >= 0)

@@ -598,6 +598,32 @@ int bsys_open_dir_path(const char *path)
 	return fd;
 }
 
+uint64_t bsys_max_file_size(int dirfd)
+{
+	int fd = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	uint64_t lo = 0, hi = (uint64_t)INT64_MAX;	/* lo fits; hi, once tried, does not */
+
+	if (fd < 0)
+		return 0;
+	if (ftruncate(fd, (off_t)hi) == 0) {
+		close(fd);
+		return hi;
+	}
+	if (errno != EFBIG && errno != EINVAL) {
+		close(fd);
+		return 0;
+	}
+	while (hi - lo > 1) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (ftruncate(fd, (off_t)mid) == 0)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	close(fd);	/* unnamed: it goes with its last descriptor */
+	return lo;
+}
+
 /* Writes to the daemon's own metadata files (bsys.h): pwrite, behind its own door. */
 static ssize_t d_append(int fd, const void *b, size_t n, off_t o) { RET(pwrite(fd, b, n, o)); }
 

@@ -142,6 +142,12 @@ extern const struct bsys bsys_direct;
  * -ENOTDIR, instead of redirecting the whole mount).  fd or -errno.
  */
 int bsys_open_dir_path(const char *path);
+/*
+ * The largest file size the file system of directory dirfd takes: probed
+ * with ftruncate on an unnamed file (O_TMPFILE) there, which costs no
+ * space; 0 where it cannot tell (no O_TMPFILE: NFS, GlusterFS...).
+ */
+uint64_t bsys_max_file_size(int dirfd);
 /* Do fds a and b hold the same inode?  (A name reopened: is it still ours?) */
 bool bsys_same_file(int a, int b);
 /* Is (d, n) itself (not followed) the inode fd holds?  0, -ESTALE if another, or -errno. */

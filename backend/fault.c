@@ -289,7 +289,10 @@ static ssize_t f_splice(int fd, off_t *o, int pipe_w, size_t n)
 }
 static int f_io_result(enum bsys_op op, int fd, size_t len, int res)
 {
-	int f = fault_check(op, NULL);
+	char p[PATH_MAX];
+	/* Syncs are named as bsys's are (name=); writes, as there, are not. */
+	bool named = op == BOP_FSYNC || op == BOP_FDATASYNC;
+	int f = fault_check(op, named ? fd_name(fd, p, sizeof(p)) : NULL);
 	if (f > 0)
 		return -f;
 	if (f == FAULT_SHORT && res > 1)

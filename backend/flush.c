@@ -37,6 +37,14 @@
  * publisher wakes the flushers after each mkdir, and blocks the version if
  * nothing before it will create that directory (order.c).
  *
+ * Spilled bytes are written through the page cache, so a write-back error
+ * reaches only the next sync of their stage file, and only once: a retry's
+ * sync of the same file would succeed over bytes the kernel has dropped.
+ * So a version whose stage failed a sync is never published (spill_lost:
+ * every later attempt fails with EIO, and the administrator's skip gives it
+ * up), and a stage a version copies spilled bytes from is synced before the
+ * copy (stage_synced).
+ *
  * Temporary files are named ".ckptfs.<kind>.<mount id>.<n>" (P5).  Their
  * cfd carries a btemp tag; when the last reference goes and the file was
  * never published, the tag unlinks it.
@@ -278,6 +286,8 @@ struct fjob {
 	int phase;
 	struct digest_range *known;	/* blocks the digest takes from the base's leaves */
 	struct runrec runs;	/* what was written to a fresh out */
+	const struct cfd *synced[4];	/* stage files synced before their bytes were copied */
+	unsigned nsynced;
 };
 
 /* Record the first failure of a job and where it happened. */
@@ -634,11 +644,34 @@ static bool flush_fd_seg_leaves(struct flusher *fl, struct fjob *j, const struct
  * A segment held in a backend file: copied extent by extent, or only hashed
  * when it is the output itself (a stage file's spilled ranges).
  */
+/*
+ * Before spilled bytes of stage f are copied: a write-back error of theirs
+ * shows in f's sync (once).  Then the bytes may be gone: the version is
+ * never published (spill_lost).
+ */
+static int stage_synced(struct fjob *j, const struct cfd *f)
+{
+	for (unsigned i = 0; i < j->nsynced; i++)
+		if (j->synced[i] == f)
+			return 0;
+	int r = bsys.fdatasync(f->fd);
+	if (r < 0) {
+		j->v->spill_lost = true;
+		fjob_fail(j, r, "syncing a stage file before copying its spilled bytes");
+		return r;
+	}
+	if (j->nsynced < CKPT_ARRAY_LEN(j->synced))
+		j->synced[j->nsynced++] = f;
+	return 0;
+}
+
 static int flush_fd_seg(struct flusher *fl, struct fjob *j, const struct cseg *s)
 {
 	bool own = s->f == j->out;
 	int err;
 
+	if (s->staged && !own && (err = stage_synced(j, s->f)) < 0)
+		return err;
 	if (flush_fd_seg_leaves(fl, j, s, &err))
 		return err;
 	struct xcopy x = { .dg = &j->dg, .src = s->f->fd, .dst = own ? -1 : j->out->fd,
@@ -927,8 +960,11 @@ static void fjob_complete(struct flusher *fl, const struct bio_cqe *c)
 
 	if (w->is_fsync) {
 		j->inflight--;
-		if (c->res < 0)
+		if (c->res < 0) {
 			fjob_fail(j, c->res, "fdatasync");
+			if (!j->fresh)	/* a stage: its spilled bytes may be gone (see the top) */
+				j->v->spill_lost = true;
+		}
 		j->phase = FJ_DONE;
 		free(w);
 		return;
@@ -1046,6 +1082,10 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 	for (unsigned i = 0; i < n; i++) {
 		struct fjob *j = &jobs[i];
 		j->v = j->op->ver;
+		j->nsynced = 0;
+		if (j->v->spill_lost)
+			fjob_fail(j, -EIO, "publishing spilled bytes whose stage file failed a sync "
+				  "(they may be lost; `ckptfs-ctl skip` gives the version up)");
 		j->base_ok = base_unchanged(be, j->v);
 		digest_init(&j->dg);
 		if (j->v->size >= LEAVES_MIN)

@@ -110,7 +110,17 @@ void ledger_open(struct ledger *lg, const char *dir, const char *mount_id, const
 	struct sweep sw = { lg->dirfd, boot_id };
 	bsys_direct.readdir(lg->dirfd, sweep_one, &sw);
 	fd = r = bsys_direct.openat(lg->dirfd, lg->name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
-	if (r < 0 || (r = bsys_direct.ftruncate(fd, LEDGER_SIZE)) < 0) {
+	if (r >= 0) {
+		/*
+		 * Written, not truncated to size: a sparse page would be given its
+		 * block at the first store through the mapping, which on a full
+		 * file system is a SIGBUS, not an error.
+		 */
+		static const char zeros[LEDGER_SIZE];
+		ssize_t w = bsys_direct.pwrite(fd, zeros, sizeof(zeros), 0);
+		r = w == (ssize_t)sizeof(zeros) ? 0 : w < 0 ? (int)w : -ENOSPC;
+	}
+	if (r < 0) {
 		snprintf(why, sizeof(why), "%s/.seals/%s: %s", dir, lg->name, strerror(-r));
 		goto fail;
 	}

@@ -309,6 +309,15 @@ void cfile_put(struct cfile *cf)
 	free(cf);
 }
 
+/* Is f the file of a stage layer (spilled bytes), not of a published version (cf->lock)? */
+static bool layer_is_stage(const struct cfile *cf, const struct cfd *f)
+{
+	for (uint32_t i = 0; i < cf->nlayers; i++)
+		if (cf->layers[i]->f == f)
+			return !cf->layers[i]->base;
+	return false;
+}
+
 static void layers_append(struct cfile *cf, struct clayer *l)
 {
 	cf->layers = xrealloc(cf->layers, (cf->nlayers + 1) * sizeof(*cf->layers));
@@ -373,18 +382,12 @@ uint64_t cfile_base_ino(struct cfile *cf)
 
 uint64_t cfile_size(struct cfile *cf)
 {
-	pthread_mutex_lock(&cf->lock);
-	uint64_t n = cf->size;
-	pthread_mutex_unlock(&cf->lock);
-	return n;
+	return atomic_load(&cf->size);	/* no lock: see struct cfile */
 }
 
 bool cfile_dirty(struct cfile *cf)
 {
-	pthread_mutex_lock(&cf->lock);
-	bool d = cf->dirty;
-	pthread_mutex_unlock(&cf->lock);
-	return d;
+	return atomic_load(&cf->dirty);
 }
 
 bool cfile_base_lazy(struct cfile *cf)
@@ -759,24 +762,32 @@ int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, 
 		pthread_mutex_unlock(&cf->lock);
 		return -EAGAIN;
 	}
-	/* Gather new chunks without holding the lock: allocation may wait, and fail. */
-	for (;;) {
-		chunks_needed(cf, off, end, need);
-		if (need[NEED_FULL] <= sp.n && (!need[NEED_SLOT] || sp.slot))
-			break;
-		pthread_mutex_unlock(&cf->lock);
-		r = spares_fill(cf, &sp, need, off, end);
-		pthread_mutex_lock(&cf->lock);
-		if (r == -EAGAIN)
-			r = 0;	/* needless now: count again */
-		else if (r < 0)
-			break;	/* nothing changed yet: the spares go back below */
-	}
-
 	for (uint64_t i = off / cs; i * cs < end && r == 0; i++) {
 		const uint64_t cbase = i * cs;
 		const uint32_t a = (uint32_t)(CKPT_MAX(off, cbase) - cbase);
 		const uint32_t z = (uint32_t)(CKPT_MIN(end, cbase + cs) - cbase);
+		/*
+		 * Gather this chunk's new chunk, if it needs one, without holding
+		 * the lock: allocation may wait, and fail.  One chunk at a time, so
+		 * a write never holds chunks while it waits for more: writers that
+		 * each held some could otherwise wait for each other until they
+		 * all failed, and a write needing more chunks than the cache has
+		 * could never go in.
+		 */
+		for (;;) {
+			chunks_needed(cf, cbase + a, cbase + z, need);
+			if (need[NEED_FULL] <= sp.n && (!need[NEED_SLOT] || sp.slot))
+				break;
+			pthread_mutex_unlock(&cf->lock);
+			r = spares_fill(cf, &sp, need, cbase + a, cbase + z);
+			pthread_mutex_lock(&cf->lock);
+			if (r == -EAGAIN)
+				r = 0;	/* needless now: count again */
+			else if (r < 0)
+				break;	/* this chunk unchanged: what went in before stays (changed) */
+		}
+		if (r < 0)
+			break;
 		uint32_t pos;
 		struct chunk *ch = map_get(cf, i, &pos), *n = NULL;
 		enum chunk_need nd = chunk_need(cf, i, z, ch);
@@ -936,10 +947,11 @@ struct cver *cfile_seal(struct cfile *cf, uint64_t seq)
 			cfd_get(s->f);
 			if (s->f == sf)
 				v->bytes_cached += s->len;
-			else if (base && base->f == s->f) {
+			if (base && base->f == s->f) {
 				s->lv = cleaves_get(base->leaves);
 				s->data_known = s->lv && s->lv->data_known;
 			}
+			s->staged = layer_is_stage(cf, s->f);
 		}
 	}
 	for (uint32_t i = 0; i < b.n && base && base->f && !v->base_f; i++)

@@ -156,6 +156,7 @@ struct cseg {
 	 */
 	struct cleaves *lv;
 	bool data_known;	/* CSEG_FD: f's data are where lv->data says, if it is unchanged */
+	bool staged;		/* CSEG_FD: f is a stage file (spilled bytes, written through the page cache) */
 };
 
 struct cver;
@@ -164,7 +165,12 @@ struct cfile {
 	pthread_mutex_t lock;
 	atomic_uint refs;
 	struct cache *cache;
-	uint64_t size;
+	/*
+	 * Written under lock; atomic so that cfile_size and cfile_dirty need
+	 * not wait for it — a write filling a chunk from the backend holds it,
+	 * and stat(2) of the file asks the size with the namespace lock held.
+	 */
+	_Atomic uint64_t size;
 	struct { uint64_t index; struct chunk *ch; } *map;	/* sorted by index */
 	uint32_t nmap, capmap;
 	struct clayer **layers;	/* newest first */
@@ -172,7 +178,7 @@ struct cfile {
 	struct list versions;	/* pending versions, oldest first */
 	uint64_t trunc_gen;	/* bumped by every shrinking truncate */
 	uint32_t spills;	/* spill writes in flight to the live stage */
-	bool dirty;		/* modified since the last seal */
+	atomic_bool dirty;	/* modified since the last seal (written under lock, like size) */
 	uint64_t absorbed;	/* bytes written since the last seal (stats) */
 	bool base_lazy;		/* last layer is a base whose fd is not open yet */
 	uint32_t opens;		/* open handles on it (the front end's count) */
@@ -189,6 +195,7 @@ struct cver {
 	struct cseg *segs;
 	uint32_t nseg;
 	struct cfd *out;	/* stage file holding part of it already, or NULL */
+	bool spill_lost;	/* flushers: a sync of its spilled bytes failed; they may be lost */
 	struct cfd *base_f;	/* the base its unchanged ranges come from, if it was opened */
 	uint64_t bytes_cached;	/* bytes coming from chunks or stage (persisted count) */
 	uint64_t absorbed;	/* bytes written into the file since the previous seal */
@@ -223,12 +230,13 @@ uint64_t cfile_base_ino(struct cfile *cf);
 /*
  * Write len bytes at off.  `copy` fills dst (len bytes of the write starting
  * at src_off) and returns 0 or -errno; it runs under cf->lock.  May sleep for
- * cache space (backpressure); if that wait gives up (cache.h wait_check),
- * returns its -errno with the file untouched.  Returns 0 or -errno; an
- * error met after the first chunk took its part (a later chunk's fill
- * from the backend, or the copy, failed) leaves that part written, the
- * file dirty and its size grown to cover it, as reads show it.  *changed
- * (if not NULL): whether the file changed, on success or error.
+ * cache space (backpressure), a chunk at a time, holding none while it
+ * waits; if that wait gives up (cache.h wait_check), returns its -errno.
+ * Returns 0 or -errno; an error met after the first chunk took its part
+ * (a later chunk's allocation, its fill from the backend, or the copy,
+ * failed) leaves that part written, the file dirty and its size grown to
+ * cover it, as reads show it.  *changed (if not NULL): whether the file
+ * changed, on success or error.
  */
 typedef int (*cfile_copy_fn)(void *arg, char *dst, size_t len, size_t src_off);
 int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, void *arg,

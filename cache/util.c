@@ -120,7 +120,8 @@ int parse_size(const char *s, uint64_t *out)
 		return -EINVAL;
 	errno = 0;
 	v = strtod(s, &end);
-	if (errno || end == s || v < 0 || isnan(v))
+	/* A decimal number (strtod also takes hex, exponents, a sign), then the unit. */
+	if (errno || end == s || v < 0 || isnan(v) || strspn(s, "0123456789.") != (size_t)(end - s))
 		return -EINVAL;
 	switch (toupper((unsigned char)*end)) {
 	case 'K': mult = 1ull << 10; end++; break;

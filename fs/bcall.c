@@ -225,6 +225,35 @@ int bcall_run(struct ckptfs *fs, struct bcall *c, int *err)
 	return c->result;
 }
 
+void bcall_post(struct ckptfs *fs, struct bcall *c)
+{
+	struct bcall_pool *p = fs->calls;
+
+	if (p)
+		pthread_mutex_lock(&p->lock);
+	if (!p || !p->serving) {
+		if (p)
+			pthread_mutex_unlock(&p->lock);
+		c->drop(c);
+		return;
+	}
+	atomic_fetch_add(&p->calls, 1);
+	atomic_init(&c->done, false);
+	c->gone = true;		/* nobody waits: the helper drops it after the run */
+	c->started_ns = 0;
+	list_add_tail(&p->queue, &c->link);
+	p->queued++;
+	if (!helper_spawn_locked(p)) {
+		list_del(&c->link);
+		p->queued--;
+		pthread_mutex_unlock(&p->lock);
+		c->drop(c);
+		return;
+	}
+	pthread_cond_signal(&p->work);
+	pthread_mutex_unlock(&p->lock);
+}
+
 void bcall_start(struct ckptfs *fs)
 {
 	struct bcall_pool *p = xcalloc(1, sizeof(*p));

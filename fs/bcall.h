@@ -56,6 +56,14 @@ struct bcall {
 int bcall_run(struct ckptfs *fs, struct bcall *c, int *err);
 
 /*
+ * Run c->run on a helper and do not wait: c->drop follows it there.  For
+ * calls the handler must not make itself (a kernel notification that may
+ * wait for the request being served).  Outside a session, or with no
+ * thread to run it, c is dropped unmade.
+ */
+void bcall_post(struct ckptfs *fs, struct bcall *c);
+
+/*
  * A backend call made in the handler's own thread, watched instead: no
  * hand-off, for calls on the data path (reads of file data).  Between
  * bcall_watch_begin() and bcall_watch_end() the handler must not touch

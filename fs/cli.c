@@ -189,9 +189,16 @@ char *cli_exchange_ctl(const char *prog, const char *mnt, const char *name, cons
 	close(p[1]);
 	for (;;) {
 		struct pollfd pf = { .fd = p[0], .events = POLLIN };
-		int r = poll(&pf, 1, timeout_s > 0 ? (int)(timeout_s * 1000) : -1);
+		int r = poll(&pf, 1, timeout_s > 0 ? (int)(timeout_s * 1000) : CLI_LIVE_CHECK_S * 1000);
 		if (r < 0 && errno == EINTR)
 			continue;
+		if (r == 0 && timeout_s <= 0 && strcmp(name, "stats") != 0) {
+			/* As long as it takes, while the daemon is alive: is it? */
+			char *st = cli_read_ctl(prog, mnt, "stats", CLI_LIVE_ANSWER_S);
+			free(st);
+			if (st)
+				continue;
+		}
 		if (r == 0) {
 			timed_out = true;
 			kill(pid, SIGKILL);
@@ -217,9 +224,12 @@ char *cli_exchange_ctl(const char *prog, const char *mnt, const char *name, cons
 		if (w == 0)
 			usleep(50000);
 	}
-	if (timed_out)
+	if (timed_out && timeout_s > 0)
 		fprintf(stderr, "%s: %s does not answer: no reply to .ckptfs/%s in %g s\n", prog, mnt,
 			name, timeout_s);
+	else if (timed_out)
+		fprintf(stderr, "%s: %s does not answer: no reply to .ckptfs/%s, nor to its stats "
+			"within %g s\n", prog, mnt, name, CLI_LIVE_ANSWER_S);
 	if (timed_out || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		sb_free(&b);
 		return NULL;

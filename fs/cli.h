@@ -36,8 +36,12 @@ int cli_all_mounts(char ***out);
  * read runs in a child process: a mount whose daemon does not answer (it
  * is stopped, or hung) is given up after timeout_s seconds without a byte
  * (the child is killed: a fatal signal ends a FUSE wait), with a message
- * naming the mount; 0 waits as long as it takes.
+ * naming the mount; 0 waits as long as the daemon is alive: every
+ * CLI_LIVE_CHECK_S without an answer, its stats are read (at most
+ * CLI_LIVE_ANSWER_S), and a daemon that answers neither is given up.
  */
+#define CLI_LIVE_CHECK_S 10
+#define CLI_LIVE_ANSWER_S 5.0
 #define CLI_READ_TIMEOUT_S 10.0
 char *cli_read_ctl(const char *prog, const char *mnt, const char *name, double timeout_s);
 /* The same, writing msg to the control file first (its answer is then read). */

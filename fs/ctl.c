@@ -200,7 +200,8 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 	sb_printf(b, ", \"absorbed_bytes\": %llu, \"persisted_bytes\": %llu"
 		  ", \"backend_written_bytes\": %llu, \"backend_copied_bytes\": %llu"
 		  ", \"backend_hashed_bytes\": %llu, \"backend_extent_walks\": %llu"
-		  ", \"backend_base_changed\": %llu, \"base_copy\": %s, \"read_bytes\": %llu",
+		  ", \"backend_base_changed\": %llu, \"base_copy\": %s, \"read_bytes\": %llu"
+		  ", \"backend_max_file_bytes\": %llu",
 		  (unsigned long long)absorbed, (unsigned long long)persisted,
 		  (unsigned long long)atomic_load(&be->st.written_bytes),
 		  (unsigned long long)atomic_load(&be->st.copied_bytes),
@@ -208,7 +209,8 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 		  (unsigned long long)atomic_load(&be->st.extent_walks),
 		  (unsigned long long)atomic_load(&be->st.base_changed),
 		  be->base_copy ? "true" : "false",
-		  (unsigned long long)atomic_load(&fs->read_bytes));
+		  (unsigned long long)atomic_load(&fs->read_bytes),
+		  (unsigned long long)fs->max_file_size);
 	pthread_mutex_lock(&fs->rate_lock);
 	sb_printf(b, ", \"absorb_rate_bps\": %.0f, \"persist_rate_bps\": %.0f",
 		  fs->absorb_rate, fs->persist_rate);
@@ -222,12 +224,14 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 	fsu_describe(b);
 	sb_printf(b, ", \"passthrough\": %s, \"passthrough_opens\": %llu"
 		  ", \"passthrough_direct_opens\": %llu, \"passthrough_failures\": %llu"
-		  ", \"passthrough_from_cache\": %llu, \"read_direct\": %s, \"read_direct_opens\": %llu",
+		  ", \"passthrough_from_cache\": %llu, \"passthrough_renewed\": %llu"
+		  ", \"read_direct\": %s, \"read_direct_opens\": %llu",
 		  devio_passthrough() ? "true" : "false",
 		  (unsigned long long)atomic_load(&fs->pt_opens),
 		  (unsigned long long)atomic_load(&fs->pt_direct_opens),
 		  (unsigned long long)atomic_load(&fs->pt_failures),
 		  (unsigned long long)atomic_load(&fs->pt_from_cache),
+		  (unsigned long long)atomic_load(&fs->pt_renewed),
 		  fs_read_direct(fs) ? "true" : "false",
 		  (unsigned long long)atomic_load(&fs->rd_opens));
 	sb_printf(b, ", \"seq_current\": %llu, \"seq_durable\": %llu", (unsigned long long)seq,

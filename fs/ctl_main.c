@@ -128,8 +128,10 @@ static int cmd_drain(int argc, char **argv)
 			const char *v = argv[i][9] == '=' ? argv[i] + 10 : (i + 1 < argc ? argv[++i] : "");
 			char *end;
 			timeout = strtod(v, &end);
-			if (!*v || *end || timeout < 0) {
-				fprintf(stderr, "%s: --timeout needs seconds (a number >= 0), not '%s'\n", prog, v);
+			/* What the daemon takes (ctl_parse.c): 0 to 1e9 seconds; NaN is none of them. */
+			if (!*v || *end || !(timeout >= 0 && timeout <= 1e9)) {
+				fprintf(stderr, "%s: --timeout needs seconds (0 to 1000000000), not '%s'\n",
+					prog, v);
 				return CLI_USAGE;
 			}
 		} else if (!path) {
@@ -173,6 +175,14 @@ static int cmd_flush(int argc, char **argv)
 			return CLI_USAGE;
 		}
 		rel = real + ml + 1;
+	} else {
+		/* Relative to the mount's root: a ".." could only lead out of it. */
+		for (const char *c = rel; c; c = strchr(c, '/') ? strchr(c, '/') + 1 : NULL) {
+			if (c[0] == '.' && c[1] == '.' && (c[2] == '/' || c[2] == '\0')) {
+				fprintf(stderr, "%s: '%s' is not a file inside %s\n", prog, rel, mnt);
+				return CLI_USAGE;
+			}
+		}
 	}
 	snprintf(msg, sizeof(msg), "flush %s\n", rel);
 	char *answer = ctl_exchange(mnt, "ctl", msg, CTL_ANSWER_S);

@@ -50,9 +50,25 @@ struct xattr {
 	size_t len;
 };
 
+/*
+ * One kernel inode of a node (ns).  The kernel knows a node by its address
+ * plus the index of one of these (fs_ino): a file rewritten while
+ * passthrough readers hold its kernel inode gets a new one for later
+ * lookups (passthrough.c, "Rewrites"), so their mmap(2) is not tied to the
+ * backing file of the earlier version.
+ */
+#define NODE_GENS 4
+struct fsgen {
+	uint64_t nlookup;	/* the kernel's references on this node id */
+	uint32_t pt_handles;	/* handles opened on it with FOPEN_PASSTHROUGH */
+	int32_t pt_id;		/* its backing id registered with the kernel, 0: none */
+	uint8_t pt_state;	/* PT_IDLE, PT_MAKING */
+	struct cfd *pt_base;	/* the backend file behind pt_id (referenced) */
+};
+
 struct fsnode {
 	struct list all;	/* fs->all_nodes (ns) */
-	uint64_t nlookup;	/* kernel references (ns) */
+	uint64_t nlookup;	/* kernel references, all node ids together (ns) */
 	uint32_t refs;		/* dentries, handles, snapshots (ns) */
 	struct list dents;	/* dentries naming it (ns) */
 	struct bnode *b;	/* backend presence */
@@ -101,12 +117,11 @@ struct fsnode {
 	uint64_t sealed_ns;	/* alock: when its last version was sealed */
 	uint8_t ctl;		/* enum ctl_kind: a node of the control directory */
 
-	/* open handles and passthrough (passthrough.c; ns) */
+	/* open handles and kernel inodes (passthrough.c; ns) */
 	uint32_t opens;		/* open handles */
-	uint32_t pt_handles;	/* of which passthrough (FOPEN_PASSTHROUGH) */
-	int32_t pt_id;		/* backing id registered with the kernel, 0: none */
-	uint8_t pt_state;	/* PT_IDLE, PT_MAKING */
-	struct cfd *pt_base;	/* the backend file behind pt_id (referenced) */
+	uint8_t gen;		/* the kernel inode new lookups get (index: node_gen) */
+	struct fsgen gen0;	/* the first kernel inode */
+	struct fsgen *gens;	/* the others, NODE_GENS - 1, once a rewrite needed one */
 };
 
 enum { PT_IDLE = 0, PT_MAKING };
@@ -135,6 +150,7 @@ struct fshandle {
 	uint64_t drain_seq;
 	uint64_t timeout_ns;	/* drain: 0 = until done, or drain_timeout without progress */
 	uint8_t pt;		/* enum pt_mode it was opened with */
+	uint8_t gen;		/* the node's kernel inode it was opened on */
 	int32_t pt_id;		/* its backing id (pt != PT_NONE) */
 };
 
@@ -176,10 +192,12 @@ struct ckptfs {
 	atomic_bool inited;	/* the kernel's INIT has been answered */
 	unsigned max_read;	/* the max_read mount option in effect */
 	unsigned max_write;	/* what INIT asked the kernel for */
+	uint64_t max_file_size;	/* the backend's largest file (bsys_max_file_size), 0: unknown */
 
 	pthread_cond_t pt_cond;	/* a node's backing file was made (passthrough.c; ns) */
 	atomic_uint_least64_t pt_opens, pt_direct_opens, pt_failures;
 	atomic_uint_least64_t pt_from_cache;	/* read from cache memory instead (passthrough.c) */
+	atomic_uint_least64_t pt_renewed;	/* rewrites that gave a node a new kernel inode */
 	atomic_uint_least64_t rd_opens;	/* read-only opens that bypass the page cache (read_direct) */
 
 	struct {		/* bounded waits (wait.c) */
@@ -204,11 +222,20 @@ void fs_free_namespace(struct ckptfs *fs);
 /* Free the directory handles the kernel never released (at exit, ns held). */
 void fs_free_dirsnaps(struct ckptfs *fs);
 struct fsnode *fs_node(struct ckptfs *fs, fuse_ino_t ino);
+/* The node id new lookups of n get (its current kernel inode); that of kernel inode gen. */
 fuse_ino_t fs_ino(struct ckptfs *fs, struct fsnode *n);
+fuse_ino_t node_ino(struct ckptfs *fs, struct fsnode *n, unsigned gen);
+/* Which of a node's kernel inodes a node id names (0 for the root). */
+unsigned fs_ino_gen(struct ckptfs *fs, fuse_ino_t ino);
+/* Kernel inode i of n (i < NODE_GENS; made on first use). */
+struct fsgen *node_gen(struct fsnode *n, unsigned i);
+/* The kernel takes a reference on n's node id of kernel inode gen (an entry reply); or not, after all. */
+void node_lookup(struct fsnode *n, unsigned gen);
+void node_unlookup(struct fsnode *n, unsigned gen);
 struct fsnode *node_new(struct ckptfs *fs, mode_t mode, uid_t uid, gid_t gid);
 void node_ref(struct fsnode *n);
 void node_unref(struct ckptfs *fs, struct fsnode *n);
-void node_forget(struct ckptfs *fs, struct fsnode *n, uint64_t nlookup);
+void node_forget(struct ckptfs *fs, fuse_ino_t ino, uint64_t nlookup);
 struct cfile *node_cfile(struct ckptfs *fs, struct fsnode *n);
 struct fsdent *dent_find(struct ckptfs *fs, struct fsnode *dir, const char *name);
 struct fsdent *dent_add(struct ckptfs *fs, struct fsnode *dir, const char *name, struct fsnode *n);
@@ -387,6 +414,12 @@ struct pt_drop {
 void pt_release_locked(struct ckptfs *fs, struct fsnode *n, struct fshandle *h,
 		       struct pt_drop *drop);
 void pt_drop_finish(struct pt_drop *drop);	/* no lock */
+/*
+ * n's contents are about to change (a write-capable open of it, a
+ * truncate): if passthrough readers hold its kernel inode, later lookups
+ * get another one (passthrough.c, "Rewrites").
+ */
+void pt_changing_locked(struct ckptfs *fs, struct fsnode *n);
 
 /* ---- sealing versions (seal.c), ns held ---------------------------------- */
 

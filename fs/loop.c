@@ -81,6 +81,7 @@
  */
 #include "fs/bcall.h"
 #include "fs/fs.h"
+#include "fs/mounts.h"
 #include "cache/log.h"
 
 #include <linux/fuse.h>
@@ -93,6 +94,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #define PAGE 4096u
@@ -553,6 +555,30 @@ static bool all_done(struct worker *w, unsigned n)
 	return not_done(w, n) == 0;
 }
 
+/*
+ * After the kernel's connection was aborted (/sys/fs/fuse/connections/N/
+ * abort), libfuse's unmount gives up on the dead device and the mount
+ * stays, answering ENOTCONN to everyone and refusing the next mount there
+ * until someone unmounts it: detach it.  Only this daemon's (its type,
+ * its backend: a node's lease lets no other daemon mount that backend
+ * meanwhile); a normal end has unmounted it already.
+ */
+static void detach_dead_mount(struct ckptfs *fs)
+{
+	struct mountent *m;
+	int n = mounts_read(&m);
+
+	if (n < 0)
+		return;
+	int i = mounts_find(m, n, fs->opt.mountpoint_real);
+	bool ours = i >= 0 && !strcmp(m[i].fstype, "fuse.ckptfs") && m[i].source &&
+		    !strcmp(m[i].source, fs->opt.backend_real);
+	mounts_free(m, n);
+	if (ours && umount2(fs->opt.mountpoint_real, MNT_DETACH) == 0)
+		log_warn("the kernel's connection to %s was aborted: the mount is detached",
+			 fs->opt.mountpoint_real);
+}
+
 int fs_serve(struct ckptfs *fs)
 {
 	unsigned n = fs->own_loop ? fs->opt.max_threads : 1, stuck = 0;
@@ -578,6 +604,10 @@ int fs_serve(struct ckptfs *fs)
 	}
 	if (!(n = serve_start(fs, w, n))) {
 		free(w);
+		log_err("cannot start any request worker: unmounting");
+		fsu_stop();
+		fuse_session_unmount(fs->se);
+		detach_dead_mount(fs);
 		return -1;
 	}
 	/*
@@ -630,5 +660,6 @@ int fs_serve(struct ckptfs *fs)
 	backend_cancel_waiters(&fs->be, -ESHUTDOWN);
 	fsu_stop();	/* after those replies: they may go to ring entries */
 	fuse_session_unmount(fs->se);
+	detach_dead_mount(fs);
 	return (int)stuck;
 }

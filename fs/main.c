@@ -17,6 +17,7 @@
 #include "cache/log.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -345,6 +346,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ckptfs: backend '%s': %s\n", fs->opt.backend, strerror(-fs->root_fd));
 		return CKPTFS_USAGE_ERROR;
 	}
+	/* Writes past it fail at once (EFBIG), as on the backend, not at publication. */
+	fs->max_file_size = bsys_max_file_size(fs->root_fd);
 	if (!fs->opt.foreground)
 		status_fd = daemon_fork();
 	/* Before any other thread starts: they inherit its block of the stop signals. */
@@ -406,15 +409,25 @@ int main(int argc, char **argv)
 	if ((r = fs_init_namespace(fs)) < 0) {
 		fprintf(stderr, "ckptfs: cannot start: %s\n", strerror(-r));
 		daemon_report(&status_fd, 1);
+		fs_refresher_stop(fs);
+		backend_stop(&fs->be);	/* nothing was queued: the log closes clean */
 		return 1;
 	}
 	ctl_init(fs);
 
-	char opts[8192];
+	char opts[3 * PATH_MAX];
 	const char *mr = fs->opt.fuse_opts ? strstr(fs->opt.fuse_opts, "max_read=") : NULL;
 	fs->max_read = mr ? (unsigned)strtoul(mr + 9, NULL, 10) : READ_MAX;
+	/* The backend's path may hold what FUSE's option syntax means: escape it. */
+	char fsname[2 * PATH_MAX + 1], *o = fsname;
+	for (const char *c = fs->opt.backend_real; *c && o < fsname + sizeof(fsname) - 2; c++) {
+		if (*c == ',' || *c == '\\')
+			*o++ = '\\';
+		*o++ = *c;
+	}
+	*o = '\0';
 	snprintf(opts, sizeof(opts), "fsname=%s,subtype=ckptfs,default_permissions%s%s%s",
-		 fs->opt.backend_real, mr ? "" : ",max_read=" STR(READ_MAX),
+		 fsname, mr ? "" : ",max_read=" STR(READ_MAX),
 		 fs->opt.fuse_opts ? "," : "", fs->opt.fuse_opts ? fs->opt.fuse_opts : "");
 	if (fuse_opt_add_arg(&args, argv[0]) || fuse_opt_add_arg(&args, "-o") ||
 	    fuse_opt_add_arg(&args, opts) || (fs->opt.debug && fuse_opt_add_arg(&args, "-d"))) {
@@ -425,6 +438,8 @@ int main(int argc, char **argv)
 	if (!fs->se) {
 		fprintf(stderr, "ckptfs: FUSE rejected the options '%s'\n", opts);
 		daemon_report(&status_fd, CKPTFS_USAGE_ERROR);
+		fs_refresher_stop(fs);
+		backend_stop(&fs->be);	/* nothing was queued: the log closes clean */
 		return CKPTFS_USAGE_ERROR;
 	}
 	fs_signals_serve(fs->se);	/* a stop signal ends the session from now on */

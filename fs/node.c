@@ -32,14 +32,49 @@ bool name_valid(const char *name)
 	return n > 0 && n < 256 && strcmp(name, ".") && strcmp(name, "..") && !strchr(name, '/');
 }
 
+/* A node's address has its low bits clear (malloc's alignment): they name its kernel inode. */
+_Static_assert(_Alignof(max_align_t) >= NODE_GENS, "node ids need NODE_GENS low bits");
+
 struct fsnode *fs_node(struct ckptfs *fs, fuse_ino_t ino)
 {
-	return ino == FUSE_ROOT_ID ? fs->root : (struct fsnode *)(uintptr_t)ino;
+	return ino == FUSE_ROOT_ID ? fs->root :
+		(struct fsnode *)(uintptr_t)(ino & ~(fuse_ino_t)(NODE_GENS - 1));
+}
+
+fuse_ino_t node_ino(struct ckptfs *fs, struct fsnode *n, unsigned gen)
+{
+	return n == fs->root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)n | gen;
 }
 
 fuse_ino_t fs_ino(struct ckptfs *fs, struct fsnode *n)
 {
-	return n == fs->root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)n;
+	return node_ino(fs, n, n->gen);
+}
+
+unsigned fs_ino_gen(struct ckptfs *fs, fuse_ino_t ino)
+{
+	return ino == FUSE_ROOT_ID ? 0 : (unsigned)(ino & (NODE_GENS - 1));
+}
+
+struct fsgen *node_gen(struct fsnode *n, unsigned i)
+{
+	if (i == 0)
+		return &n->gen0;
+	if (!n->gens)
+		n->gens = xcalloc(NODE_GENS - 1, sizeof(*n->gens));
+	return &n->gens[i - 1];
+}
+
+void node_lookup(struct fsnode *n, unsigned gen)
+{
+	n->nlookup++;
+	node_gen(n, gen)->nlookup++;
+}
+
+void node_unlookup(struct fsnode *n, unsigned gen)
+{
+	n->nlookup--;
+	node_gen(n, gen)->nlookup--;
 }
 
 struct fsnode *node_new(struct ckptfs *fs, mode_t mode, uid_t uid, gid_t gid)
@@ -75,6 +110,7 @@ static void node_free(struct ckptfs *fs, struct fsnode *n)
 	bnode_put(n->b);
 	xattrs_free(n);
 	changed_clear(n);
+	free(n->gens);
 	free(n->symlink);
 	pthread_mutex_destroy(&n->alock);
 	list_del(&n->all);
@@ -96,9 +132,14 @@ void node_unref(struct ckptfs *fs, struct fsnode *n)
 	node_maybe_free(fs, n);
 }
 
-void node_forget(struct ckptfs *fs, struct fsnode *n, uint64_t nlookup)
+void node_forget(struct ckptfs *fs, fuse_ino_t ino, uint64_t nlookup)
 {
-	n->nlookup = nlookup > n->nlookup ? 0 : n->nlookup - nlookup;
+	struct fsnode *n = fs_node(fs, ino);
+	struct fsgen *g = node_gen(n, fs_ino_gen(fs, ino));
+
+	nlookup = CKPT_MIN(nlookup, g->nlookup);
+	g->nlookup -= nlookup;
+	n->nlookup -= nlookup;
 	node_maybe_free(fs, n);
 }
 

@@ -27,16 +27,27 @@ static uid_t actor_of(fuse_req_t req) { return fuse_req_ctx(req)->uid; }
 
 static void now_ts(struct timespec *ts) { clock_gettime(CLOCK_REALTIME, ts); }
 
-/* Fill an entry reply and count the kernel's new reference (ns held). */
-static void fill_entry(struct ckptfs *fs, struct fsnode *n, struct fuse_entry_param *e)
+/*
+ * Fill an entry reply naming kernel inode gen of n, and count the kernel's
+ * new reference (ns held).
+ */
+static void fill_entry_gen(struct ckptfs *fs, struct fsnode *n, unsigned gen,
+			   struct fuse_entry_param *e)
 {
 	memset(e, 0, sizeof(*e));
-	e->ino = fs_ino(fs, n);
+	e->ino = node_ino(fs, n, gen);
 	e->generation = 1;
 	e->attr_timeout = fs->opt.attr_timeout;
 	e->entry_timeout = fs->opt.attr_timeout;
 	node_fill_stat(fs, n, &e->attr);
-	n->nlookup++;
+	e->attr.st_ino = e->ino;
+	node_lookup(n, gen);
+}
+
+/* ... naming the kernel inode new lookups get. */
+static void fill_entry(struct ckptfs *fs, struct fsnode *n, struct fuse_entry_param *e)
+{
+	fill_entry_gen(fs, n, n->gen, e);
 }
 
 static void touch_mtime(struct fsnode *n)
@@ -78,10 +89,20 @@ static bool setid_kill(struct fsnode *n, uid_t caller)
 	return k;
 }
 
-/* The kernel caches attributes: tell it the mode changed (no lock held). */
-static void attrs_changed(struct ckptfs *fs, struct fsnode *n)
+/*
+ * Would a file of this size be one the backend cannot hold?  Then the
+ * write or truncate fails now, with EFBIG, as it would there — not its
+ * publication later, which would hold up every later operation of its user.
+ */
+static bool too_big(const struct ckptfs *fs, uint64_t size)
 {
-	fuse_lowlevel_notify_inval_inode(fs->se, fs_ino(fs, n), -1, 0);
+	return fs->max_file_size && size > fs->max_file_size;
+}
+
+/* The kernel caches attributes: tell it the mode of node id ino changed (no lock held). */
+static void attrs_changed(struct ckptfs *fs, fuse_ino_t ino)
+{
+	fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
 }
 
 /*
@@ -197,7 +218,7 @@ static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 	struct ckptfs *fs = FS(req);
 
 	pthread_mutex_lock(&fs->ns);
-	node_forget(fs, fs_node(fs, ino), nlookup);
+	node_forget(fs, ino, nlookup);
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_none(req);
 }
@@ -208,7 +229,7 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 
 	pthread_mutex_lock(&fs->ns);
 	for (size_t i = 0; i < count; i++)
-		node_forget(fs, fs_node(fs, forgets[i].ino), forgets[i].nlookup);
+		node_forget(fs, forgets[i].ino, forgets[i].nlookup);
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_none(req);
 }
@@ -221,6 +242,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	pthread_mutex_lock(&fs->ns);
 	node_fill_stat(fs, fs_node(fs, ino), &st);
 	pthread_mutex_unlock(&fs->ns);
+	st.st_ino = ino;	/* an earlier kernel inode of a rewritten file keeps its number */
 	fuse_reply_attr(req, &st, fs->opt.attr_timeout);
 }
 
@@ -261,6 +283,10 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			r = S_ISDIR(n->mode) ? -EISDIR : -EINVAL;
 			goto out;
 		}
+		if (too_big(fs, (uint64_t)attr->st_size)) {
+			r = -EFBIG;
+			goto out;
+		}
 		killed = setid_kill(n, fuse_req_ctx(req)->uid);
 		/*
 		 * truncate(2) of a file no one is writing, or with nothing unsealed
@@ -271,6 +297,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		 * version (session.c S2), and it changes the file as a write does.
 		 */
 		bool unsealed = node_needs_seal(n), bound = session_node_bound(n);
+		pt_changing_locked(fs, n);
 		cfile_truncate(node_cfile(fs, n), (uint64_t)attr->st_size);
 		touch_mtime(n);
 		if (!fi && !bound && (n->writers == 0 || !unsealed) &&
@@ -323,11 +350,13 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	if (op)
 		fs_submit(fs, actor_of(req), op);
 out:
-	if (r == 0)
+	if (r == 0) {
 		node_fill_stat(fs, n, &st);
+		st.st_ino = ino;
+	}
 	pthread_mutex_unlock(&fs->ns);
 	if (killed && !(to_set & FUSE_SET_ATTR_MODE))
-		attrs_changed(fs, n);
+		attrs_changed(fs, ino);
 	if (r < 0)
 		fuse_reply_err(req, -r);
 	else
@@ -834,15 +863,31 @@ static void handle_setup(struct fshandle *h, struct fuse_file_info *fi)
 	pt_setup(h, fi);
 }
 
-/* O_TRUNC: empty the file (a truncate by `caller`); true if its mode changed. */
-static bool open_truncate(struct ckptfs *fs, struct fsnode *n, int flags, uid_t caller)
+/*
+ * O_TRUNC: empty the file (a truncate by `caller`); true if its mode
+ * changed.  Linux truncates on a read-only open too (the kernel checked
+ * write permission, and FUSE_CAP_ATOMIC_O_TRUNC leaves the truncation to
+ * the open): such a handle never seals, so its empty file is sealed here,
+ * as truncate(2)'s is (op_setattr).
+ */
+static bool open_truncate(struct ckptfs *fs, struct fsnode *n, const struct fshandle *h,
+			  uid_t caller)
 {
-	if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) {
-		cfile_truncate(node_cfile(fs, n), 0);
-		touch_mtime(n);
-		return setid_kill(n, caller);
-	}
-	return false;
+	if (!(h->flags & O_TRUNC))
+		return false;
+	bool unsealed = node_needs_seal(n), bound = session_node_bound(n);
+	cfile_truncate(node_cfile(fs, n), 0);
+	touch_mtime(n);
+	bool killed = setid_kill(n, caller);
+	if (!h->writable && !bound && (n->writers == 0 || !unsealed))
+		seal_locked(fs, n, caller);	/* if it cannot, the next drain seals it */
+	return killed;
+}
+
+/* Will h change the file's contents (a write-capable open, or O_TRUNC)? */
+static bool handle_changes(const struct fshandle *h)
+{
+	return h->writable || (h->flags & O_TRUNC);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -870,14 +915,17 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	} else {
 		node_cfile(fs, n);
 		h = handle_new(req, n, fi->flags);
+		h->gen = (uint8_t)fs_ino_gen(fs, ino);
 		if (pt_open_locked(fs, n, h) == PT_REFUSE) {	/* may drop and retake ns */
 			struct pt_drop drop;	/* none: h has no passthrough */
 			handle_drop(fs, h, &drop);
 			handle_free(h);
 			r = -ETXTBSY;
 		} else {
+			if (handle_changes(h))
+				pt_changing_locked(fs, n);
 			/* Only an open that succeeds truncates. */
-			killed = open_truncate(fs, n, fi->flags, fuse_req_ctx(req)->uid);
+			killed = open_truncate(fs, n, h, fuse_req_ctx(req)->uid);
 			handle_opened(fs, h);
 		}
 	}
@@ -887,7 +935,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	if (killed)
-		attrs_changed(fs, n);
+		attrs_changed(fs, ino);
 	/*
 	 * A published file nobody had open keeps no backend descriptor
 	 * (cfile_opened): take one now, off the lock, so the handle reads its
@@ -945,7 +993,15 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	}
 	if (r == 0) {
 		node_cfile(fs, n);
+		/*
+		 * The kernel opens h on the node id of the entry this replies: the
+		 * one later lookups get, so a write-capable open of an existing file
+		 * takes a new one first, if passthrough readers hold it.
+		 */
+		if (existing && ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)))
+			pt_changing_locked(fs, n);
 		h = handle_new(req, n, fi->flags);
+		h->gen = n->gen;
 		if (pt_open_locked(fs, n, h) == PT_REFUSE) {	/* an existing file; may drop ns */
 			struct pt_drop drop;
 			handle_drop(fs, h, &drop);
@@ -953,9 +1009,9 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			r = -ETXTBSY;
 		} else {
 			if (existing)	/* only an open that succeeds truncates */
-				killed = open_truncate(fs, n, fi->flags, fuse_req_ctx(req)->uid);
+				killed = open_truncate(fs, n, h, fuse_req_ctx(req)->uid);
 			handle_opened(fs, h);
-			fill_entry(fs, n, &e);
+			fill_entry_gen(fs, n, h->gen, &e);	/* pt_open_locked may have dropped ns */
 		}
 	}
 	pthread_mutex_unlock(&fs->ns);
@@ -964,7 +1020,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		return;
 	}
 	if (killed)
-		attrs_changed(fs, n);
+		attrs_changed(fs, e.ino);
 	handle_setup(h, fi);
 	fuse_reply_create(req, &e, fi);
 	devio_open_patch_clear();
@@ -1014,6 +1070,10 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	if (too_big(fs, (uint64_t)off + len)) {
+		fuse_reply_err(req, EFBIG);
+		return;
+	}
 	bool changed = false;
 	fs_req_wait_begin(fs, req);	/* waiting for space ends on interrupt (wait.c) */
 	for (;;) {
@@ -1030,12 +1090,12 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 	if (r < 0) {
 		/* A part that went in before the error changed the file all the same. */
 		if (changed && note_write(n, fuse_req_ctx(req)->uid))
-			attrs_changed(fs, n);
+			attrs_changed(fs, ino);
 		fuse_reply_err(req, -r);
 		return;
 	}
 	if (note_write(n, fuse_req_ctx(req)->uid))
-		attrs_changed(fs, n);
+		attrs_changed(fs, ino);
 	handle_note_writer(h, fi->lock_owner);
 	fuse_reply_write(req, len);
 }
@@ -1350,12 +1410,12 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (plus) {
 			fill_entry(fs, n, &e);
 			if (i < 2) {	/* the kernel takes no reference on these */
-				n->nlookup--;
+				node_unlookup(n, n->gen);
 				e.ino = 0;
 			}
 			len = fuse_add_direntry_plus(req, buf + pos, size - pos, name, &e, i + 1);
 			if (len > size - pos && i >= 2)
-				n->nlookup--;
+				node_unlookup(n, n->gen);
 		} else {
 			struct stat st = { .st_ino = fs_ino(fs, n), .st_mode = n->mode };
 			len = fuse_add_direntry(req, buf + pos, size - pos, name, &st, i + 1);

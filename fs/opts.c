@@ -76,7 +76,7 @@ void opts_usage(FILE *f)
 "  flush_threads=N      threads writing to the backend, 1-64 (default 2)\n"
 "  flush_nice=N         the flushers' nice level, 0-19: where CPUs are short,\n"
 "                       the threads answering the trainer go first (default 10)\n"
-"  queue_depth=N        I/O requests in flight per flusher, 1-1024 (default 32)\n"
+"  queue_depth=N        I/O requests in flight per flusher, 2-1024 (default 32)\n"
 "  max_threads=N        FUSE worker threads, 2-256 (default 16)\n"
 "  fsync=durable|lazy   fsync waits for the backend (default), or returns at once\n"
 "  io=uring|pwrite      backend I/O engine (default uring; pwrite if unavailable)\n"
@@ -137,11 +137,12 @@ void opts_usage(FILE *f)
 "  lease_ttl=SEC        how long a silent node's lease lasts before another\n"
 "                       daemon may take the node over (default 30)\n"
 "\n"
-"FUSE options passed on: allow_other, allow_root, auto_unmount, fsname=,\n"
-"subtype=, ro, rw, suid, nosuid, dev, nodev, exec, noexec, atime, noatime,\n"
-"sync, async, dirsync, max_read=.  Ignored, as mount(8) expects: defaults,\n"
-"auto, noauto, user, users, nouser, owner, group, _netdev, nofail, comment=,\n"
-"x-*.\n");
+"FUSE options passed on: allow_other, allow_root, auto_unmount, ro, rw,\n"
+"suid, nosuid, dev, nodev, exec, noexec, atime, noatime, sync, async,\n"
+"dirsync, max_read=.  Set by ckptfs itself, refused: fsname=, subtype=.\n"
+"Ignored, as mount(8) expects: defaults, auto, noauto, user, users, nouser,\n"
+"owner, group, _netdev, nofail, relatime, strictatime, lazytime,\n"
+"nodiratime, diratime, comment=, x-*.\n");
 }
 
 static const char *const fuse_flags[] = {
@@ -149,7 +150,7 @@ static const char *const fuse_flags[] = {
 	"nodev", "exec", "noexec", "atime", "noatime", "sync", "async", "dirsync",
 	"default_permissions",
 };
-static const char *const fuse_valued[] = { "fsname", "subtype", "max_read" };
+static const char *const fuse_valued[] = { "max_read" };	/* checked as a number first */
 static const char *const ignored[] = {
 	"defaults", "auto", "noauto", "user", "users", "nouser", "owner", "group", "_netdev",
 	"nofail", "relatime", "strictatime", "lazytime", "nodiratime", "diratime",
@@ -179,7 +180,8 @@ static int parse_uint(const char *key, const char *val, unsigned lo, unsigned hi
 
 	errno = 0;
 	v = strtoul(val, &end, 10);
-	if (!*val || *end || errno || v < lo || v > hi) {
+	/* Digits only: strtoul would also take a sign or leading spaces. */
+	if (!*val || *end || errno || strspn(val, "0123456789") != strlen(val) || v < lo || v > hi) {
 		char range[64];
 		snprintf(range, sizeof(range), "%u to %u", lo, hi);
 		return usage_error("option '%s' needs a whole number from %s", key, range);
@@ -223,7 +225,7 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 	if (!strcmp(opt, "flush_nice"))
 		return parse_uint(opt, val ? val : "", 0, 19, &o->flush_nice);
 	if (!strcmp(opt, "queue_depth"))
-		return parse_uint(opt, val ? val : "", 1, 1024, &o->queue_depth);
+		return parse_uint(opt, val ? val : "", 2, 1024, &o->queue_depth);
 	if (!strcmp(opt, "max_threads"))
 		return parse_uint(opt, val ? val : "", 2, 256, &o->max_threads);
 	static const char *const off_on[] = { "off", "on", NULL };
@@ -272,8 +274,13 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 	if (!strcmp(opt, "attr_timeout") || !strcmp(opt, "drain_timeout")) {
 		char *end;
 		double t = val ? strtod(val, &end) : -1;
-		/* !(in range) also refuses NaN; an empty value is no number (tests/fuzz). */
-		if (!val || !*val || *end || !(t >= 0 && t <= 86400 * 7))
+		/*
+		 * !(in range) also refuses NaN; an empty value is no number
+		 * (tests/fuzz); decimal digits and a point only (strtod also takes
+		 * hex, exponents, signs and spaces).
+		 */
+		if (!val || !*val || *end || strspn(val, "0123456789.") != strlen(val) ||
+		    !(t >= 0 && t <= 86400 * 7))
 			return usage_error("option '%s' needs seconds from 0 to 604800, not '%s'", opt,
 					   val ? val : "");
 		if (opt[0] == 'a')
@@ -351,6 +358,13 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 	if (in_list(opt, ignored, CKPT_ARRAY_LEN(ignored)) || !strncmp(opt, "x-", 2) ||
 	    !strcmp(opt, "comment"))
 		return 0;
+	/* The mount's source and type are how ckptfs-ctl and ckptfs-stat find it and its backend. */
+	if (!strcmp(opt, "fsname") || !strcmp(opt, "subtype"))
+		return usage_error("option '%s' is set by ckptfs itself (the backend's path, and "
+				   "'ckptfs'), which its tools rely on; leave it out%s", opt, "");
+	unsigned mr;
+	if (!strcmp(opt, "max_read") && (r = parse_uint(opt, val ? val : "", 1, UINT_MAX, &mr)))
+		return r;	/* libfuse would refuse it, after the backend started */
 	if ((!val && in_list(opt, fuse_flags, CKPT_ARRAY_LEN(fuse_flags))) ||
 	    (val && in_list(opt, fuse_valued, CKPT_ARRAY_LEN(fuse_valued)))) {
 		if (!strcmp(opt, "allow_other"))
@@ -484,6 +498,34 @@ static bool path_within(const char *inner, const char *outer)
 	return strncmp(inner, outer, n) == 0 && (inner[n] == '/' || inner[n] == '\0');
 }
 
+/*
+ * Where path lies once its existing part is resolved (symlinks, ".",
+ * "//"), the part not made yet appended as written: into out; false if
+ * nothing of it resolves.
+ */
+static bool resolve_existing(const char *path, char *out, size_t len)
+{
+	char probe[PATH_MAX], real[PATH_MAX];
+	size_t n = strlen(path);
+
+	if (n >= sizeof(probe))
+		return false;
+	memcpy(probe, path, n + 1);
+	for (;;) {
+		if (realpath(probe, real)) {
+			const char *rest = path + strlen(probe);
+			while (*rest == '/')
+				rest++;
+			return snprintf(out, len, "%s%s%s", real,
+					*rest && strcmp(real, "/") ? "/" : "", rest) < (int)len;
+		}
+		char *slash = strrchr(probe, '/');
+		if (!slash || slash == probe)
+			return false;
+		*slash = '\0';
+	}
+}
+
 int opts_validate(struct ckptfs_opts *o)
 {
 	struct stat st;
@@ -526,6 +568,10 @@ int opts_validate(struct ckptfs_opts *o)
 		return usage_error("mountpoint '%s' lies inside the backend '%s'; pick one outside it",
 				   o->mountpoint, o->backend);
 
+	/* The command line's check compared the names as written: now where they lead. */
+	if (resolve_existing(o->rescue_dir, buf, sizeof(buf)) && path_within(buf, o->backend_real))
+		return usage_error("rescue_dir '%s' lies inside the backend '%s'; it must survive the "
+				   "backend failing", o->rescue_dir, o->backend);
 	/* Checked (and made) now, so a bad one fails the mount, not the rescue. */
 	if (backend_rescue_dir_check(o->rescue_dir, why, sizeof(why)) < 0)
 		return usage_error("rescue_dir '%s': %s", o->rescue_dir, why);

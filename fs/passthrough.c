@@ -16,8 +16,8 @@
  * The kernel's rules, and what they mean here:
  *   - an inode with passthrough handles has one backing file, and every
  *     further open of it must be passthrough too (else open fails with
- *     EIO).  So while a node has passthrough handles, every open of it
- *     gets FOPEN_PASSTHROUGH: read-only opens of the unchanged contents
+ *     EIO).  So while a kernel inode of a node has passthrough handles,
+ *     every open of it gets FOPEN_PASSTHROUGH: read-only opens of the unchanged contents
  *     read the backing file; write-only opens, and readers once the
  *     contents changed, get FOPEN_PASSTHROUGH | FOPEN_DIRECT_IO — their
  *     reads and writes come to the daemon as always, and only mmap(2)
@@ -32,15 +32,35 @@
  *     first passthrough open of a node happens only when it is the node's
  *     only handle (and nobody writes it).
  * Consistency: a passthrough reader reads the version that was published
- * when its node's first passthrough handle was opened, as NFS's
+ * when its kernel inode's first passthrough handle was opened, as NFS's
  * close-to-open consistency would give it; a later rewrite is published
- * under the same name (a rename over it), and readers opened after that
- * see it once every earlier passthrough handle is closed (until then they
- * read through the daemon, with mmap still on the earlier version).
+ * under the same name (a rename over it).
+ *
+ * Rewrites.  The backing file is the kernel inode's, and mmap(2) of any
+ * handle on that inode maps it: were later readers to open the same
+ * inode, they would map the earlier version.  So the kernel knows a node
+ * by one of NODE_GENS node ids (its address plus an index; fs_ino), each
+ * a kernel inode with its own lookups and passthrough state (struct
+ * fsgen).  When a node's contents are about to change (a write-capable
+ * open, a truncate) while its current kernel inode has a backing file,
+ * later lookups get another id whose kernel inode the kernel no longer
+ * holds (pt_changing_locked), and the kernel's entries for its names are
+ * dropped: later opens get a fresh inode, with no backing file until its
+ * own first passthrough open, of the then published version.
+ *   R1  An open on node id g uses only kernel inode g's passthrough state;
+ *       a handle remembers g (h->gen) for its release.
+ *   R2  Where every other id is still held (readers of NODE_GENS - 1
+ *       earlier versions open at once), the rewrite keeps the id: later
+ *       readers read the new version but map the earlier one, as before.
+ *   R3  The entries are dropped from a helper (bcall_post): the kernel
+ *       takes the parent directory's lock for it, which the request being
+ *       served may hold.  An open that looks the name up before that uses
+ *       the earlier inode (R2's outcome); at once, in practice.
  *
  * Invariants:
- *   T1  A node has a backing id iff it has passthrough handles (pt_handles
- *       > 0), outside the short MAKING window.
+ *   T1  A kernel inode of a node (struct fsgen) has a backing id iff it
+ *       has passthrough handles (pt_handles > 0), outside the short MAKING
+ *       window.
  *   T2  Backing files are opened read-only.
  *   T3  No backend I/O under fs->ns: the reopen, the ioctls and the last
  *       close of a backing file happen with it dropped; opens of a node
@@ -172,13 +192,13 @@ static void backing_close(int32_t id, struct cfd *base)
  * Make the node's backing file (T3: drops and retakes fs->ns).  True if
  * the node now has one.
  */
-static bool make_backing(struct ckptfs *fs, struct fsnode *n)
+static bool make_backing(struct ckptfs *fs, struct fsnode *n, struct fsgen *g)
 {
 	struct cfile *cf = n->cf;
 	struct cfd *base;
 	int32_t id = -ENOENT;
 
-	n->pt_state = PT_MAKING;
+	g->pt_state = PT_MAKING;
 	pthread_mutex_unlock(&fs->ns);
 	if (cfile_base_lazy(cf))
 		node_open_base(fs, n);	/* loaded from the backend, not opened yet */
@@ -188,11 +208,11 @@ static bool make_backing(struct ckptfs *fs, struct fsnode *n)
 	else if (base)
 		id = backing_open(fs, base);
 	pthread_mutex_lock(&fs->ns);
-	n->pt_state = PT_IDLE;
+	g->pt_state = PT_IDLE;
 	pthread_cond_broadcast(&fs->pt_cond);
 	if (id > 0) {
-		n->pt_id = id;
-		n->pt_base = base;
+		g->pt_id = id;
+		g->pt_base = base;
 		return true;
 	}
 	if (!base)
@@ -216,20 +236,22 @@ enum pt_mode pt_open_locked(struct ckptfs *fs, struct fsnode *n, struct fshandle
 {
 	if (!devio_passthrough() || n->ctl || !S_ISREG(n->mode) || !n->cf)
 		return PT_NONE;
+	struct fsgen *g = node_gen(n, h->gen);	/* the kernel inode h is opened on */
 	for (;;) {
-		while (n->pt_state == PT_MAKING)
+		while (g->pt_state == PT_MAKING)
 			pthread_cond_wait(&fs->pt_cond, &fs->ns);
-		if (n->pt_handles) {
+		if (g->pt_handles) {
 			/* The inode has a backing file: this open must use it too. */
 			if ((h->flags & O_ACCMODE) == O_RDWR)
 				return PT_REFUSE;	/* mmap would write the backend file */
-			struct cfd *now = h->writable ? NULL : cfile_clean_base(n->cf);
-			h->pt = now && now == n->pt_base ? PT_READ : PT_DIRECT;
+			bool changes = h->writable || (h->flags & O_TRUNC);
+			struct cfd *now = changes ? NULL : cfile_clean_base(n->cf);
+			h->pt = now && now == g->pt_base ? PT_READ : PT_DIRECT;
 			if (now) {
 				pthread_mutex_unlock(&fs->ns);
 				cfd_put(now);
 				pthread_mutex_lock(&fs->ns);
-				if (n->pt_state == PT_MAKING || !n->pt_handles) {
+				if (g->pt_state == PT_MAKING || !g->pt_handles) {
 					h->pt = PT_NONE;	/* changed meanwhile: decide again */
 					continue;
 				}
@@ -237,16 +259,16 @@ enum pt_mode pt_open_locked(struct ckptfs *fs, struct fsnode *n, struct fshandle
 			break;
 		}
 		/* The first passthrough handle: only as the node's only one. */
-		if (h->writable || (h->flags & O_DIRECT) || n->opens != 1 || n->writers)
+		if (h->writable || (h->flags & (O_DIRECT | O_TRUNC)) || n->opens != 1 || n->writers)
 			return PT_NONE;
-		if (!make_backing(fs, n))
+		if (!make_backing(fs, n, g))
 			return PT_NONE;
 		/* Opens that came meanwhile waited for us: they see pt_handles > 0. */
 		h->pt = PT_READ;
 		break;
 	}
-	n->pt_handles++;
-	h->pt_id = n->pt_id;
+	g->pt_handles++;
+	h->pt_id = g->pt_id;
 	atomic_fetch_add(h->pt == PT_READ ? &fs->pt_opens : &fs->pt_direct_opens, 1);
 	return (enum pt_mode)h->pt;
 }
@@ -274,11 +296,12 @@ void pt_release_locked(struct ckptfs *fs, struct fsnode *n, struct fshandle *h,
 	if (h->pt == PT_NONE)
 		return;
 	h->pt = PT_NONE;
-	if (--n->pt_handles == 0) {	/* T1 */
-		drop->id = n->pt_id;
-		drop->base = n->pt_base;
-		n->pt_id = 0;
-		n->pt_base = NULL;
+	struct fsgen *g = node_gen(n, h->gen);
+	if (--g->pt_handles == 0) {	/* T1 */
+		drop->id = g->pt_id;
+		drop->base = g->pt_base;
+		g->pt_id = 0;
+		g->pt_base = NULL;
 	}
 }
 
@@ -287,4 +310,72 @@ void pt_drop_finish(struct pt_drop *drop)
 	backing_close(drop->id, drop->base);
 	drop->id = 0;
 	drop->base = NULL;
+}
+
+/* ---- rewrites: a new kernel inode ---------------------------------------- */
+
+/* The kernel's entries for a node's names, dropped on a helper (bcall_post). */
+struct inval_call {
+	struct bcall c;
+	struct ckptfs *fs;
+	uint32_t n;
+	struct {
+		fuse_ino_t parent;
+		char *name;
+	} *e;
+};
+
+static int inval_run(struct bcall *c)
+{
+	struct inval_call *v = CKPT_CONTAINER_OF(c, struct inval_call, c);
+
+	for (uint32_t i = 0; i < v->n; i++)
+		fuse_lowlevel_notify_inval_entry(v->fs->se, v->e[i].parent, v->e[i].name,
+						 strlen(v->e[i].name));
+	return 0;
+}
+
+static void inval_drop(struct bcall *c)
+{
+	struct inval_call *v = CKPT_CONTAINER_OF(c, struct inval_call, c);
+
+	for (uint32_t i = 0; i < v->n; i++)
+		free(v->e[i].name);
+	free(v->e);
+	free(v);
+}
+
+void pt_changing_locked(struct ckptfs *fs, struct fsnode *n)
+{
+	struct fsgen *cur = node_gen(n, n->gen);
+	unsigned next;
+
+	if (!cur->pt_handles && cur->pt_state != PT_MAKING)
+		return;		/* no backing file on it: its mappings read through the daemon */
+	for (next = 0; next < NODE_GENS; next++) {
+		const struct fsgen *g = node_gen(n, next);
+		if (next != n->gen && !g->nlookup && !g->pt_handles && g->pt_state == PT_IDLE)
+			break;	/* the kernel holds no inode of this id */
+	}
+	if (next == NODE_GENS)
+		return;		/* all in use: later readers map the earlier version (R2) */
+	n->gen = (uint8_t)next;
+	atomic_fetch_add(&fs->pt_renewed, 1);
+
+	/*
+	 * The kernel's dentries still name the earlier inode: drop them.  Not
+	 * from this thread: the kernel takes the parent directory's lock for
+	 * it, which the request being served may hold (an O_CREAT open).
+	 */
+	struct inval_call *v = xcalloc(1, sizeof(*v));
+	v->c = (struct bcall){ .run = inval_run, .drop = inval_drop,
+			       .what = "drop the kernel's entries of a rewritten file" };
+	v->fs = fs;
+	for (struct list *e = n->dents.next; e != &n->dents; e = e->next) {
+		struct fsdent *d = list_entry(e, struct fsdent, nlink);
+		v->e = xrealloc(v->e, (v->n + 1) * sizeof(*v->e));
+		v->e[v->n].parent = fs_ino(fs, d->parent);
+		v->e[v->n++].name = xstrdup(d->name);
+	}
+	bcall_post(fs, &v->c);
 }

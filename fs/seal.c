@@ -22,6 +22,7 @@
  */
 #include "fs/fs.h"
 #include "fs/session.h"
+#include "cache/log.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -61,11 +62,28 @@ int seal_locked(struct ckptfs *fs, struct fsnode *n, uid_t actor)
 		n->new_file = false;
 		return 0;
 	}
-	if (cfile_base_lazy(cf) && (r = node_open_base(fs, n)) < 0)
-		return r;
+	/*
+	 * The version keeps ranges of the published file, which must be open.
+	 * The publisher may close it again meanwhile (cfile_published, without
+	 * fs->ns, when no handle is open): then cfile_seal finds it closed and
+	 * makes nothing, and it is opened again.
+	 */
+	struct cver *ver = NULL;
+	uint64_t seq = 0;
+	for (int tries = 0; !ver; tries++) {
+		if (tries == 8) {
+			log_err("sealing a version of %s: its published file keeps being closed",
+				d->name);
+			return -EIO;
+		}
+		if (cfile_base_lazy(cf) && (r = node_open_base(fs, n)) < 0)
+			return r;
+		seq = backend_next_seq(&fs->be);	/* one lost to a retry leaves a gap: harmless */
+		ver = cfile_seal(cf, seq);
+	}
 	op = op_new(OP_VERSION);
-	op->seq = backend_next_seq(&fs->be);
-	op->ver = cfile_seal(cf, op->seq);
+	op->seq = seq;
+	op->ver = ver;
 	op->node = bnode_get(n->b);
 	op->dir = bnode_get(d->parent->b);
 	op->name = xstrdup(d->name);

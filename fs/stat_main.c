@@ -15,6 +15,7 @@
 #include "cache/json.h"
 #include "cache/util.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -41,7 +42,7 @@ static void usage(FILE *f)
 "  -j, --json        the daemon's stats as JSON, one object per mount per line\n"
 "  -p, --prometheus  Prometheus text format (node_exporter textfile collector)\n"
 "  -f, --files       also list the files not yet durable\n"
-"  -w, --watch N     repeat every N seconds until interrupted\n"
+"  -w, --watch N     repeat every N seconds (0.1 to 86400) until interrupted\n"
 "  -t, --timeout S   give up on a mount that does not answer in S seconds\n"
 "                    (default 10; 0 waits as long as it takes)\n"
 "  -h, --help        this help\n"
@@ -455,8 +456,8 @@ int main(int argc, char **argv)
 		case 'w': {
 			char *end;
 			watch = strtod(optarg, &end);
-			if (*end || watch <= 0) {
-				fprintf(stderr, "%s: --watch needs a positive number of seconds, not '%s'\n",
+			if (*end || end == optarg || !(watch >= 0.1 && watch <= 86400)) {
+				fprintf(stderr, "%s: --watch needs seconds from 0.1 to 86400, not '%s'\n",
 					prog, optarg);
 				return CLI_USAGE;
 			}
@@ -507,7 +508,9 @@ int main(int argc, char **argv)
 		}
 		fflush(stdout);
 		if (watch > 0 && !stop) {
-			usleep((useconds_t)(watch * 1e6));
+			struct timespec ts = { (time_t)watch, (long)((watch - (double)(time_t)watch) * 1e9) };
+			while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !stop)
+				;
 			if (fmt == FMT_HUMAN && !stop)
 				putchar('\n');
 		}

@@ -19,6 +19,7 @@
 #define F "@file"		/* a regular file */
 #define X "@missing"		/* a path that does not exist */
 #define I "@inside"		/* a directory inside the backend */
+#define L "@link"		/* a symlink to the backend */
 
 struct bad {
 	const char *args[8];	/* after argv[0], NULL-terminated */
@@ -49,6 +50,7 @@ static const struct bad cases[] = {
 	{ { B, M, "-o", "flush_threads=-1", NULL }, "flush_threads" },
 	{ { B, M, "-o", "flush_threads", NULL }, "flush_threads" },
 	{ { B, M, "-o", "queue_depth=0", NULL }, "queue_depth" },
+	{ { B, M, "-o", "queue_depth=1", NULL }, "queue_depth" },	/* the flushers never got going */
 	{ { B, M, "-o", "max_threads=1", NULL }, "max_threads" },
 	{ { B, M, "-o", "fsync=maybe", NULL }, "fsync" },
 	{ { B, M, "-o", "fsync", NULL }, "fsync" },
@@ -67,6 +69,20 @@ static const struct bad cases[] = {
 	{ { B, M, "-o", "drain_timeout=soon", NULL }, "drain_timeout" },
 	{ { B, M, "-o", "rescue_dir=relative/dir", NULL }, "rescue_dir" },
 	{ { B, M, "-o", "rescue_dir=" I, NULL }, "rescue_dir" },
+	/* The same place under other names: resolved, not compared as written. */
+	{ { B "/", M, "-o", "rescue_dir=" I "/resc", NULL }, "rescue_dir" },
+	{ { B "/.", M, "-o", "rescue_dir=" I "/resc", NULL }, "rescue_dir" },
+	{ { B, M, "-o", "rescue_dir=" L "/resc", NULL }, "rescue_dir" },
+	/* ckptfs's own: its tools find the mount and its backend by them. */
+	{ { B, M, "-o", "fsname=/elsewhere", NULL }, "fsname" },
+	{ { B, M, "-o", "subtype=foo", NULL }, "subtype" },
+	/* Numbers as written in decimal only. */
+	{ { B, M, "-o", "cache_size=0x10M", NULL }, "cache_size" },
+	{ { B, M, "-o", "flush_threads=+3", NULL }, "flush_threads" },
+	{ { B, M, "-o", "max_threads= 4", NULL }, "max_threads" },
+	{ { B, M, "-o", "drain_timeout=0x10", NULL }, "drain_timeout" },
+	/* Refused by FUSE, after the backend started: exit 2, and its log stays clean (below). */
+	{ { B, M, "-o", "max_read=abc", NULL }, "max_read" },
 	{ { B, M, "-o", "allow_other,allow_root", NULL }, "allow_root" },
 	{ { B, M, "-o", "allow_root", "-o", "allow_other", NULL }, "allow_other" },
 	{ { X, M, NULL }, X },
@@ -78,22 +94,20 @@ static const struct bad cases[] = {
 
 static struct tmount m;
 static char missing[PATH_MAX + 32], afile[PATH_MAX + 32], inside[PATH_MAX + 32];
+static char blink[PATH_MAX + 32];
 static int failures;
 
 static const char *fill(const char *s, char *buf, size_t len)
 {
 	static const struct { const char *key; const char *val; } subst[] = {
 		{ B, m.backend }, { M, m.mnt }, { F, afile }, { X, missing }, { I, inside },
+		{ L, blink },
 	};
 	for (size_t i = 0; i < CU_LEN(subst); i++) {
 		size_t k = strlen(subst[i].key);
-		if (strncmp(s, subst[i].key, k) == 0) {
-			snprintf(buf, len, "%s%s", subst[i].val, s + k);
-			return buf;
-		}
-		const char *at = strstr(s, subst[i].key);
-		if (at && at[k] == '\0') {	/* option=@placeholder */
-			snprintf(buf, len, "%.*s%s", (int)(at - s), s, subst[i].val);
+		const char *at = strstr(s, subst[i].key);	/* [option=]@placeholder[/more] */
+		if (at) {
+			snprintf(buf, len, "%.*s%s%s", (int)(at - s), s, subst[i].val, at + k);
 			return buf;
 		}
 	}
@@ -223,6 +237,8 @@ int main(void)
 	snprintf(inside, sizeof(inside), "%s/sub", m.backend);
 	cu_write_text(afile, "x");
 	CHECK_SYS(mkdir(inside, 0755));
+	snprintf(blink, sizeof(blink), "%s/link", m.root);
+	CHECK_SYS(symlink(m.backend, blink));
 
 	for (size_t i = 0; i < CU_LEN(cases); i++)
 		run_bad(&cases[i], 0);
@@ -234,6 +250,9 @@ int main(void)
 	/* A mountpoint that is already mounted, by another ckptfs. */
 	static const struct bad again = { { I, M, NULL }, M };
 	tm_mount(&m, NULL, NULL);
+	/* None of the refusals above, some after the backend started, left its log unclean. */
+	if (!strstr(cu_slurp(tm_path(&m, ".ckptfs/stats")), "\"recovered_unclean\": false"))
+		FAILF("a refused start left the backend's log unclean: the next mount ran recovery");
 	run_bad(&again, 1);
 	tm_stop(&m);
 

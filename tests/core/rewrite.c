@@ -3,7 +3,9 @@
  * start: pwrite at shuffled, overlapping offsets; a sparse file with its
  * data at 1 GiB; truncate(2) of a closed file (its own version, published
  * without a close) and ftruncate of an open one, shrinking and growing;
- * O_APPEND; O_TRUNC over a file just published; and, after a remount, so
+ * O_APPEND; O_TRUNC over a file just published, also on a read-only
+ * open; writes and truncates past the backend's largest file (EFBIG at
+ * once); and, after a remount, so
  * that the file comes from the backend, an O_TRUNC rewrite, an append, and
  * an overwrite in the middle whose unchanged ranges must be the published
  * bytes.
@@ -202,6 +204,32 @@ static void rewrite_published(struct tmount *m, struct expect *mid)
 	cu_check_content(tm_path(m, "middle"), mid->buf, mid->len);
 }
 
+/*
+ * Past the backend's largest file (ext4: 16 TiB): the write and the
+ * truncate fail at once with EFBIG, as they would there, and nothing of
+ * theirs is queued to hold up the user's later files.
+ */
+static void past_backend_limit(struct tmount *m)
+{
+	uint64_t max = cu_stat(m, "backend_max_file_bytes");
+	if (!max || max >= (1ull << 62)) {
+		printf("the backend's largest file is %llu bytes: EFBIG not checked\n",
+		       (unsigned long long)max);
+		return;
+	}
+	int fd = cu_open(tm_path(m, "efbig"), O_WRONLY | O_CREAT | O_TRUNC);
+	char b[4096] = { 7 };
+	CU_EXPECT_ERRNO(pwrite(fd, b, sizeof(b), (off_t)(max - 100)), EFBIG);
+	CU_EXPECT_ERRNO(ftruncate(fd, (off_t)max + 1), EFBIG);
+	CU_EXPECT_ERRNO(truncate(tm_path(m, "efbig"), (off_t)max + 1), EFBIG);
+	ASSERT_EQ(pwrite(fd, b, sizeof(b), 0), (ssize_t)sizeof(b));
+	cu_close(fd);
+	cu_write_pattern(tm_path(m, "after_efbig"), 64 * KiB, 19);
+	tm_sync(m);	/* nothing blocked */
+	ASSERT_EQ(cu_file_size(tm_bpath(m, "efbig")), 4096);
+	cu_check_pattern(tm_bpath(m, "after_efbig"), 64 * KiB, 19);
+}
+
 int main(void)
 {
 	struct tmount m;
@@ -219,6 +247,19 @@ int main(void)
 	cu_write_pattern(tm_path(&m, "trunc_rewrite"), 8 * MiB, 15);
 	cu_write_pattern(tm_path(&m, "middle"), 12 * MiB, 17);
 	expect_pattern(&mid, 0, 12 * MiB, 17);
+	/*
+	 * O_RDONLY | O_TRUNC truncates, as on Linux's own file systems (the
+	 * kernel checked write permission; with atomic O_TRUNC it is the
+	 * open's to do), and that empty version is published with no writer.
+	 */
+	cu_write_pattern(tm_path(&m, "rdtrunc"), 3 * MiB, 18);
+	tm_sync(&m);
+	int rt = cu_open(tm_path(&m, "rdtrunc"), O_RDONLY | O_TRUNC);
+	ASSERT_EQ(cu_file_size(tm_path(&m, "rdtrunc")), 0);
+	tm_sync(&m);
+	ASSERT_EQ(cu_file_size(tm_bpath(&m, "rdtrunc")), 0);
+	cu_close(rt);
+	past_backend_limit(&m);
 	tm_stop(&m);
 
 	cu_check_content(tm_bpath(&m, "random"), rand_e.buf, rand_e.len);

@@ -181,6 +181,11 @@ static void failing_backend(void)
 	ct_check_seeded(tm_bpath(&m, "f"), 200 * KiB, 41);
 	ct_expect_status(&r, 0, "ckptfs-ctl drain after recovery");
 	ct_result_free(&r);
+	/* A relative PATH with ".." leads out of the mount: a usage error, as an absolute one. */
+	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "flush", m.mnt, "../../etc/passwd", NULL });
+	ct_expect_status(&r, 2, "ckptfs-ctl flush MOUNT ../../etc/passwd");
+	ct_expect_in(r.err, "not a file inside", "flush's message");
+	ct_result_free(&r);
 	tm_stop(&m);
 	tm_cleanup(&m);
 }
@@ -197,6 +202,8 @@ static void usage_errors(void)
 		{ { "drain" }, 2, "needs a MOUNT" },
 		{ { "drain", "/", "--timeout", "-1" }, 2, "--timeout" },
 		{ { "drain", "/", "--timeout", "soon" }, 2, "'soon'" },
+		{ { "drain", "/", "--timeout", "nan" }, 2, "'nan'" },	/* was: no timeout at all */
+		{ { "drain", "/", "--timeout", "inf" }, 2, "'inf'" },
 		{ { "drain", "/", "/tmp" }, 2, "one MOUNT" },
 		{ { "drain", "/proc" }, 2, "'/proc' is not a ckptfs mount" },
 		{ { "drain", "/no/such/dir" }, 2, "/no/such/dir" },

@@ -11,7 +11,8 @@
  *     hung);
  *   - with the daemon stopped (SIGSTOP: it answers nothing),
  *     `ckptfs-ctl drain --timeout 2` exits 1 saying the mount does not
- *     answer, instead of waiting for the daemon (an epilog's drain).
+ *     answer, instead of waiting for the daemon (an epilog's drain); so
+ *     does a drain without --timeout, once the stats do not answer either.
  *
  * Then the backend answers again and everything is published.
  *
@@ -87,6 +88,14 @@ int main(void)
 	ct_expect_in(r.err, "does not answer", "drain's message");
 	printf("ckptfs-ctl drain --timeout 2 of a stopped daemon: exit 1 after %llu ms\n",
 	       (unsigned long long)r.ms);
+	ct_result_free(&r);
+	/* Without --timeout too: its stats do not answer either (checked every 10 s, 5 s each). */
+	CHECK_SYS(kill(m.pid, SIGSTOP));
+	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "drain", m.mnt, NULL });
+	CHECK_SYS(kill(m.pid, SIGCONT));
+	ct_expect_status(&r, 1, "ckptfs-ctl drain of a stopped daemon");
+	ct_expect_in(r.err, "does not answer", "drain's message");
+	printf("ckptfs-ctl drain of a stopped daemon: exit 1 after %llu ms\n", (unsigned long long)r.ms);
 	ct_result_free(&r);
 
 	unlink(flag);

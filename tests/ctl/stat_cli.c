@@ -405,8 +405,11 @@ static void check_errors(void)
 	expect_usage_error(m2.mnt, sub, NULL, msg);	/* one bad path spoils the call */
 	expect_usage_error("/no/such/mount", NULL, NULL, "/no/such/mount");
 	expect_usage_error("--bogus", m2.mnt, NULL, "usage:");
-	expect_usage_error("--watch", "0", m2.mnt, "--watch needs a positive number");
+	expect_usage_error("--watch", "0", m2.mnt, "--watch needs seconds");
 	expect_usage_error("--watch", "soon", m2.mnt, "'soon'");
+	expect_usage_error("--watch", "nan", m2.mnt, "'nan'");
+	expect_usage_error("--watch", "1e-7", m2.mnt, "'1e-7'");	/* a busy loop on the daemon */
+	expect_usage_error("--watch", "1e9", m2.mnt, "'1e9'");
 	expect_usage_error("--timeout", "-1", m2.mnt, "--timeout needs seconds");
 	expect_usage_error("--timeout", "nan", m2.mnt, "'nan'");
 

@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 		CHECK(o.chunk_size >= (64u << 10) && o.chunk_size <= (64u << 20) &&
 		      !(o.chunk_size & (o.chunk_size - 1)));
 		CHECK(o.flush_threads >= 1 && o.flush_threads <= 64);
-		CHECK(o.queue_depth >= 1 && o.queue_depth <= 1024);
+		CHECK(o.queue_depth >= 2 && o.queue_depth <= 1024);
 		CHECK(o.max_threads >= 2 && o.max_threads <= 256);
 		CHECK(isfinite(o.attr_timeout) && o.attr_timeout >= 0 && o.attr_timeout <= 604800);
 		CHECK(isfinite(o.drain_timeout) && o.drain_timeout >= 0 && o.drain_timeout <= 604800);

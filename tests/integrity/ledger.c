@@ -11,11 +11,16 @@
  *    leaves the mount without one, logged once ("no seal ledger", naming
  *    the path), ledger_seal is harmless, ledger_take finds nothing, and
  *    the file is left as it was.
+ * 3. A ledger on a full file system (a tmpfs filled up): ledger_open says
+ *    there is none (ENOSPC) and the process lives on — its page is
+ *    written, not made sparse, so no store through the mapping can find no
+ *    block (SIGBUS, which killed the daemon at mount).
  */
 #include "tests/integrity/integ.h"
 #include "backend/ledger.h"
 
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -102,6 +107,54 @@ static void cannot_create(void)
 	ASSERT_STR_EQ(cu_slurp(seals), "not a directory");
 }
 
+/* ledger_open with stderr captured into a file under dir: what it logged. */
+static const char *open_logged(struct ledger *lg, const char *where, const char *mount_id)
+{
+	char logp[128];
+
+	snprintf(logp, sizeof(logp), "%s/log", dir);
+	fflush(stderr);
+	int saved = dup(2), fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	ASSERT_TRUE(saved >= 0 && fd >= 0);
+	dup2(fd, 2);
+	ledger_open(lg, where, mount_id, "boot-2");
+	fflush(stderr);
+	dup2(saved, 2);
+	close(fd);
+	close(saved);
+	return cu_slurp(logp);
+}
+
+static void full_fs(void)
+{
+	char fs[160], fill[200];
+	struct ledger lg;
+
+	snprintf(fs, sizeof(fs), "%s/full", dir);
+	CHECK_SYS(mkdir(fs, 0700));
+	if (mount("ckptfs-ledger-test", fs, "tmpfs", 0, "size=64k,mode=0700") != 0) {
+		fprintf(stderr, "no tmpfs mount here (%s): the full file system is not checked\n",
+			strerror(errno));
+		return;
+	}
+	snprintf(fill, sizeof(fill), "%s/.seals", fs);
+	CHECK_SYS(mkdir(fill, 0700));
+	snprintf(fill, sizeof(fill), "%s/fill", fs);
+	int fd = CHECK_SYS(open(fill, O_WRONLY | O_CREAT, 0600));
+	char block[4096] = { 1 };
+	while (write(fd, block, sizeof(block)) == (ssize_t)sizeof(block))
+		;
+	close(fd);
+	const char *log = open_logged(&lg, fs, "mountG");
+	fprintf(stderr, "logged: %s", log);
+	ASSERT_TRUE(lg.page == NULL);
+	if (!strstr(log, "no seal ledger") || !strstr(log, strerror(ENOSPC)))
+		FAILF("ledger_open on a full file system did not say why there is no ledger: '%s'", log);
+	ledger_seal(&lg, 3);
+	ledger_close(&lg, true);
+	CHECK_SYS(umount(fs));
+}
+
 int main(void)
 {
 	snprintf(dir, sizeof(dir), "/tmp/ckptfs-ledger.XXXXXX");
@@ -109,6 +162,7 @@ int main(void)
 		FAILF("mkdtemp: %s", strerror(errno));
 	other_boot();
 	cannot_create();
+	full_fs();
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	if (system(cmd) != 0)

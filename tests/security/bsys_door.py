@@ -45,6 +45,9 @@ EXCEPTIONS = {
     ("mounts.c.o", "fopen"): "reads /proc/self/mountinfo",
     ("opts.c.o", "stat"): "checks the command line's backend and mount point, before any backend call",
     ("opts.c.o", "access"): "checks the command line's backend is writable",
+    ("opts.c.o", "realpath"): "where rescue_dir's existing part leads, only compared with the "
+                              "backend's resolved path (one inside it is refused), before any "
+                              "backend call",
     ("safepath.c.o", "realpath"): "a daemon not run as root resolves its command line's backend "
                                   "and mount point with its own rights (as root: one component at "
                                   "a time through bsys_direct)",

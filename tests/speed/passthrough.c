@@ -18,8 +18,9 @@
  *     daemon gives it FOPEN_PASSTHROUGH | FOPEN_DIRECT_IO), its writes reach
  *     the cache and the backend; earlier readers keep the version they
  *     opened (close-to-open), later ones read the new bytes through the
- *     daemon; a read-write open is refused (ETXTBSY) until they close,
- *     and an O_TRUNC one that is refused truncates nothing;
+ *     daemon, by read(2) and by mmap(2) (the name gets a new kernel
+ *     inode: passthrough_renewed); a read-write open is refused (ETXTBSY)
+ *     until they close, and an O_TRUNC one that is refused truncates nothing;
  *   - after a remount (cold, the base not opened yet): passthrough again;
  *   - -o passthrough=off: never.
  * Where the kernel does not offer passthrough, the reads are checked all
@@ -45,6 +46,34 @@ static void backend_uncache(struct tmount *m, const char *name)
 static void drain(struct tmount *m)
 {
 	tm_sync(m);	/* everything durable, or the test fails */
+}
+
+/* Wait (boundedly) until path names another kernel inode than fd. */
+static void wait_new_inode(const char *path, int fd)
+{
+	struct stat held, named;
+
+	CHECK_SYS(fstat(fd, &held));
+	for (int i = 0; i < 500; i++) {
+		CHECK_SYS(stat(path, &named));
+		if (named.st_ino != held.st_ino)
+			return;
+		usleep(10000);
+	}
+	ASSERT_TRUE(named.st_ino != held.st_ino);
+}
+
+/* A mapping of path's first len bytes holds pattern seed. */
+static void check_mapped(int fd, uint64_t len, uint64_t seed)
+{
+	char *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	char *want = malloc(len);
+
+	ASSERT_TRUE(map != MAP_FAILED && want);
+	fill_pattern(want, len, seed, 0);
+	ASSERT_EQ(memcmp(map, want, len), 0);
+	munmap(map, len);
+	free(want);
 }
 
 int main(void)
@@ -131,22 +160,39 @@ int main(void)
 		cu_check_pattern(tm_bpath(&m, "a"), 5 * MiB + 123, 1);
 	}
 
-	/* A writer while a passthrough reader holds it: opens, writes, publishes. */
+	/*
+	 * A writer while a passthrough reader holds it: opens, writes,
+	 * publishes; and the name gets a new kernel inode, which later readers
+	 * open (the earlier one's backing file holds the earlier version).
+	 */
 	char text[] = "rewritten!";
+	uint64_t renewed = cu_stat(&m, "passthrough_renewed");
 	int w = cu_open(tm_path(&m, "a"), O_WRONLY);
 	cu_pwrite_all(w, text, sizeof(text) - 1, 1000);
 	cu_close(w);
+	if (pt) {
+		ASSERT_GE(cu_stat(&m, "passthrough_direct_opens"), 1);	/* w */
+		ASSERT_EQ(cu_stat(&m, "passthrough_renewed"), renewed + 1);
+		/* The kernel's entry is dropped from a helper thread: at once, in practice. */
+		wait_new_inode(tm_path(&m, "a"), fd);
+	}
 	/* The earlier reader keeps the version it opened. */
 	char got[16];
 	ASSERT_EQ(pread(fd, got, sizeof(text) - 1, 1000), (ssize_t)sizeof(text) - 1);
 	if (pt)
 		ASSERT_EQ(memcmp(got, want + 1000, sizeof(text) - 1), 0);
-	/* A reader opened now reads the new bytes (through the daemon). */
+	/* A reader opened now reads the new bytes (through the daemon), by read(2) and by mmap(2). */
 	int r2 = cu_open(tm_path(&m, "a"), O_RDONLY);
 	ASSERT_EQ(pread(r2, got, sizeof(text) - 1, 1000), (ssize_t)sizeof(text) - 1);
 	ASSERT_EQ(memcmp(got, text, sizeof(text) - 1), 0);
+	char *map2 = mmap(NULL, 5 * MiB + 123, PROT_READ, MAP_SHARED, r2, 0);
+	ASSERT_TRUE(map2 != MAP_FAILED);
+	ASSERT_EQ(memcmp(map2 + 1000, text, sizeof(text) - 1), 0);
+	ASSERT_EQ(memcmp(map2, want, 1000), 0);
+	munmap(map2, 5 * MiB + 123);
+	/* ... and the earlier reader's mapping still shows the version it opened. */
 	if (pt)
-		ASSERT_GE(cu_stat(&m, "passthrough_direct_opens"), 2);
+		ASSERT_EQ(memcmp(map + 1000, want + 1000, sizeof(text) - 1), 0);
 	cu_close(r2);
 	munmap(map, 5 * MiB + 123);
 	cu_close(fd);
@@ -158,6 +204,53 @@ int main(void)
 	cu_check_content(tm_path(&m, "a"), want, 5 * MiB + 123);
 	if (pt)
 		ASSERT_EQ(pt_opens(&m), p0 + 1);
+
+	/*
+	 * A rewrite as torch.save makes it (O_TRUNC, new contents) while a
+	 * passthrough reader maps the file: a later reader maps the new
+	 * version, the earlier one keeps its own; then truncate(2) of the name
+	 * while a passthrough reader holds it, the same.
+	 */
+	cu_write_pattern(tm_path(&m, "c"), 2 * MiB, 4);
+	drain(&m);
+	cu_check_pattern(tm_bpath(&m, "c"), 2 * MiB, 4);	/* into the page cache */
+	p0 = pt_opens(&m);
+	renewed = cu_stat(&m, "passthrough_renewed");
+	int c1 = cu_open(tm_path(&m, "c"), O_RDONLY);
+	char *cmap = mmap(NULL, 2 * MiB, PROT_READ, MAP_SHARED, c1, 0);
+	ASSERT_TRUE(cmap != MAP_FAILED);
+	cu_write_pattern(tm_path(&m, "c"), 3 * MiB, 5);
+	drain(&m);
+	if (pt) {
+		ASSERT_EQ(pt_opens(&m), p0 + 1);
+		ASSERT_EQ(cu_stat(&m, "passthrough_renewed"), renewed + 1);
+		wait_new_inode(tm_path(&m, "c"), c1);
+	}
+	int c2 = cu_open(tm_path(&m, "c"), O_RDONLY);
+	check_mapped(c2, 3 * MiB, 5);
+	if (pt)
+		check_mapped(c1, 2 * MiB, 4);
+	munmap(cmap, 2 * MiB);
+	cu_close(c2);
+	cu_close(c1);
+	cu_check_pattern(tm_bpath(&m, "c"), 3 * MiB, 5);
+	c1 = cu_open(tm_path(&m, "c"), O_RDONLY);	/* alone, durable, cached: passthrough */
+	if (pt)
+		ASSERT_EQ(pt_opens(&m), p0 + 2);
+	CHECK_SYS(truncate(tm_path(&m, "c"), MiB));
+	if (pt) {
+		ASSERT_EQ(cu_stat(&m, "passthrough_renewed"), renewed + 2);
+		wait_new_inode(tm_path(&m, "c"), c1);
+	}
+	c2 = cu_open(tm_path(&m, "c"), O_RDONLY);
+	struct stat cst;
+	CHECK_SYS(fstat(c2, &cst));
+	ASSERT_EQ((uint64_t)cst.st_size, MiB);
+	check_mapped(c2, MiB, 5);
+	cu_close(c2);
+	cu_close(c1);
+	drain(&m);
+	cu_check_pattern(tm_bpath(&m, "c"), MiB, 5);
 
 	/* Not durable yet (fdatasync takes 1.5 s while `hold` exists): through the daemon. */
 	cu_write_text(hold, "x");

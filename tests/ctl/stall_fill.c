@@ -1,0 +1,125 @@
+/*
+ * stall_fill.c — a write that must fill part of a chunk from a hung
+ * backend holds that file's lock; stat(2) of the file, and everything
+ * else, must not wait for it (cache/cfile.c: size and dirty are read
+ * without the lock, since stat asks them under the namespace lock).
+ *
+ * A published file is evicted from the cache; a writer puts one byte at
+ * its start, then writes at 500,000 — the bytes between are the
+ * published file's, read from the backend, whose reads now hang (held
+ * while a flag exists).  Meanwhile stat of that file, and creating,
+ * writing and closing another, each answer well within the hang (before:
+ * both waited for the writer's read, up to drain_timeout, the second
+ * behind the first's namespace lock).  Then the hang ends and everything
+ * is published.
+ */
+#include "tests/ctl/ctl_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define BOUND_MS 3000
+
+struct writer {
+	const char *path;
+	int fd;
+	ssize_t got;
+	int err;
+	uint64_t ms;	/* how long the write took */
+};
+
+static void *fill_write(void *arg)
+{
+	struct writer *w = arg;
+	uint64_t t0 = mono_ms();
+	w->got = pwrite(w->fd, "y", 1, 500000);
+	w->err = w->got < 0 ? errno : 0;
+	w->ms = mono_ms() - t0;
+	return NULL;
+}
+
+int main(void)
+{
+	struct tmount m;
+	char flag[PATH_MAX], env[PATH_MAX + 256];
+	struct json_obj s;
+
+	tm_require_fuse();
+	tm_init(&m, "stall-fill");
+	snprintf(flag, sizeof(flag), "%s/hold", m.root);
+	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=pread,hold=%s", flag);
+	tm_mount(&m, "cache_size=16M,chunk_size=1M,drain_timeout=10", (const char *const[]){ env, NULL });
+
+	ct_write_seeded(tm_path(&m, "f"), 2 * MiB, 1);
+	tm_sync(&m);
+	ct_write_seeded(tm_path(&m, "g"), 24 * MiB, 2);	/* evicts f's clean chunks */
+	tm_sync(&m);
+	ct_stats(&m, &s);
+	if (ct_num(&s, "evictions") < 2)
+		FAILF("f was not evicted (%.0f evictions)", ct_num(&s, "evictions"));
+	json_free(&s);
+
+	struct writer w = { .path = tm_path(&m, "f") };
+	w.fd = CHECK_SYS(open(w.path, O_WRONLY));
+	ASSERT_EQ(pwrite(w.fd, "x", 1, 0), 1);
+	ct_touch(flag);		/* backend reads hang from here */
+	pthread_t th;
+	ASSERT_EQ(pthread_create(&th, NULL, fill_write, &w), 0);
+	usleep(500 * 1000);	/* the writer is in its fill */
+
+	uint64_t t0 = mono_ms();
+	struct stat st;
+	CHECK_SYS(stat(w.path, &st));
+	uint64_t stat_ms = mono_ms() - t0;
+	t0 = mono_ms();
+	ct_write_seeded(tm_path(&m, "other"), 64 * KiB, 3);
+	uint64_t other_ms = mono_ms() - t0;
+	unlink(flag);
+	pthread_join(th, NULL);
+	fprintf(stderr, "stat %llu ms, another file written and closed in %llu ms; the fill: %zd (%s) "
+		"in %llu ms\n", (unsigned long long)stat_ms, (unsigned long long)other_ms, w.got,
+		w.err ? strerror(w.err) : "ok", (unsigned long long)w.ms);
+	/* Positive control: the writer did wait for the hung read, past both. */
+	if (w.ms < 500)
+		FAILF("the writer's fill took %llu ms: it did not wait for the backend",
+		      (unsigned long long)w.ms);
+	if (stat_ms >= BOUND_MS)
+		FAILF("stat of the file took %llu ms while its writer waited for the backend",
+		      (unsigned long long)stat_ms);
+	if (other_ms >= BOUND_MS)
+		FAILF("writing and closing another file took %llu ms meanwhile",
+		      (unsigned long long)other_ms);
+	ASSERT_EQ(st.st_size, 2 * MiB);
+	if (w.got != 1)
+		ASSERT_EQ(pwrite(w.fd, "y", 1, 500000), 1);	/* EIO while it hung: again */
+	CHECK_SYS(close(w.fd));
+	tm_sync(&m);
+
+	/* f: the published bytes, with x at 0 and y at 500,000. */
+	char *want = malloc(2 * MiB);
+	ASSERT_TRUE(want != NULL);
+	fill_pattern(want, 2 * MiB, 1, 0);
+	want[0] = 'x';
+	want[500000] = 'y';
+	size_t len;
+	int fd = CHECK_SYS(open(tm_bpath(&m, "f"), O_RDONLY));
+	char *got = malloc(2 * MiB + 1);
+	ASSERT_TRUE(got != NULL);
+	len = 0;
+	for (ssize_t n; (n = read(fd, got + len, 2 * MiB + 1 - len)) > 0;)
+		len += (size_t)n;
+	close(fd);
+	ASSERT_EQ(len, 2 * MiB);
+	ASSERT_EQ(memcmp(got, want, len), 0);
+	ct_check_seeded(tm_bpath(&m, "other"), 64 * KiB, 3);
+	free(got);
+	free(want);
+	tm_stop(&m);
+	tm_cleanup(&m);
+	printf("ok: stat and other files do not wait for a writer's fill from a hung backend\n");
+	return 0;
+}
