@@ -741,7 +741,7 @@ bool touched_covers(const struct touched *t, const struct op *op)
  * the directory is on that file system).  Otherwise it cannot be synced,
  * and is not durable: the error stands.
  */
-static int dir_sync_refused(struct backend *be, int fd, int r)
+static int dir_sync_refused(struct backend *be, int fd, int r, bool *root_synced)
 {
 	struct stat st;
 
@@ -749,14 +749,20 @@ static int dir_sync_refused(struct backend *be, int fd, int r)
 		return syncfs(fd) == 0 ? 0 : -errno;
 	if (r != -EBADF)
 		return r;
-	if (bsys.fstatat(fd, "", &st) == 0 && st.st_dev == be->root_dev)
-		return syncfs(be->root_fd) == 0 ? 0 : -errno;
-	return -EACCES;		/* it could not be opened to be synced */
+	if (bsys.fstatat(fd, "", &st) < 0 || st.st_dev != be->root_dev)
+		return -EACCES;		/* it could not be opened to be synced */
+	if (*root_synced)
+		return 0;		/* once per group covers them all */
+	if (syncfs(be->root_fd) < 0)
+		return -errno;
+	*root_synced = true;
+	return 0;
 }
 
 int sync_touched(struct backend *be, struct touched *t)
 {
 	int err = manifest_sync(&be->man);
+	bool root_synced = false;
 
 	for (unsigned i = 0; i < t->n; i++) {
 		int fd = bnode_dirfd(be, t->dirs[i]), r = 0;
@@ -765,7 +771,7 @@ int sync_touched(struct backend *be, struct touched *t)
 		if (fd >= 0 && atomic_load(&t->dirs[i]->present)) {
 			r = bsys.fsync(fd);
 			if (r == -EBADF || r == -EINVAL)	/* an O_PATH fd, or a fs without dir fsync */
-				r = dir_sync_refused(be, fd, r);
+				r = dir_sync_refused(be, fd, r, &root_synced);
 			atomic_fetch_add(&be->st.dir_fsyncs, 1);
 		}
 		if (fd >= 0)

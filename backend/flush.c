@@ -38,12 +38,14 @@
  * nothing before it will create that directory (order.c).
  *
  * Spilled bytes are written through the page cache, so a write-back error
- * reaches only the next sync of their stage file, and only once: a retry's
- * sync of the same file would succeed over bytes the kernel has dropped.
- * So a version whose stage failed a sync is never published (spill_lost:
- * every later attempt fails with EIO, and the administrator's skip gives it
- * up), and a stage a version copies spilled bytes from is synced before the
- * copy (stage_synced).
+ * reaches only the next sync of their stage file, and only once: a later
+ * sync of the same file succeeds over bytes the kernel may have dropped.
+ * So stages are synced one at a time, by stage_sync, which marks a stage
+ * whose sync failed lost (cfd->lost) before anyone else may sync it, and
+ * nothing is published from a lost stage: not the version whose output it
+ * is, nor one that copies spilled bytes from it (synced first) — every
+ * attempt fails with EIO, and the administrator's skip gives them up —
+ * nor a rescue copy.
  *
  * Temporary files are named ".ckptfs.<kind>.<mount id>.<n>" (P5).  Their
  * cfd carries a btemp tag; when the last reference goes and the file was
@@ -286,7 +288,7 @@ struct fjob {
 	int phase;
 	struct digest_range *known;	/* blocks the digest takes from the base's leaves */
 	struct runrec runs;	/* what was written to a fresh out */
-	const struct cfd *synced[4];	/* stage files synced before their bytes were copied */
+	struct cfd *synced[4];	/* stage files synced before their bytes were copied */
 	unsigned nsynced;
 };
 
@@ -645,19 +647,33 @@ static bool flush_fd_seg_leaves(struct flusher *fl, struct fjob *j, const struct
  * when it is the output itself (a stage file's spilled ranges).
  */
 /*
- * Before spilled bytes of stage f are copied: a write-back error of theirs
- * shows in f's sync (once).  Then the bytes may be gone: the version is
- * never published (spill_lost).
+ * Sync stage f: 0, or -EIO if it is lost — now, or by an earlier sync
+ * (see the top).  One at a time: the sync that gets a write-back error
+ * marks f lost before any other may sync it and succeed.
  */
-static int stage_synced(struct fjob *j, const struct cfd *f)
+static int stage_sync(struct cfd *f)
+{
+	static pthread_mutex_t one_at_a_time = PTHREAD_MUTEX_INITIALIZER;
+
+	pthread_mutex_lock(&one_at_a_time);
+	if (!atomic_load(&f->lost) && bsys.fdatasync(f->fd) < 0)
+		atomic_store(&f->lost, true);
+	pthread_mutex_unlock(&one_at_a_time);
+	return atomic_load(&f->lost) ? -EIO : 0;
+}
+
+#define LOST_STEP "publishing spilled bytes whose stage file failed a sync (they may be lost; " \
+		  "`ckptfs-ctl skip` gives the version up)"
+
+/* Before spilled bytes of stage f are copied into another file: f synced, not lost. */
+static int stage_synced(struct fjob *j, struct cfd *f)
 {
 	for (unsigned i = 0; i < j->nsynced; i++)
 		if (j->synced[i] == f)
 			return 0;
-	int r = bsys.fdatasync(f->fd);
+	int r = stage_sync(f);
 	if (r < 0) {
-		j->v->spill_lost = true;
-		fjob_fail(j, r, "syncing a stage file before copying its spilled bytes");
+		fjob_fail(j, r, LOST_STEP);
 		return r;
 	}
 	if (j->nsynced < CKPT_ARRAY_LEN(j->synced))
@@ -940,7 +956,10 @@ static void fjob_submit(struct flusher *fl, struct fjob *j)
 			int r = flush_finish_attrs(fl->be, j, &step);
 			fjob_fail(j, r, step);
 		}
-		if (j->err) {
+		if (!j->err && !j->fresh) {
+			fjob_fail(j, stage_sync(j->out), LOST_STEP);	/* a stage: see the top */
+			j->phase = FJ_DONE;
+		} else if (j->err) {
 			j->phase = FJ_DONE;
 		} else {
 			struct wreq *w = xcalloc(1, sizeof(*w));
@@ -960,11 +979,8 @@ static void fjob_complete(struct flusher *fl, const struct bio_cqe *c)
 
 	if (w->is_fsync) {
 		j->inflight--;
-		if (c->res < 0) {
+		if (c->res < 0)
 			fjob_fail(j, c->res, "fdatasync");
-			if (!j->fresh)	/* a stage: its spilled bytes may be gone (see the top) */
-				j->v->spill_lost = true;
-		}
 		j->phase = FJ_DONE;
 		free(w);
 		return;
@@ -1083,9 +1099,8 @@ static void flush_batch(struct flusher *fl, struct fjob *jobs, unsigned n)
 		struct fjob *j = &jobs[i];
 		j->v = j->op->ver;
 		j->nsynced = 0;
-		if (j->v->spill_lost)
-			fjob_fail(j, -EIO, "publishing spilled bytes whose stage file failed a sync "
-				  "(they may be lost; `ckptfs-ctl skip` gives the version up)");
+		if (j->v->out && atomic_load(&j->v->out->lost))
+			fjob_fail(j, -EIO, LOST_STEP);
 		j->base_ok = base_unchanged(be, j->v);
 		digest_init(&j->dg);
 		if (j->v->size >= LEAVES_MIN)
@@ -1269,6 +1284,12 @@ int flush_copy_version(struct cver *v, int fd, XXH128_hash_t *digest)
 			   .skip_zeros = true, .no_cfr = &no_cfr };
 	int r = 0;
 
+	/* Spilled bytes from a stage that failed a sync may be gone: no rescue copy of them. */
+	for (uint32_t i = 0; i < v->nseg; i++)
+		if (v->segs[i].kind == CSEG_FD && v->segs[i].staged && stage_sync(v->segs[i].f) < 0) {
+			free(x.buf);
+			return -EIO;
+		}
 	digest_init(&dg);
 	for (uint32_t i = 0; i < v->nseg && r == 0; i++) {
 		const struct cseg *s = &v->segs[i];

@@ -21,6 +21,7 @@ struct cfd *cfd_new(int fd)
 	f->tag = NULL;
 	f->tag_free = NULL;
 	atomic_init(&f->refs, 1);
+	atomic_init(&f->lost, false);
 	return f;
 }
 
@@ -826,24 +827,26 @@ int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, 
 		}
 		r = copy(arg, ch->mem + a, z - a, (size_t)(cbase + a - off));
 		changed = true;
-		if (r == 0)
+		if (r == 0) {
 			done = cbase + z;
-		else	/* what it left there is unknown (a recycled chunk's old bytes) */
+			cf->absorbed += z - a;
+			atomic_fetch_add(&cf->cache->st.absorbed_bytes, z - a);
+		} else {	/* what it left there is unknown (a recycled chunk's old bytes) */
 			memset(ch->mem + a, 0, z - a);
+		}
 		if (ch->state != CH_DIRTY || ch->list == CL_NONE)
 			cache_chunk_set_state(cf->cache, ch, CH_DIRTY);
-	}
-	/*
-	 * A write that failed after some chunks took their part (a later
-	 * chunk's fill from the backend, or the copy, failed) changed the file
-	 * all the same: what reads show from now on is what gets published.
-	 */
-	if (changed) {
+		/*
+		 * This chunk's part is the file's now, before the lock is dropped
+		 * for the next chunk: a seal meanwhile takes it (its version, once
+		 * published, makes the chunk clean: it must hold these bytes), and
+		 * a write that fails later (a chunk's allocation, its fill from
+		 * the backend, the copy) has changed the file all the same: what
+		 * reads show from now on is what gets published.
+		 */
 		if (done > cf->size)
 			cf->size = done;
 		cf->dirty = true;
-		cf->absorbed += done - off;
-		atomic_fetch_add(&cf->cache->st.absorbed_bytes, done - off);
 	}
 	pthread_mutex_unlock(&cf->lock);
 	if (changed_out)

@@ -41,6 +41,7 @@ struct cfd {
 	atomic_uint refs;
 	void *tag;			/* owner's data (a backend temp file's name) */
 	void (*tag_free)(void *tag);	/* called with tag at the last put, before close */
+	atomic_bool lost;	/* a stage whose sync failed: its spilled bytes may be gone (flush.c) */
 };
 struct cfd *cfd_new(int fd);
 struct cfd *cfd_get(struct cfd *f);
@@ -195,7 +196,6 @@ struct cver {
 	struct cseg *segs;
 	uint32_t nseg;
 	struct cfd *out;	/* stage file holding part of it already, or NULL */
-	bool spill_lost;	/* flushers: a sync of its spilled bytes failed; they may be lost */
 	struct cfd *base_f;	/* the base its unchanged ranges come from, if it was opened */
 	uint64_t bytes_cached;	/* bytes coming from chunks or stage (persisted count) */
 	uint64_t absorbed;	/* bytes written into the file since the previous seal */

@@ -187,13 +187,15 @@ char *cli_exchange_ctl(const char *prog, const char *mnt, const char *name, cons
 		_exit(read_child(prog, path, msg, p[1]));
 	}
 	close(p[1]);
+	/* 0: as long as it takes while the daemon is alive (not for the stats that tell it). */
+	bool probe = timeout_s <= 0 && strcmp(name, "stats") != 0;
 	for (;;) {
 		struct pollfd pf = { .fd = p[0], .events = POLLIN };
-		int r = poll(&pf, 1, timeout_s > 0 ? (int)(timeout_s * 1000) : CLI_LIVE_CHECK_S * 1000);
+		int r = poll(&pf, 1, timeout_s > 0 ? (int)(timeout_s * 1000) :
+				     probe ? CLI_LIVE_CHECK_S * 1000 : -1);
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r == 0 && timeout_s <= 0 && strcmp(name, "stats") != 0) {
-			/* As long as it takes, while the daemon is alive: is it? */
+		if (r == 0 && probe) {
 			char *st = cli_read_ctl(prog, mnt, "stats", CLI_LIVE_ANSWER_S);
 			free(st);
 			if (st)

@@ -41,7 +41,7 @@ int cli_all_mounts(char ***out);
  * CLI_LIVE_ANSWER_S), and a daemon that answers neither is given up.
  */
 #define CLI_LIVE_CHECK_S 10
-#define CLI_LIVE_ANSWER_S 5.0
+#define CLI_LIVE_ANSWER_S 30.0	/* stats wait for the namespace lock, held briefly but not only */
 #define CLI_READ_TIMEOUT_S 10.0
 char *cli_read_ctl(const char *prog, const char *mnt, const char *name, double timeout_s);
 /* The same, writing msg to the control file first (its answer is then read). */

@@ -592,18 +592,14 @@ static int resolve(const char *arg, char *root, size_t rlen, char *rel, size_t l
 		i = mounts_containing(m, n, real);
 		if (i >= 0 && !strcmp(m[i].fstype, "fuse.ckptfs")) {
 			/* Through a mount: drain it, then check its backend. */
-			char cmd[PATH_MAX + 64], drain[PATH_MAX + 32], buf[512];
-			snprintf(drain, sizeof(drain), "%s/.ckptfs/drain", m[i].target);
-			int fd = open(drain, O_RDONLY);
-			ssize_t k = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-			if (fd >= 0)
-				close(fd);
-			if (k <= 0 || !strstr(buf, "\"ok\": true"))
+			/* As ckptfs-ctl drain waits: while the daemon answers (cli.h). */
+			char *ans = cli_read_ctl(prog, m[i].target, "drain", 0);
+			if (!ans || !strstr(ans, "\"ok\": true"))
 				fprintf(stderr, "%s: warning: %s is not fully durable yet\n", prog, m[i].target);
+			free(ans);
 			size_t tl = strlen(m[i].target);
 			snprintf(root, rlen, "%s", m[i].source);
 			snprintf(rel, llen, "%s", real[tl] == '/' ? real + tl + 1 : (strcmp(m[i].target, "/") ? "" : real + 1));
-			(void)cmd;
 			mounts_free(m, n);
 			return 0;
 		}

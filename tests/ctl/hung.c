@@ -89,7 +89,7 @@ int main(void)
 	printf("ckptfs-ctl drain --timeout 2 of a stopped daemon: exit 1 after %llu ms\n",
 	       (unsigned long long)r.ms);
 	ct_result_free(&r);
-	/* Without --timeout too: its stats do not answer either (checked every 10 s, 5 s each). */
+	/* Without --timeout too: its stats do not answer either (checked every 10 s, 30 s each). */
 	CHECK_SYS(kill(m.pid, SIGSTOP));
 	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "drain", m.mnt, NULL });
 	CHECK_SYS(kill(m.pid, SIGCONT));

@@ -53,8 +53,10 @@ int main(void)
 	ASSERT_TRUE(it_has_pattern(tm_bpath(&m, "f"), 5, 3 * 1024 * 1024));	/* drained */
 	if (cu_mount_count(m.mnt) != 0)
 		FAILF("the aborted mount is still there: the next mount on %s would be refused", m.mnt);
-	if (!strstr(it_log_text(&m), "aborted"))
+	char *log = it_log_text(&m);
+	if (!strstr(log, "aborted"))
 		FAILF("the daemon did not say it detached the aborted mount");
+	free(log);
 
 	/* The next mount there comes up and sees the file. */
 	tm_mount(&m, NULL, NULL);
