@@ -40,12 +40,13 @@
  * Spilled bytes are written through the page cache, so a write-back error
  * reaches only the next sync of their stage file, and only once: a later
  * sync of the same file succeeds over bytes the kernel may have dropped.
- * So stages are synced one at a time, by stage_sync, which marks a stage
- * whose sync failed lost (cfd->lost) before anyone else may sync it, and
- * nothing is published from a lost stage: not the version whose output it
- * is, nor one that copies spilled bytes from it (synced first) — every
- * attempt fails with EIO, and the administrator's skip gives them up —
- * nor a rescue copy.
+ * So a stage is synced by one thread at a time, by stage_sync, which marks
+ * a stage whose sync failed lost (cfd->lost) before anyone else may sync
+ * it, and nothing is published from a lost stage: not the version whose
+ * output it is, nor one that copies spilled bytes from it (synced first) —
+ * every attempt fails with EIO, and the administrator's skip gives them up
+ * — nor a rescue copy (which reads the mark only: it runs when the backend
+ * stopped answering).
  *
  * Temporary files are named ".ckptfs.<kind>.<mount id>.<n>" (P5).  Their
  * cfd carries a btemp tag; when the last reference goes and the file was
@@ -653,12 +654,21 @@ static bool flush_fd_seg_leaves(struct flusher *fl, struct fjob *j, const struct
  */
 static int stage_sync(struct cfd *f)
 {
-	static pthread_mutex_t one_at_a_time = PTHREAD_MUTEX_INITIALIZER;
+	/* One at a time per file: a lock of a few, chosen by the file, so others need not wait. */
+	static pthread_mutex_t one_at_a_time[16] = {
+		PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+		PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+		PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+		PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+		PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+		PTHREAD_MUTEX_INITIALIZER,
+	};
+	pthread_mutex_t *mx = &one_at_a_time[((uintptr_t)f >> 6) % 16];
 
-	pthread_mutex_lock(&one_at_a_time);
+	pthread_mutex_lock(mx);
 	if (!atomic_load(&f->lost) && bsys.fdatasync(f->fd) < 0)
 		atomic_store(&f->lost, true);
-	pthread_mutex_unlock(&one_at_a_time);
+	pthread_mutex_unlock(mx);
 	return atomic_load(&f->lost) ? -EIO : 0;
 }
 
@@ -1284,9 +1294,14 @@ int flush_copy_version(struct cver *v, int fd, XXH128_hash_t *digest)
 			   .skip_zeros = true, .no_cfr = &no_cfr };
 	int r = 0;
 
-	/* Spilled bytes from a stage that failed a sync may be gone: no rescue copy of them. */
+	/*
+	 * Spilled bytes from a stage that failed a sync may be gone: no rescue
+	 * copy of them.  Only the mark is read: the rescue runs when the
+	 * backend stopped answering, and a sync (or a flusher stuck in one,
+	 * holding stage_sync's lock) could hold it for good.
+	 */
 	for (uint32_t i = 0; i < v->nseg; i++)
-		if (v->segs[i].kind == CSEG_FD && v->segs[i].staged && stage_sync(v->segs[i].f) < 0) {
+		if (v->segs[i].kind == CSEG_FD && v->segs[i].staged && atomic_load(&v->segs[i].f->lost)) {
 			free(x.buf);
 			return -EIO;
 		}
