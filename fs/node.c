@@ -3,8 +3,9 @@
  * lazy loading of directories from the backend.  Lock rules in fs.h; every
  * function here expects fs->ns held unless its comment says otherwise.
  *
- * A node's inode number is its address (root: FUSE_ROOT_ID).  A node lives
- * while the kernel holds lookups on it (nlookup) or anything here holds a
+ * A node's inode number is its address plus the index of the kernel inode
+ * new lookups get (struct fsgen, fs_ino; root: FUSE_ROOT_ID).  A node lives
+ * while the kernel holds lookups on any of them (nlookup) or anything here holds a
  * reference (refs: one per dentry naming it, one per open handle, one per
  * directory snapshot entry).
  */
