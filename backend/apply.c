@@ -139,30 +139,41 @@ static int xattr_err(int r)
 	return r == -ENOTSUP || r == -EOPNOTSUPP || r == -EPERM || r == -EACCES ? 0 : r;
 }
 
+struct xattr_copy {
+	int dirfd;
+	const char *name;
+};
+
+static int xattr_copy_one(void *arg, const char *key, const void *val, size_t len)
+{
+	struct xattr_copy *to = arg;
+
+	return xattr_err(bsys.setxattr(to->dirfd, to->name, key, val, len, 0, 0));
+}
+
 /*
- * Copy every xattr of (dir, name) onto (tdir, tname); a missing source is
- * fine, and so is one that is no longer a file (a symlink planted there is
- * refused by bsys, logged, and its target never read).
+ * Copy every xattr of (dir, name) onto (tdir, tname): how many were set, or
+ * -errno.  A missing source is fine (nothing to copy), and so is one that
+ * is no longer a file (a symlink planted there is refused by bsys, -ELOOP,
+ * logged, and its target never read); any other failure to read them fails
+ * the publication, which is retried: the new version never silently loses
+ * the xattrs its file had.
  */
 static int xattrs_copy(int dirfd, const char *name, int tdirfd, const char *tname)
 {
-	char keys[4096], val[4096];
-	ssize_t n;
-	int r = 0;
+	struct xattr_copy to = { tdirfd, tname };
+	int r = bsys_xattrs_each(dirfd, name, 0, xattr_copy_one, &to);
 
-	n = bsys.listxattr(dirfd, name, keys, sizeof(keys), 0);
-	for (ssize_t off = 0; r == 0 && n > 0 && off < n; off += (ssize_t)strlen(keys + off) + 1) {
-		ssize_t vl = bsys.getxattr(dirfd, name, keys + off, val, sizeof(val), 0);
-		if (vl >= 0)
-			r = xattr_err(bsys.setxattr(tdirfd, tname, keys + off, val, (size_t)vl, 0, 0));
-	}
-	return r;
+	return r == -ENOENT || r == -ENOTSUP || r == -EOPNOTSUPP || r == -ELOOP ? 0 : r;
 }
 
-/* Set the xattrs serialised as [u32 keylen][key\0][u32 vallen][value]... */
+/*
+ * Set the xattrs serialised as [u32 keylen][key\0][u32 vallen][value]...:
+ * how many were set, or -errno.
+ */
 static int xattrs_apply_blob(const char *p, size_t len, int dfd, const char *name)
 {
-	int r = 0;
+	int r = 0, set = 0;
 
 	while (r == 0 && len >= 8) {
 		uint32_t kl, vl;
@@ -173,10 +184,11 @@ static int xattrs_apply_blob(const char *p, size_t len, int dfd, const char *nam
 		if (len < 8 + (size_t)kl + vl)
 			break;
 		r = xattr_err(bsys.setxattr(dfd, name, p + 4, p + 8 + kl, vl, 0, 0));
+		set++;
 		p += 8 + kl + vl;
 		len -= 8 + (size_t)kl + vl;
 	}
-	return r;
+	return r < 0 ? r : set;
 }
 
 static int apply_attrs(struct backend *be, int dfd, const char *name, const struct op *op,
@@ -263,6 +275,15 @@ static int apply_version(struct backend *be, struct op *op, struct touched *t)
 		r = xattrs_apply_blob(op->value, op->value_len, tfd, tname);
 	else if (op->copy_xattrs)
 		r = xattrs_copy(dfd, op->name, tfd, tname);
+	/*
+	 * The data was fdatasynced by its flusher; xattrs set since are
+	 * metadata that only fsync covers.  ext4 and XFS would commit them
+	 * with the rename's journal entry, but btrfs logs a renamed file's
+	 * xattrs only when the file itself is synced: without this a crash
+	 * there could keep the new version and lose its xattrs.
+	 */
+	if (r > 0 && (r = bsys.fsync(op->out->fd)) == 0)
+		atomic_fetch_add(&be->st.xattr_fsyncs, 1);
 	if (r < 0)
 		goto relink;
 	pthread_rwlock_wrlock(&be->mv_lock);

@@ -238,6 +238,7 @@ struct backend_stats {
 	atomic_uint_least64_t flushing_bytes;	/* versions being written now */
 	atomic_uint_least64_t pending_versions;
 	atomic_uint_least64_t dir_fsyncs;
+	atomic_uint_least64_t xattr_fsyncs;	/* new versions synced again for their xattrs (apply.c) */
 	atomic_uint_least64_t dir_fd_closes;	/* idle directory fds closed for room */
 	atomic_uint_least64_t dirs_staged;	/* directories written ahead of their mkdir */
 	atomic_int last_error;			/* errno of the last failure, 0 when healthy */
@@ -318,6 +319,7 @@ struct backend {
 	struct list flushq;		/* versions waiting for a flusher */
 	struct list waiters;		/* sequence order */
 	uint64_t last_seq;		/* last assigned */
+	uint64_t reserved_seq;		/* taken by a seal, not yet submitted (0: none) */
 	uint64_t wall_floor;		/* no seal is stamped before it (nodes.h N3) */
 	uint64_t skipped_ops;		/* skipped by the administrator since the mount (N6) */
 	uint64_t skipped_from_wall;	/* the earliest seal time among them */
@@ -407,10 +409,13 @@ void op_free(struct op *op);
 /*
  * Give op the next sequence number and queue it.  Call with the front end's
  * namespace lock held so sequence order is the application's order.
- * For OP_VERSION, op->ver is sealed by the caller with the seq returned by
- * backend_next_seq() under the same lock.  Returns the seq.
+ * For OP_VERSION, op->ver is sealed by the caller with the seq reserved by
+ * backend_reserve_seq() under the same lock: until it is submitted (or the
+ * reservation released), nothing from it on counts as durable.  Asked
+ * again before that, it returns the same seq (a seal's retry).
  */
-uint64_t backend_next_seq(struct backend *be);
+uint64_t backend_reserve_seq(struct backend *be);
+void backend_release_seq(struct backend *be);
 /* Returns the -errno of a blocked operation that will hold op back, or 0. */
 int backend_submit(struct backend *be, struct op *op);
 /*

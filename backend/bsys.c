@@ -34,6 +34,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <linux/limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -622,6 +623,42 @@ uint64_t bsys_max_file_size(int dirfd)
 	}
 	close(fd);	/* unnamed: it goes with its last descriptor */
 	return lo;
+}
+
+int bsys_xattrs_each(int dirfd, const char *name, int at,
+		     int (*fn)(void *arg, const char *key, const void *val, size_t len), void *arg)
+{
+	char *keys = NULL, *val = NULL;
+	ssize_t n = 0;
+	int r = 0, took = 0;
+
+	for (int tries = 0; tries < 8; tries++) {
+		ssize_t want = bsys.listxattr(dirfd, name, NULL, 0, at);
+		if (want <= 0) {
+			n = want;
+			break;
+		}
+		keys = xrealloc(keys, (size_t)want);
+		n = bsys.listxattr(dirfd, name, keys, (size_t)want, at);
+		if (n != -ERANGE)
+			break;		/* (-ERANGE: it grew since it was sized) */
+	}
+	if (n < 0)
+		r = (int)n;
+	if (n > 0)
+		val = xmalloc(XATTR_SIZE_MAX);	/* the largest value Linux takes */
+	for (ssize_t off = 0; r == 0 && n > 0 && off < n; off += (ssize_t)strlen(keys + off) + 1) {
+		ssize_t vl = bsys.getxattr(dirfd, name, keys + off, val, XATTR_SIZE_MAX, at);
+		if (vl == -ENODATA)
+			continue;	/* removed since the list */
+		if (vl < 0)
+			r = (int)vl;
+		else if ((r = fn(arg, keys + off, val, (size_t)vl)) == 0)
+			took++;
+	}
+	free(keys);
+	free(val);
+	return r < 0 ? r : took;
 }
 
 /* Writes to the daemon's own metadata files (bsys.h): pwrite, behind its own door. */

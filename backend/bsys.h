@@ -148,6 +148,17 @@ int bsys_open_dir_path(const char *path);
  * space; 0 where it cannot tell (no O_TMPFILE: NFS, GlusterFS...).
  */
 uint64_t bsys_max_file_size(int dirfd);
+/*
+ * Every xattr of (dirfd, name), through the table: fn(arg, key, value, len)
+ * for each, in listxattr's order, whatever their number and size (the
+ * list is sized first, and grows if it grows meanwhile).  A key removed
+ * between the list and its read is passed over.  at: BSYS_LINK for the
+ * link itself.  fn returns 0 or -errno.  Returns how many fn took, the
+ * first error fn returned, or -errno of the list or a read (the caller decides which errors mean
+ * "none": -ENOENT, -ENOTSUP...).  Nothing is left out silently.
+ */
+int bsys_xattrs_each(int dirfd, const char *name, int at,
+		     int (*fn)(void *arg, const char *key, const void *val, size_t len), void *arg);
 /* Do fds a and b hold the same inode?  (A name reopened: is it still ours?) */
 bool bsys_same_file(int a, int b);
 /* Is (d, n) itself (not followed) the inode fd holds?  0, -ESTALE if another, or -errno. */

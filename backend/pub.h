@@ -105,6 +105,13 @@ bool err_transient(int err);
  */
 uint64_t backend_wall_stamp_locked(struct backend *be, uint64_t *ahead);
 /*
+ * The last sequence number whose operation, and every one before it, is
+ * durable: before the first queued one, and before a reserved one that is
+ * not queued yet (a seal in progress must not be counted durable by a
+ * publisher's pass that finds the queue empty).  be->lock held.
+ */
+uint64_t backend_durable_upto_locked(const struct backend *be);
+/*
  * Every operation sealed before the returned wall time is durable (be->lock):
  * the oldest pending seal time, or a fresh stamp when nothing is pending;
  * *seq (if not NULL) gets the durable sequence number that goes with it.

@@ -80,12 +80,31 @@ void op_free(struct op *op)
 	free(op);
 }
 
-uint64_t backend_next_seq(struct backend *be)
+uint64_t backend_reserve_seq(struct backend *be)
 {
 	pthread_mutex_lock(&be->lock);
-	uint64_t s = ++be->last_seq;
+	if (!be->reserved_seq)
+		be->reserved_seq = ++be->last_seq;
+	uint64_t s = be->reserved_seq;
 	pthread_mutex_unlock(&be->lock);
 	return s;
+}
+
+void backend_release_seq(struct backend *be)
+{
+	pthread_mutex_lock(&be->lock);
+	be->reserved_seq = 0;	/* a gap in the numbers: harmless */
+	pthread_mutex_unlock(&be->lock);
+}
+
+uint64_t backend_durable_upto_locked(const struct backend *be)
+{
+	uint64_t next = list_empty(&be->ops) ? be->last_seq + 1
+		      : list_entry(be->ops.next, struct op, link)->seq;
+
+	if (be->reserved_seq)
+		next = CKPT_MIN(next, be->reserved_seq);
+	return next - 1;
 }
 
 uint64_t backend_last_seq(struct backend *be)
@@ -139,6 +158,8 @@ int backend_submit(struct backend *be, struct op *op)
 	op->sealed_wall_ns = backend_wall_stamp_locked(be, &op->sealed_ahead_ns);	/* N3 */
 	if (!op->seq)
 		op->seq = ++be->last_seq;
+	if (op->seq == be->reserved_seq)
+		be->reserved_seq = 0;
 	ledger_seal(&be->ledger, op->seq);	/* a store into a mapped page */
 	list_add_tail(&be->ops, &op->link);
 	if (op->kind == OP_MKDIR && op->node && !atomic_load(&op->node->present))
@@ -195,7 +216,7 @@ uint64_t backend_durable_wall_locked(struct backend *be, uint64_t *seq)
 	for (struct list *e = be->ops.next; e != &be->ops; e = e->next)
 		wall = CKPT_MIN(wall, list_entry(e, struct op, link)->sealed_wall_ns);
 	if (seq)
-		*seq = list_empty(&be->ops) ? be->last_seq : atomic_load(&be->durable_seq);
+		*seq = backend_durable_upto_locked(be);
 	/* Nothing pending: no later seal can be stamped before now. */
 	return wall != UINT64_MAX ? wall : backend_wall_stamp_locked(be, NULL);
 }
@@ -834,8 +855,7 @@ static void *publisher_main(void *arg)
 		now = now_ns();
 		for (unsigned i = 0; i < nfailed; i++)
 			op_block(be, failed[i], ferr[i], now);
-		uint64_t durable = list_empty(&be->ops) ? be->last_seq
-				   : list_entry(be->ops.next, struct op, link)->seq - 1;
+		uint64_t durable = backend_durable_upto_locked(be);
 		if (durable > atomic_load(&be->durable_seq))
 			atomic_store(&be->durable_seq, durable);
 		uint64_t wall = backend_durable_wall_locked(be, NULL);

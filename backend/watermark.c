@@ -288,7 +288,7 @@ static bool durable_wall_locked(struct nodes *nd, struct wm_record *w, uint64_t 
 			others = CKPT_MIN(others, op->sealed_wall_ns);
 	}
 	pthread_mutex_unlock(&nd->lock);
-	*seq = list_empty(&be->ops) ? be->last_seq : atomic_load(&be->durable_seq);
+	*seq = backend_durable_upto_locked(be);
 	/* Nothing (of theirs) pending: a time no later seal can precede. */
 	uint64_t stamp_ahead, stamp = backend_wall_stamp_locked(be, &stamp_ahead);
 	/*

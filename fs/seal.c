@@ -74,12 +74,15 @@ int seal_locked(struct ckptfs *fs, struct fsnode *n, uid_t actor)
 		if (tries == 8) {
 			log_err("sealing a version of %s: its published file keeps being closed",
 				d->name);
-			return -EIO;
+			r = -EIO;
+		} else if (!cfile_base_lazy(cf) || (r = node_open_base(fs, n)) == 0) {
+			seq = backend_reserve_seq(&fs->be);	/* the same one again on a retry */
+			ver = cfile_seal(cf, seq);
+			continue;
 		}
-		if (cfile_base_lazy(cf) && (r = node_open_base(fs, n)) < 0)
-			return r;
-		seq = backend_next_seq(&fs->be);	/* one lost to a retry leaves a gap: harmless */
-		ver = cfile_seal(cf, seq);
+		if (seq)
+			backend_release_seq(&fs->be);
+		return r;
 	}
 	op = op_new(OP_VERSION);
 	op->seq = seq;

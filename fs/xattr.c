@@ -71,21 +71,23 @@ static int xattr_del(struct fsnode *n, const char *key)
 	return 0;
 }
 
-/* Read the xattrs of the object at (dfd, name) into n, a private holder. */
+static int xattr_take(void *arg, const char *key, const void *val, size_t len)
+{
+	xattr_put(arg, key, val, len);
+	return 0;
+}
+
+/*
+ * Read the xattrs of the object at (dfd, name) into n, a private holder:
+ * all of them, or an error (a set read in part would be published as the
+ * whole, dropping the rest from the file's next version).
+ */
 static int xattrs_read(void *arg, int dfd, const char *name)
 {
 	struct fsnode *n = arg;
-	int at = S_ISLNK(n->mode) ? BSYS_LINK : 0;
-	char keys[8192];
-	ssize_t kl = bsys.listxattr(dfd, name, keys, sizeof(keys), at);
+	int r = bsys_xattrs_each(dfd, name, S_ISLNK(n->mode) ? BSYS_LINK : 0, xattr_take, n);
 
-	for (ssize_t off = 0; kl > 0 && off < kl; off += (ssize_t)strlen(keys + off) + 1) {
-		char val[65536];
-		ssize_t vl = bsys.getxattr(dfd, name, keys + off, val, sizeof(val), at);
-		if (vl >= 0)
-			xattr_put(n, keys + off, val, (size_t)vl);
-	}
-	return kl < 0 && kl != -ENOTSUP && kl != -ENODATA ? (int)kl : 0;
+	return r < 0 && r != -ENOTSUP && r != -EOPNOTSUPP ? r : 0;
 }
 
 struct xattr_call {

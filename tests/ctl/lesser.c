@@ -7,6 +7,17 @@
  *            setxattr fails (EIO): its new version is not durable (fsync
  *            fails, the state is "blocked"), and once setxattr works again
  *            it is published with its xattr.
+ *   xsync    a new version's xattrs are set after its data sync, so the
+ *            file is synced again before it is published (btrfs logs a
+ *            renamed file's xattrs only then): with that fsync failing
+ *            (EIO) a rewritten file with a user xattr is not durable and
+ *            the backend keeps the old version, while a file without
+ *            xattrs publishes; stats count the syncs.
+ *   xmany    more xattrs than a 4 KiB name list and a 20,000-byte value
+ *            (on a tmpfs backend, which takes them): a file rewritten
+ *            after a remount, its xattrs never read through the mount,
+ *            keeps all of them on the backend, and listxattr through the
+ *            mount lists them all (the backend's set was read in full).
  *   sync     a chmod is applied, but the file cannot be opened for its
  *            fsync (openat EIO): fsync and drain fail instead of saying
  *            durable; then they succeed.
@@ -64,6 +75,115 @@ static void xattrs_case(void)
 	tm_stop(&m);
 	tm_cleanup(&m);
 	printf("xattrs: setxattr EIO -> not durable (EIO, blocked); published with its xattr after\n");
+}
+
+static double stat_num(struct tmount *m, const char *key)
+{
+	struct json_obj s;
+
+	ct_stats(m, &s);
+	double v = ct_num(&s, key);
+	json_free(&s);
+	return v;
+}
+
+static void xattr_sync_case(void)
+{
+	struct tmount m;
+	char flag[PATH_MAX], v[64];
+	struct ct_result r;
+
+	ct_mount_flagged(&m, "lesser-xsync", "op=fsync,err=EIO,name=.ckptfs.", flag);
+	ct_write_seeded(tm_path(&m, "f"), 100000, 1);
+	CHECK_SYS(setxattr(tm_path(&m, "f"), "user.tag", "keep", 4, 0));
+	ASSERT_EQ(fsync_path(tm_path(&m, "f")), 0);
+	ASSERT_EQ(stat_num(&m, "xattr_fsyncs"), 0);	/* that version had none yet */
+	ct_touch(flag);
+	ct_write_seeded(tm_path(&m, "plain"), 100000, 3);	/* no xattrs: no second sync */
+	ASSERT_EQ(fsync_path(tm_path(&m, "plain")), 0);
+	ct_check_seeded(tm_bpath(&m, "plain"), 100000, 3);
+	ct_write_seeded(tm_path(&m, "f"), 100000, 2);	/* carries user.tag */
+	ASSERT_EQ(fsync_path(tm_path(&m, "f")), -EIO);
+	ASSERT_TRUE(ct_wait_state(tm_path(&m, "f"), "blocked", 5000));
+	ct_check_seeded(tm_bpath(&m, "f"), 100000, 1);	/* the old one, whole */
+	unlink(flag);
+	ctl(&r, &m, "retry", NULL, NULL);
+	ct_result_free(&r);
+	ASSERT_EQ(fsync_path(tm_path(&m, "f")), 0);
+	ct_check_seeded(tm_bpath(&m, "f"), 100000, 2);
+	ASSERT_EQ(getxattr(tm_bpath(&m, "f"), "user.tag", v, sizeof(v)), 4);
+	ASSERT_TRUE(!memcmp(v, "keep", 4));
+	ASSERT_TRUE(stat_num(&m, "xattr_fsyncs") >= 1);
+	tm_stop(&m);
+	tm_cleanup(&m);
+	printf("xsync: the xattrs' fsync fails -> not durable, old version kept; published after\n");
+}
+
+#define XMANY 300
+#define XBIG 20000
+
+static void xattr_many_case(void)
+{
+	struct tmount m;
+	char key[64], *big = malloc(XBIG), *got = malloc(XBIG + 1), *names = malloc(65536);
+	const char *tmp = getenv("TMPDIR");
+	char *saved = tmp ? strdup(tmp) : NULL;
+
+	setenv("TMPDIR", "/dev/shm", 1);	/* ext4 keeps an inode's xattrs in one block */
+	tm_init(&m, "lesser-xmany");
+	if (saved)
+		setenv("TMPDIR", saved, 1);
+	else
+		unsetenv("TMPDIR");
+	free(saved);
+	if (setxattr(m.backend, "user.probe", "1", 1, 0) < 0) {
+		printf("xmany: skipped: /dev/shm takes no user xattrs (%s)\n", strerror(errno));
+		tm_cleanup(&m);
+		goto out;
+	}
+	removexattr(m.backend, "user.probe");
+	tm_mount(&m, NULL, NULL);
+	ct_write_seeded(tm_path(&m, "f"), 100000, 1);
+	for (int i = 0; i < XMANY; i++) {
+		snprintf(key, sizeof(key), "user.a_rather_long_key_name_%04d", i);
+		CHECK_SYS(setxattr(tm_path(&m, "f"), key, key + 5, strlen(key + 5), 0));
+	}
+	fill_pattern(big, XBIG, 9, 0);
+	CHECK_SYS(setxattr(tm_path(&m, "f"), "user.big", big, XBIG, 0));
+	tm_stop(&m);
+	ASSERT_EQ(getxattr(tm_bpath(&m, "f"), "user.big", got, XBIG + 1), XBIG);
+
+	/* Remounted: the file's xattrs are not in memory; a rewrite copies them. */
+	tm_mount(&m, NULL, NULL);
+	ct_write_seeded(tm_path(&m, "f"), 100000, 2);
+	ASSERT_EQ(fsync_path(tm_path(&m, "f")), 0);
+	ct_check_seeded(tm_bpath(&m, "f"), 100000, 2);
+	ssize_t n = CHECK_SYS(listxattr(tm_bpath(&m, "f"), names, 65536));
+	int count = 0;
+	for (ssize_t off = 0; off < n; off += (ssize_t)strlen(names + off) + 1)
+		count += !strncmp(names + off, "user.", 5);
+	ASSERT_EQ(count, XMANY + 1);
+	ASSERT_EQ(getxattr(tm_bpath(&m, "f"), "user.big", got, XBIG + 1), XBIG);
+	ASSERT_TRUE(!memcmp(got, big, XBIG));
+	ASSERT_EQ(getxattr(tm_bpath(&m, "f"), "user.a_rather_long_key_name_0299", got, 64), 27);
+
+	/* Remounted again: listed through the mount, read from the backend in full. */
+	tm_stop(&m);
+	tm_mount(&m, NULL, NULL);
+	n = CHECK_SYS(listxattr(tm_path(&m, "f"), names, 65536));
+	count = 0;
+	for (ssize_t off = 0; off < n; off += (ssize_t)strlen(names + off) + 1)
+		count += !strncmp(names + off, "user.", 5) && strncmp(names + off, "user.ckptfs.", 12);
+	ASSERT_EQ(count, XMANY + 1);
+	ASSERT_EQ(getxattr(tm_path(&m, "f"), "user.big", got, XBIG + 1), XBIG);
+	ASSERT_TRUE(!memcmp(got, big, XBIG));
+	tm_stop(&m);
+	tm_cleanup(&m);
+	printf("xmany: %d xattrs and a %d-byte value survive a rewrite after a remount\n", XMANY + 1, XBIG);
+out:
+	free(big);
+	free(got);
+	free(names);
 }
 
 static void sync_case(void)
@@ -133,6 +253,8 @@ int main(void)
 {
 	tm_require_fuse();
 	xattrs_case();
+	xattr_sync_case();
+	xattr_many_case();
 	sync_case();
 	relink_case();
 	printf("ok\n");
