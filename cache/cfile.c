@@ -353,27 +353,17 @@ void cfile_set_base_fd(struct cfile *cf, int fd)
 		close(fd);
 }
 
-struct cfd *cfile_base_ref(struct cfile *cf)
-{
-	struct cfd *f = NULL;
-
-	pthread_mutex_lock(&cf->lock);
-	if (cf->nlayers && !cf->dirty && list_empty(&cf->versions)) {
-		struct clayer *l = cf->layers[cf->nlayers - 1];
-		if (l->ver && l->f)
-			f = cfd_get(l->f);
-	}
-	pthread_mutex_unlock(&cf->lock);
-	return f;
-}
-
-uint64_t cfile_base_ino(struct cfile *cf)
+uint64_t cfile_base_peek(struct cfile *cf, struct cfd **ref)
 {
 	uint64_t ino = 0;
 
-	pthread_mutex_lock(&cf->lock);
+	*ref = NULL;
+	if (pthread_mutex_trylock(&cf->lock) != 0)
+		return 0;	/* busy: see cfile.h */
 	if (cf->nlayers && !cf->dirty && list_empty(&cf->versions)) {
 		struct clayer *l = cf->layers[cf->nlayers - 1];
+		if (l->ver && l->f)
+			*ref = cfd_get(l->f);
 		if (l->ver && l->base)
 			ino = l->ino;
 	}
@@ -393,10 +383,7 @@ bool cfile_dirty(struct cfile *cf)
 
 bool cfile_base_lazy(struct cfile *cf)
 {
-	pthread_mutex_lock(&cf->lock);
-	bool l = cf->base_lazy;
-	pthread_mutex_unlock(&cf->lock);
-	return l;
+	return atomic_load(&cf->base_lazy);	/* no lock: see struct cfile */
 }
 
 struct cfd *cfile_clean_base(struct cfile *cf)
@@ -416,11 +403,9 @@ struct cfd *cfile_clean_base(struct cfile *cf)
 
 enum cfile_state cfile_state(struct cfile *cf)
 {
-	enum cfile_state st;
-	pthread_mutex_lock(&cf->lock);
-	st = cf->dirty ? CF_DIRTY : !list_empty(&cf->versions) ? CF_FLUSHING : CF_DURABLE;
-	pthread_mutex_unlock(&cf->lock);
-	return st;
+	/* No lock (struct cfile); a seal counts its version before it clears dirty. */
+	return atomic_load(&cf->dirty) ? CF_DIRTY : atomic_load(&cf->nversions) ? CF_FLUSHING
+										 : CF_DURABLE;
 }
 
 bool cfile_in_memory(struct cfile *cf)
@@ -962,8 +947,9 @@ struct cver *cfile_seal(struct cfile *cf, uint64_t seq)
 			v->base_f = cfd_get(base->f);
 	v->absorbed = cf->absorbed;	/* written since the last seal: goes with this version */
 	cf->absorbed = 0;
-	cf->dirty = false;
+	atomic_fetch_add(&cf->nversions, 1);	/* first: never "durable" in between */
 	list_add_tail(&cf->versions, &v->link);
+	cf->dirty = false;
 	pthread_mutex_unlock(&cf->lock);
 	return v;
 }
@@ -990,8 +976,10 @@ static void ver_release_locked(struct cver *v, bool published)
 		}
 	}
 	v->nseg = 0;
-	if (list_linked(&v->link))
+	if (list_linked(&v->link)) {
 		list_del(&v->link);
+		atomic_fetch_sub(&v->cf->nversions, 1);
+	}
 }
 
 void cfile_published(struct cver *v, struct cfd *out, struct cleaves *leaves, uint64_t ino,
@@ -1014,36 +1002,47 @@ void cfile_published(struct cver *v, struct cfd *out, struct cleaves *leaves, ui
 			cf->layers[k++] = l;
 	}
 	cf->nlayers = k;
-	cf->base_lazy = false;
+	bool lazy = false;	/* stored once: it is read without the lock */
 	if (out) {
-		/* Nobody has it open: keep no descriptor (it is reopened when needed). */
-		struct clayer *base = layer_new(cf->opens ? cfd_get(out) : NULL, v->seq);
+		/*
+		 * Nobody has it open: keep no descriptor (it is reopened when
+		 * needed; an open counted since finds it lazy).  One look at the
+		 * count, which changes without the lock.
+		 */
+		bool opened = atomic_load(&cf->opens) != 0;
+		struct clayer *base = layer_new(opened ? cfd_get(out) : NULL, v->seq);
 		base->base = true;
 		base->leaves = leaves;
 		base->ino = ino;
 		leaves = NULL;
 		layer_add(base, 0, CKPT_MIN(CKPT_MIN(v->size, v->trunc_after), cf->size));
 		layers_append(cf, base);
-		cf->base_lazy = !cf->opens && base->next;
+		lazy = !opened && base->next;
 		if (!base->next) {	/* nothing of it is used: no layer at all */
 			layer_free(cf->layers[--cf->nlayers]);
 		}
 	}
+	cf->base_lazy = lazy;
 	pthread_mutex_unlock(&cf->lock);
 	cleaves_put(leaves);
 }
 
 void cfile_opened(struct cfile *cf)
 {
-	pthread_mutex_lock(&cf->lock);
-	cf->opens++;
-	pthread_mutex_unlock(&cf->lock);
+	atomic_fetch_add(&cf->opens, 1);	/* no lock: see struct cfile */
 }
 
 void cfile_closed(struct cfile *cf)
 {
+	/*
+	 * The last close takes the lock to let the base go.  No write can be
+	 * filling then (a writer's handle counts), so it does not wait long;
+	 * an open since is seen under the lock and keeps the base.
+	 */
+	if (atomic_fetch_sub(&cf->opens, 1) != 1)
+		return;
 	pthread_mutex_lock(&cf->lock);
-	if (--cf->opens == 0 && cf->nlayers && !cf->base_lazy) {
+	if (atomic_load(&cf->opens) == 0 && cf->nlayers && !cf->base_lazy) {
 		struct clayer *base = cf->layers[cf->nlayers - 1];
 		if (base->base && base->f) {
 			cfd_put(base->f);	/* versions hold their own references */

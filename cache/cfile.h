@@ -177,12 +177,20 @@ struct cfile {
 	struct clayer **layers;	/* newest first */
 	uint32_t nlayers;
 	struct list versions;	/* pending versions, oldest first */
+	atomic_uint nversions;	/* how many: written under lock, read without (cfile_state) */
 	uint64_t trunc_gen;	/* bumped by every shrinking truncate */
 	uint32_t spills;	/* spill writes in flight to the live stage */
 	atomic_bool dirty;	/* modified since the last seal (written under lock, like size) */
 	uint64_t absorbed;	/* bytes written since the last seal (stats) */
-	bool base_lazy;		/* last layer is a base whose fd is not open yet */
-	uint32_t opens;		/* open handles on it (the front end's count) */
+	/*
+	 * Written under lock; atomic so that what the front end asks under its
+	 * namespace lock (cfile_state, cfile_base_lazy, an open's count) never
+	 * waits for the file's lock, which a write filling a chunk from a hung
+	 * backend holds up to drain_timeout: else a stats read, or an open of
+	 * the file, would stall every request of the mount behind it.
+	 */
+	atomic_bool base_lazy;	/* last layer is a base whose fd is not open yet */
+	atomic_uint opens;	/* open handles on it (the front end's count; changed without lock) */
 	void *owner;		/* the upper layer's object (opaque here) */
 };
 
@@ -216,16 +224,16 @@ void cfile_set_base_lazy(struct cfile *cf, uint64_t len, uint64_t ver);
 void cfile_set_base_fd(struct cfile *cf, int fd);
 /*
  * The base file of a clean file with nothing pending (the version loaded or
- * last published), as a reference; NULL if it has none open, or is dirty or
- * flushing.  For telling whether a backend name still holds that file.
+ * last published): *ref gets it as a reference (NULL if none is open) and
+ * the result is the backend inode of the file this mount last published
+ * for cf (a published file nobody has open keeps no descriptor); NULL and
+ * 0 if it is dirty or flushing, or if its lock is busy: this does not
+ * wait (the caller holds the namespace lock, and a write filling a chunk
+ * from a hung backend holds the file's lock; such a file is being written,
+ * and the caller treats it as unknown).  For telling whether a backend
+ * name still holds that file.
  */
-struct cfd *cfile_base_ref(struct cfile *cf);
-/*
- * The backend inode of the file this mount last published for cf, under
- * the same conditions as cfile_base_ref but with no descriptor needed (a
- * published file nobody has open keeps none); 0 if unknown.
- */
-uint64_t cfile_base_ino(struct cfile *cf);
+uint64_t cfile_base_peek(struct cfile *cf, struct cfd **ref);
 
 /*
  * Write len bytes at off.  `copy` fills dst (len bytes of the write starting

@@ -544,7 +544,7 @@ int dir_load(struct ckptfs *fs, struct fsnode *dir)
  *     old node and what they had, as on a local file system, and the old
  *     node's clean cached chunks go with it.  Same object, other
  *     attributes: updated in place.  This node's own publications are
- *     recognised by the inode of the file it published (cfile_base_ref).
+ *     recognised by the inode of the file it published (cfile_base_peek).
  * Names changed here while the refresher read, and files sealed or changed
  * meanwhile, are left as they are for the next round.  Requests wait for a
  * revalidation at most DIR_REFRESH_WAIT_MS: a stalled backend delays what
@@ -725,8 +725,7 @@ static void dir_refresh(struct ckptfs *fs, struct fsnode *dir)
 		}
 		sn[nsn] = (struct snap){ .name = xstrdup(d->name), .bid = n->bid, .bknown = n->bknown };
 		if (S_ISREG(n->mode) && n->cf) {
-			sn[nsn].base = cfile_base_ref(n->cf);
-			sn[nsn].base_ino = cfile_base_ino(n->cf);
+			sn[nsn].base_ino = cfile_base_peek(n->cf, &sn[nsn].base);
 		}
 		else if (S_ISDIR(n->mode) && !n->bknown)
 			sn[nsn].dirb = bnode_get(n->b);

@@ -12,6 +12,12 @@
  * both waited for the writer's read, up to drain_timeout, the second
  * behind the first's namespace lock).  Then the hang ends and everything
  * is published.
+ *
+ * Then the same with the file clean while its writer fills (its one byte
+ * at 0 published first): a stats read, which asks every file's state
+ * under the namespace lock, and an open and close of the file by another
+ * process answer within the hang too (before: both waited for the fill,
+ * and every request of the mount behind them).
  */
 #include "tests/ctl/ctl_util.h"
 
@@ -116,6 +122,52 @@ int main(void)
 	ASSERT_EQ(len, 2 * MiB);
 	ASSERT_EQ(memcmp(got, want, len), 0);
 	ct_check_seeded(tm_bpath(&m, "other"), 64 * KiB, 3);
+
+	/* A clean file's fill: its byte at 0 is published, its chunk kept. */
+	ct_write_seeded(tm_path(&m, "g"), 24 * MiB, 4);	/* evicts f again */
+	tm_sync(&m);
+	w.fd = CHECK_SYS(open(w.path, O_WRONLY));
+	ASSERT_EQ(pwrite(w.fd, "z", 1, 0), 1);
+	CHECK_SYS(close(w.fd));
+	tm_sync(&m);
+	w.fd = CHECK_SYS(open(w.path, O_WRONLY));
+	ct_touch(flag);
+	ASSERT_EQ(pthread_create(&th, NULL, fill_write, &w), 0);
+	usleep(500 * 1000);
+	t0 = mono_ms();
+	ct_stats(&m, &s);
+	json_free(&s);
+	uint64_t stats_ms = mono_ms() - t0;
+	t0 = mono_ms();
+	int rfd = CHECK_SYS(open(w.path, O_RDONLY));
+	CHECK_SYS(close(rfd));
+	uint64_t open_ms = mono_ms() - t0;
+	unlink(flag);
+	pthread_join(th, NULL);
+	fprintf(stderr, "a clean file's fill: stats %llu ms, open and close %llu ms; the fill: %zd (%s) "
+		"in %llu ms\n", (unsigned long long)stats_ms, (unsigned long long)open_ms, w.got,
+		w.err ? strerror(w.err) : "ok", (unsigned long long)w.ms);
+	if (w.ms < 500)
+		FAILF("the clean file's fill took %llu ms: it did not wait for the backend",
+		      (unsigned long long)w.ms);
+	if (stats_ms >= BOUND_MS)
+		FAILF("a stats read took %llu ms while a writer filled from the backend",
+		      (unsigned long long)stats_ms);
+	if (open_ms >= BOUND_MS)
+		FAILF("opening the file took %llu ms while its writer filled from the backend",
+		      (unsigned long long)open_ms);
+	if (w.got != 1)
+		ASSERT_EQ(pwrite(w.fd, "y", 1, 500000), 1);
+	CHECK_SYS(close(w.fd));
+	tm_sync(&m);
+	want[0] = 'z';
+	fd = CHECK_SYS(open(tm_bpath(&m, "f"), O_RDONLY));
+	len = 0;
+	for (ssize_t n; (n = read(fd, got + len, 2 * MiB + 1 - len)) > 0;)
+		len += (size_t)n;
+	close(fd);
+	ASSERT_EQ(len, 2 * MiB);
+	ASSERT_EQ(memcmp(got, want, len), 0);
 	free(got);
 	free(want);
 	tm_stop(&m);
