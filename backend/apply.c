@@ -731,7 +731,14 @@ bool touched_covers(const struct touched *t, const struct op *op)
 	if (op->kind == OP_RENAME && op->dir2 != op->dir)
 		return false;	/* its two directories' sync order is its own */
 
-	if (!op->dir && op->node) {	/* attributes: the object itself is synced */
+	/*
+	 * Attributes: the object itself is synced.  (A link has no op->dir
+	 * either, but its change is a name in dir2: a file synced for an
+	 * earlier chmod does not cover it, and the chmod must be synced
+	 * before the new name, since sync_touched syncs directories first.)
+	 */
+	if ((op->kind == OP_SETATTR || op->kind == OP_SETXATTR || op->kind == OP_RMXATTR) &&
+	    !op->dir && op->node) {
 		for (unsigned i = 0; i < t->nfiles; i++)
 			if (t->files[i] == op->node)
 				return true;
