@@ -787,6 +787,21 @@ static int dir_sync_refused(struct backend *be, int fd, int r, bool *root_synced
 	return 0;
 }
 
+/*
+ * A name the batch changed no longer holds a file or directory this mount
+ * could sync: removed, or replaced by its directory's owner with something
+ * bsys refuses to open there (a symlink, a FIFO, a directory for a file),
+ * or moved out of the backend (bsys logs each refusal, rate-limited).
+ * The object that was changed is not at the name any more, so there is
+ * nothing of it to sync there; retrying would stall every user's
+ * publication for good over what one user did to their own directory.
+ */
+static bool left_its_name(int r)
+{
+	return r == -ENOENT || r == -ELOOP || r == -ENXIO || r == -EISDIR || r == -ENOTDIR ||
+	       r == -ESTALE || r == -EXDEV;
+}
+
 int sync_touched(struct backend *be, struct touched *t)
 {
 	int err = manifest_sync(&be->man);
@@ -794,7 +809,7 @@ int sync_touched(struct backend *be, struct touched *t)
 
 	for (unsigned i = 0; i < t->n; i++) {
 		int fd = bnode_dirfd(be, t->dirs[i]), r = 0;
-		if (fd < 0 && fd != -ENOENT && atomic_load(&t->dirs[i]->present))
+		if (fd < 0 && !left_its_name(fd) && atomic_load(&t->dirs[i]->present))
 			r = fd;	/* not synced: not durable */
 		if (fd >= 0 && atomic_load(&t->dirs[i]->present)) {
 			r = bsys.fsync(fd);
@@ -821,8 +836,11 @@ int sync_touched(struct backend *be, struct touched *t)
 				r = bsys.fsync(fd);
 				bsys.close(fd);
 			}
-			if (r < 0 && r != -ENOENT && !err)
+			if (r < 0 && !left_its_name(r) && !err)
 				err = r;	/* could not be opened is not synced */
+			else if (r < 0 && r != -ENOENT)
+				log_debug("%s: no longer a file the daemon may open (%s): its change "
+					  "is not synced there", name, strerror(-r));
 			bnode_put(at);
 		}
 	}

@@ -35,6 +35,12 @@
  *      root's next file there would have been created outside the backend.
  *      Now not: the directory is not where the mount put it, nothing is
  *      written there, the version is blocked and the daemon says why.
+ *   6. they chmod their file through the mount and, between the change and
+ *      its fsync (the daemon's open for the sync held), put a symlink in
+ *      its place: the sync cannot open a file there (ELOOP), and retrying
+ *      it held every user's publication for good.  Now the change's object
+ *      has left its name, nothing of it is synced there, the symlink's
+ *      target is untouched, and root's next file is durable at once.
  */
 #include "tests/security/sec_util.h"
 
@@ -57,8 +63,26 @@ static int as_a_mkdir(void *arg)
 	return SEC_ERR(mkdir(tm_path(&m, rel), 0755));
 }
 
+static const char *swap_from, *swap_to;	/* the swaps' names, set before each */
+
+static int as_a_chmod640(void *arg)
+{
+	(void)arg;
+	return SEC_ERR(chmod(tm_path(&m, rel), 0640));
+}
+
+/* On the backend, as A: a symlink to `swap_from` renamed over `swap_to`. */
+static int as_a_symlink_over(void *arg)
+{
+	char tmp[PATH_MAX];
+	(void)arg;
+	snprintf(tmp, sizeof(tmp), "%s.s", tm_bpath(&m, swap_to));
+	if (symlink(swap_from, tmp) < 0)
+		return errno;
+	return SEC_ERR(rename(tmp, tm_bpath(&m, swap_to)));
+}
+
 /* On the backend, as A: rename `from` over `to` (both under A's directory). */
-static const char *swap_from, *swap_to;
 
 static int as_a_rename(void *arg)
 {
@@ -259,6 +283,46 @@ int main(void)
 
 	cu_stop_any(&m);
 	free(rootdir_was);
+
+	/* 6. A symlink put where a chmod-ed file was, before the chmod's sync. */
+	char target[PATH_MAX];
+	snprintf(target, sizeof(target), "%s/target6", m.root);
+	cu_write_text(target, "not A's to chmod\n");
+	CHECK_SYS(chmod(target, 0600));
+	const char *env6[] = { cu_fault_env("op=openat,name=victim6,hold=%s", hold), NULL };
+	tm_mount(&m, opts, env6);
+	CHECK_SYS(lstat(tm_path(&m, "a"), &st));
+	cu_write_text(tm_path(&m, "a/victim6"), "A's file\n");
+	CHECK_SYS(chown(tm_path(&m, "a/victim6"), USER_A, USER_A));
+	tm_sync(&m);
+	write_file(hold, "", 0);
+	snprintf(rel, sizeof(rel), "a/victim6");
+	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_chmod640, NULL), 0);
+	for (int i = 0; i < 500 && (sec_mode(tm_bpath(&m, "a/victim6")) & 07777) != 0640; i++)
+		usleep(10000);	/* applied; its sync now waits to open the file */
+	ASSERT_EQ(sec_mode(tm_bpath(&m, "a/victim6")) & 07777, 0640);
+	usleep(200 * 1000);
+	swap_from = target;
+	swap_to = "a/victim6";
+	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_symlink_over, NULL), 0);
+	unlink(hold);
+	cu_write_text(tm_path(&m, "root6"), "root's next file\n");
+	int r6 = open(tm_path(&m, "root6"), O_RDONLY);
+	CHECK_SYS(r6);
+	uint64_t t6 = mono_ms();
+	int s6 = fsync(r6) < 0 ? -errno : 0;
+	t6 = mono_ms() - t6;
+	cu_close(r6);
+	if (s6 < 0)
+		FAILF("root's next file was not made durable after A's swap (fsync: %s after %llu ms)",
+		      strerror(-s6), (unsigned long long)t6);
+	cu_check_content(tm_bpath(&m, "root6"), "root's next file\n", 17);
+	CHECK_SYS(lstat(target, &st));
+	ASSERT_EQ(st.st_mode & 07777, 0600);	/* the symlink was never followed */
+	ASSERT_EQ(st.st_uid, 0);
+	printf("6. a symlink put where a chmod-ed file was, before its sync: the target "
+	       "untouched, root's next file durable in %llu ms\n", (unsigned long long)t6);
+	cu_stop_any(&m);
 	tm_cleanup(&m);
 	printf("ok\n");
 	return 0;
