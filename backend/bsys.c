@@ -53,7 +53,7 @@ const char *const bsys_op_names[BOP_COUNT] = {
 	"rename", "unlink", "mkdir", "symlink", "link", "chmod", "chown",
 	"utimens", "setxattr", "removexattr", "stat", "getxattr", "listxattr",
 	"readlink", "mknod", "readdir", "fchmod", "fchown", "futimens", "append", "fallocate",
-	"copy_file_range", "flock", "splice",
+	"copy_file_range", "flock", "splice", "fstatvfs",
 };
 
 #define RET(expr) do { long r_ = (long)(expr); return r_ < 0 ? -errno : r_; } while (0)
@@ -492,6 +492,7 @@ static ssize_t d_copy_file_range(int in, off_t io, int out, off_t oo, size_t n)
 	RET(copy_file_range(in, &i, out, &o, n, 0));
 }
 static int d_flock(int fd, int op) { RET(flock(fd, op)); }
+static int d_fstatvfs(int fd, struct statvfs *sv) { RET(fstatvfs(fd, sv)); }
 static ssize_t d_splice(int fd, off_t *off, int pipe_w, size_t len)
 {
 	loff_t o = *off;
@@ -675,7 +676,7 @@ static ssize_t d_append(int fd, const void *b, size_t n, off_t o) { RET(pwrite(f
 	.readdir = d_readdir, .fchmod = d_fchmod, .fchown = d_fchown,                      \
 	.futimens = d_futimens, .io_result = d_io_result, .append = d_append,              \
 	.fallocate = d_fallocate, .copy_file_range = d_copy_file_range,                    \
-	.flock = d_flock, .splice = d_splice,                                              \
+	.flock = d_flock, .splice = d_splice, .fstatvfs = d_fstatvfs,                                              \
 }
 
 struct bsys bsys = BSYS_LIBC;

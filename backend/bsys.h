@@ -52,6 +52,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 
 enum bsys_op {
@@ -60,7 +61,7 @@ enum bsys_op {
 	BOP_LINKAT, BOP_FCHMODAT, BOP_FCHOWNAT, BOP_UTIMENSAT, BOP_SETXATTR,
 	BOP_REMOVEXATTR, BOP_FSTATAT, BOP_GETXATTR, BOP_LISTXATTR, BOP_READLINKAT,
 	BOP_MKNODAT, BOP_READDIR, BOP_FCHMOD, BOP_FCHOWN, BOP_FUTIMENS, BOP_APPEND,
-	BOP_FALLOCATE, BOP_COPY_FILE_RANGE, BOP_FLOCK, BOP_SPLICE, BOP_COUNT
+	BOP_FALLOCATE, BOP_COPY_FILE_RANGE, BOP_FLOCK, BOP_SPLICE, BOP_FSTATVFS, BOP_COUNT
 };
 
 extern const char *const bsys_op_names[BOP_COUNT];
@@ -126,6 +127,8 @@ struct bsys {
 	 * references, no copy), advancing *off: bytes moved, 0 at EOF, or -errno.
 	 */
 	ssize_t (*splice)(int fd, off_t *off, int pipe_w, size_t len);
+	/* fstatvfs(2) of a backend directory (statfs through the mount): 0 or -errno. */
+	int (*fstatvfs)(int fd, struct statvfs *sv);
 	/* io_uring completion results: (op, fd, requested length, result) -> result */
 	int (*io_result)(enum bsys_op op, int fd, size_t len, int res);
 	/* Non-zero when a wrapper is installed: io_uring completions must consult it. */

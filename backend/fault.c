@@ -71,7 +71,7 @@ static uint32_t parse_ops(const char *s)
 
 	for (tok = strtok_r(dup, "|", &save); tok; tok = strtok_r(NULL, "|", &save)) {
 		if (!strcmp(tok, "any")) {
-			ops |= (1u << BOP_COUNT) - 1;
+			ops |= (uint32_t)((1ull << BOP_COUNT) - 1);	/* a bit per op: BOP_COUNT <= 32 */
 		} else if (!strcmp(tok, "data")) {
 			ops |= 1u << BOP_PWRITE | 1u << BOP_FDATASYNC | 1u << BOP_FSYNC | 1u << BOP_OPENAT |
 			       1u << BOP_FALLOCATE | 1u << BOP_COPY_FILE_RANGE;
@@ -265,6 +265,8 @@ static int f_fchmod(int fd, mode_t m) { CHECK(BOP_FCHMOD, NULL); return real.fch
 static int f_fchown(int fd, uid_t u, gid_t g) { CHECK(BOP_FCHOWN, NULL); return real.fchown(fd, u, g); }
 static int f_futimens(int fd, const struct timespec ts[2]) { CHECK(BOP_FUTIMENS, NULL); return real.futimens(fd, ts); }
 static int f_flock(int fd, int op) { CHECK(BOP_FLOCK, NULL); return real.flock(fd, op); }
+_Static_assert(BOP_COUNT <= 32, "fault rules keep a bit per operation in 32");
+static int f_fstatvfs(int fd, struct statvfs *sv) { CHECK(BOP_FSTATVFS, NULL); return real.fstatvfs(fd, sv); }
 static ssize_t f_append(int fd, const void *b, size_t n, off_t o)
 {
 	CHECK(BOP_APPEND, NULL);
@@ -332,7 +334,7 @@ int bsys_faults_from_env(void)
 		.fstatat = f_fstatat, .readlinkat = f_readlinkat, .mknodat = f_mknodat,
 		.readdir = f_readdir, .fchmod = f_fchmod, .fchown = f_fchown,
 		.futimens = f_futimens, .io_result = f_io_result, .append = f_append,
-		.fallocate = f_fallocate, .copy_file_range = f_copy_file_range, .flock = f_flock,
+		.fallocate = f_fallocate, .copy_file_range = f_copy_file_range, .flock = f_flock, .fstatvfs = f_fstatvfs,
 		.splice = f_splice, .faults_active = 1,
 	};
 	return 0;

@@ -9,6 +9,7 @@
  * fsync, truncate(2) of a file nobody writes, rename or link of a file never
  * sealed).
  */
+#include "fs/bcall.h"
 #include "fs/bread.h"
 #include "fs/fs.h"
 #include "fs/session.h"
@@ -1468,13 +1469,42 @@ static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg
 		fuse_reply_ioctl(req, 0, out_bufsz ? out : NULL, out_bufsz);
 }
 
+/* The backend's statvfs, on a helper (bcall.h): EIO once drain_timeout passes. */
+struct statfs_call {
+	struct bcall c;
+	int fd;
+	struct statvfs sv;
+};
+
+static int statfs_run(struct bcall *c)
+{
+	struct statfs_call *s = CKPT_CONTAINER_OF(c, struct statfs_call, c);
+
+	return bsys.fstatvfs(s->fd, &s->sv);
+}
+
+static void statfs_drop(struct bcall *c)
+{
+	free(CKPT_CONTAINER_OF(c, struct statfs_call, c));
+}
+
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	struct ckptfs *fs = FS(req);
-	struct statvfs sv;
+	struct statfs_call *s = xcalloc(1, sizeof(*s));
+	int err, r;
 
-	if (fstatvfs(fs->root_fd, &sv) < 0) {
-		fuse_reply_err(req, errno);
+	(void)ino;
+	s->c = (struct bcall){ .run = statfs_run, .drop = statfs_drop, .what = "statfs" };
+	s->fd = fs->root_fd;	/* open until the daemon exits, which waits for no helper */
+	if ((r = bcall_run(fs, &s->c, &err)) == BCALL_GONE) {
+		fuse_reply_err(req, -err);	/* the helper frees s when the call returns */
+		return;
+	}
+	struct statvfs sv = s->sv;
+	free(s);
+	if (r < 0) {
+		fuse_reply_err(req, -r);
 		return;
 	}
 	sv.f_namemax = 255;

@@ -8,9 +8,10 @@
  * a flag exists, as on a hung NFS or Lustre server), with drain_timeout=2
  * and max_threads=4 (fewer FUSE workers than waiting requests):
  *
- *   - eight requests that need the backend — the first listing of six
- *     directories, the first open of `top`, the first read of its xattrs —
- *     each fail with EIO within a few drain_timeouts (they used to wait for
+ *   - nine requests that need the backend — the first listing of six
+ *     directories, the first open of `top`, the first read of its xattrs,
+ *     a statfs (df) of the mount — each fail with EIO within a few
+ *     drain_timeouts (they used to wait for
  *     as long as the backend hung, and four of them held every worker);
  *   - so do the four that need a backend file's data, through a descriptor
  *     of `data` (2 MiB) opened for writing before the hang (so no
@@ -46,6 +47,7 @@
 #include <stdatomic.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -55,7 +57,7 @@
 
 #define DATA (2 * MiB)
 
-enum kind { LIST, OPEN, XATTR, READ, FILL };
+enum kind { LIST, OPEN, XATTR, READ, FILL, STATFS };
 
 struct req {
 	enum kind kind;
@@ -92,6 +94,9 @@ static void *req_main(void *arg)
 		}
 	} else if (q->kind == XATTR) {
 		getxattr(q->path, "user.k", v, sizeof(v));
+	} else if (q->kind == STATFS) {
+		struct statvfs sv;
+		statvfs(q->path, &sv);
 	} else if (q->kind == READ) {
 		char *buf = malloc(64 * 1024);
 		pread(q->fd, buf, 64 * 1024, 1 * MiB + 4096);
@@ -182,7 +187,7 @@ int main(void)
 {
 	struct tmount m;
 	char flag[PATH_MAX], env0[PATH_MAX + 64], rel[64], v[64];
-	struct req q[DIRS + 6];
+	struct req q[DIRS + 7];
 	struct stat st;
 
 	tm_require_fuse();
@@ -211,6 +216,7 @@ int main(void)
 	start(&q[DIRS + 3], FILL, "data", dfd);
 	start(&q[DIRS + 4], READ, "data", dfd);
 	start(&q[DIRS + 5], READ, "data", dfd);
+	start(&q[DIRS + 6], STATFS, m.mnt, -1);
 	usleep(300 * 1000);
 
 	/* Needs no backend: answered, at the latest when the workers are free again. */
@@ -225,9 +231,9 @@ int main(void)
 		      (unsigned long long)nobackend_ms);
 
 	static const char *const what[] = { "a first listing", "a first open", "a first getxattr",
-					    "a read of file data", "a write that fills its chunk" };
+					    "a read of file data", "a write that fills its chunk", "a statfs" };
 	uint64_t worst = 0;
-	for (int i = 0; i < DIRS + 6; i++) {
+	for (int i = 0; i < DIRS + 7; i++) {
 		finish(&q[i], flag, what[q[i].kind]);
 		if (q[i].err != EIO)
 			FAILF("%s of %s over a hung backend: %s, expected EIO", what[q[i].kind],
@@ -237,14 +243,14 @@ int main(void)
 	uint64_t timed_out = stat_num(&m, "backend_calls_timed_out");
 	if (!stuck)
 		stuck = stat_num(&m, "backend_calls_stuck");
-	printf("over a hung backend (drain_timeout=2, 4 workers): 12 requests got EIO, the last "
+	printf("over a hung backend (drain_timeout=2, 4 workers): 13 requests got EIO, the last "
 	       "after %llu ms (the read of file data after %llu ms, the filling write after %llu "
 	       "ms); create/write/close/stat meanwhile: %llu ms; calls given up on: %llu, "
 	       "hanging: %llu\n", (unsigned long long)worst,
 	       (unsigned long long)q[DIRS + 2].ms, (unsigned long long)q[DIRS + 3].ms,
 	       (unsigned long long)nobackend_ms, (unsigned long long)timed_out,
 	       (unsigned long long)stuck);
-	ASSERT_GE(timed_out, DIRS + 4);
+	ASSERT_GE(timed_out, DIRS + 5);
 	ASSERT_GE(stuck, 1);
 	struct ct_result r;
 	ct_run(&r, (const char *[]){ ct_tool("ckptfs-stat"), m.mnt, NULL });
@@ -269,6 +275,9 @@ int main(void)
 	ASSERT_TRUE(!memcmp(text, "top of the backend\n", 19));
 	free(text);
 	ASSERT_EQ(ct_getxattr(tm_path(&m, "top"), "user.k", v, sizeof(v)), 2);
+	struct statvfs sv;
+	CHECK_SYS(statvfs(m.mnt, &sv));
+	ASSERT_TRUE(sv.f_blocks > 0);
 	ASSERT_STR_EQ(v, "v1");
 	/* The data: the range read, the write made again; on the backend with nothing else changed. */
 	char *want = malloc(DATA), *got = malloc(DATA);
