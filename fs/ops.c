@@ -1229,6 +1229,8 @@ struct fsync_wait {
 	fuse_req_t req;
 	struct ckptfs *fs;
 	uint64_t progress;	/* backend_progress when the deadline was set */
+	bool then;		/* once w's order is durable, wait in then_actor's too */
+	uid_t then_actor;
 };
 
 static bool fsync_cancelled(struct pub_waiter *w)
@@ -1251,18 +1253,27 @@ static void fsync_done(struct pub_waiter *w, int err)
 		int last = backend_last_error(&fw->fs->be);	/* positive */
 		err = last ? -last : -EIO;
 	}
+	if (err == 0 && fw->then) {
+		fw->then = false;
+		w->actor = fw->then_actor;	/* the same seq, the same deadline */
+		backend_wait_async(&fw->fs->be, w);
+		return;
+	}
 	fuse_reply_err(fw->req, -err);
 	free(fw);
 }
 
 /*
  * Reply once everything `actor` queued so far is durable, with what depends
- * on it — everyone's with any_actor — (or at once with fsync=lazy, or with
- * the sticky error; or with the backend's error once it has made no
- * progress for drain_timeout: fsync_done).
+ * on it — everyone's with any_actor — and then everything `also` queued
+ * (when it is another user: a file's contents are in the order of whoever
+ * sealed them, the caller's own renames and attribute changes of it in
+ * the caller's); or at once with fsync=lazy, or with the sticky error; or
+ * with the backend's error once it has made no progress for drain_timeout
+ * (fsync_done).
  */
 static void reply_when_durable(struct ckptfs *fs, fuse_req_t req, uid_t actor, bool any_actor,
-			       int sticky)
+			       uid_t also, int sticky)
 {
 	if (fs->opt.fsync_lazy || sticky) {
 		fuse_reply_err(req, -sticky);
@@ -1275,6 +1286,8 @@ static void reply_when_durable(struct ckptfs *fs, fuse_req_t req, uid_t actor, b
 	fw->w.any_actor = any_actor;
 	fw->w.done = fsync_done;
 	fw->w.cancelled = fsync_cancelled;
+	fw->then = !any_actor && also != actor;
+	fw->then_actor = also;
 	fw->fs = fs;
 	fw->progress = backend_progress(&fs->be);
 	if (fs->opt.drain_timeout > 0)
@@ -1307,14 +1320,14 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	if (r < 0)
 		fuse_reply_err(req, -r);
 	else
-		reply_when_durable(fs, req, actor, false, sticky);
+		reply_when_durable(fs, req, actor, false, actor_of(req), sticky);
 }
 
 static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
 	/* Root or the mount's owner syncs everyone's changes, as a drain does. */
 	uid_t uid = actor_of(req);
-	reply_when_durable(FS(req), req, uid, uid == 0 || uid == geteuid(), 0);
+	reply_when_durable(FS(req), req, uid, uid == 0 || uid == geteuid(), uid, 0);
 }
 
 /* ---- directories ------------------------------------------------------- */

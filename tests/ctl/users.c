@@ -26,6 +26,11 @@
  * publisher was busy while A made x and the shard, and B renamed), and for
  * a new version of A's file whose other name, a hard link, is in pub/D:
  * the backend never shows pub/E with the old version.
+ * And fsync waits in the caller's order too: root writes a file into A's
+ * directory (its contents in root's order); A renames it, which the
+ * backend refuses (EACCES), and A's fsync of it reports EACCES rather than
+ * durable (it waited in root's order only, where nothing was pending);
+ * once the cause is gone, A's fsync succeeds and the backend has the name.
  */
 #include "tests/ctl/ctl_util.h"
 
@@ -422,6 +427,57 @@ struct drainer {
 	int result;		/* 0, or errno of the read */
 };
 
+static const char *ren_from, *ren_to;
+
+/* As A: rename ren_from to ren_to through the mount, then fsync it there -> errno. */
+static int a_rename_and_sync(void *arg)
+{
+	(void)arg;
+	if (strcmp(ren_from, ren_to) && rename(ren_from, ren_to) < 0)
+		return 100 + errno;	/* not the fsync's answer */
+	return sync_file(ren_to);
+}
+
+static void check_fsync_caller_order(void)
+{
+	struct tmount m;
+	char flag[PATH_MAX], env[PATH_MAX + 64], from[PATH_MAX], to[PATH_MAX];
+
+	tm_init(&m, "ctl-users-fsync");
+	CHECK_SYS(chmod(m.root, 0755));	/* other users must reach the mount */
+	snprintf(flag, sizeof(flag), "%s/deny", m.root);
+	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=rename,name=renamed-by-a,err=EACCES,while=%s", flag);
+	tm_mount(&m, "allow_other", (const char *[]){ env, NULL });
+	CHECK_SYS(chmod(m.mnt, 0755));
+	CHECK_SYS(mkdir(tm_path(&m, "a"), 0755));
+	CHECK_SYS(chown(tm_path(&m, "a"), UA, UA));
+	ASSERT_EQ(put(tm_path(&m, "a/roots"), "root's file\n"), 0);
+	tm_sync(&m);
+	snprintf(from, sizeof(from), "%s", tm_path(&m, "a/roots"));
+	snprintf(to, sizeof(to), "%s", tm_path(&m, "a/renamed-by-a"));
+	ren_from = from;
+	ren_to = to;
+	ct_touch(flag);
+	int e = as_user(UA, a_rename_and_sync, NULL);
+	if (e != EACCES)
+		FAILF("A's fsync of the file A renamed, with the rename refused by the backend: %s, "
+		      "expected EACCES", e ? strerror(e) : "0 (durable)");
+	ASSERT_TRUE(!file_exists(tm_bpath(&m, "a/renamed-by-a")));
+	unlink(flag);
+	struct ct_result r;
+	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "retry", m.mnt, NULL });
+	ct_result_free(&r);
+	ren_from = ren_to = to;	/* a rename onto itself: the fsync alone */
+	for (uint64_t t0 = mono_ms(); (e = as_user(UA, a_rename_and_sync, NULL)) && mono_ms() - t0 < 15000;)
+		usleep(100 * 1000);
+	ASSERT_EQ(e, 0);
+	ASSERT_TRUE(file_exists(tm_bpath(&m, "a/renamed-by-a")));
+	ASSERT_TRUE(!file_exists(tm_bpath(&m, "a/roots")));
+	tm_stop(&m);
+	tm_cleanup(&m);
+	printf("fsync by A of root's file A renamed: EACCES while the rename is refused, 0 after\n");
+}
+
 static void *drain_thread(void *arg)
 {
 	struct drainer *d = arg;
@@ -494,5 +550,6 @@ int main(void)
 	check_moved_dir_batch();
 	check_moved_link();
 	check_async_drains();
+	check_fsync_caller_order();
 	return 0;
 }
