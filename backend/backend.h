@@ -98,6 +98,13 @@ struct bnode {
 	atomic_bool has_digest;
 	uint64_t published_seq;
 	/*
+	 * The last operation submitted on it (a version, rename, link, chmod,
+	 * xattr change...) and its user: written under be->lock, last_seq also
+	 * read without it (backend_node_state).
+	 */
+	atomic_uint_least64_t last_seq;
+	uid_t last_actor;
+	/*
 	 * backend/stage.c.  A directory made through the mount: mk_op, its
 	 * mkdir while pending (be->lock); stage, where its files are written
 	 * ahead meanwhile (be->stage_mx; has_stage mirrors it for lock-free
@@ -476,6 +483,12 @@ int backend_wait(struct backend *be, uint64_t seq, uint64_t timeout_ns);
  * up to seq (-errno), or 0 if none is blocked.
  */
 int backend_actor_error(struct backend *be, uid_t actor, uint64_t seq);
+/*
+ * Is the last operation on b (its contents, a rename, link, chmod or xattr
+ * change of it) durable?  0 yes (or none), 1 not yet, -errno: its user's
+ * order is blocked at or before it.
+ */
+int backend_node_state(struct backend *be, struct bnode *b);
 
 /* A blocked operation, for stats and the control file. */
 struct backend_blocked {

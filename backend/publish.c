@@ -160,6 +160,10 @@ int backend_submit(struct backend *be, struct op *op)
 		op->seq = ++be->last_seq;
 	if (op->seq == be->reserved_seq)
 		be->reserved_seq = 0;
+	if (op->node) {
+		op->node->last_actor = op->actor;
+		atomic_store(&op->node->last_seq, op->seq);
+	}
 	ledger_seal(&be->ledger, op->seq);	/* a store into a mapped page */
 	list_add_tail(&be->ops, &op->link);
 	if (op->kind == OP_MKDIR && op->node && !atomic_load(&op->node->present))
@@ -375,18 +379,40 @@ int backend_wait(struct backend *be, uint64_t seq, uint64_t timeout_ns)
 	return s.w.result;
 }
 
+/* The error holding back a's operations up to seq, or 0 (be->lock held). */
+static int actor_error_locked(const struct actor_state *a, uint64_t seq)
+{
+	if (a && a->blocker && !a->blocker->skipped && a->first_blocked <= seq)
+		return a->blocker->err ? a->blocker->err : -EIO;
+	if (a && a->failing && !a->failing->skipped && a->first_failing <= seq)
+		return a->failing->last_err ? a->failing->last_err : -EIO;
+	return 0;
+}
+
 int backend_actor_error(struct backend *be, uid_t actor, uint64_t seq)
 {
-	int err = 0;
-
 	pthread_mutex_lock(&be->lock);
-	const struct actor_state *a = order_actor(be->order, actor, false);
-	if (a && a->blocker && !a->blocker->skipped && a->first_blocked <= seq)
-		err = a->blocker->err ? a->blocker->err : -EIO;
-	else if (a && a->failing && !a->failing->skipped && a->first_failing <= seq)
-		err = a->failing->last_err ? a->failing->last_err : -EIO;
+	int err = actor_error_locked(order_actor(be->order, actor, false), seq);
 	pthread_mutex_unlock(&be->lock);
 	return err;
+}
+
+int backend_node_state(struct backend *be, struct bnode *b)
+{
+	uint64_t seq = atomic_load(&b->last_seq);
+	int r = 0;
+
+	if (!seq || seq <= atomic_load(&be->durable_seq))
+		return 0;	/* everything up to it is durable */
+	pthread_mutex_lock(&be->lock);
+	seq = atomic_load(&b->last_seq);
+	const struct actor_state *a = order_actor(be->order, b->last_actor, false);
+	if (a && seq >= a->min_undurable) {
+		int err = actor_error_locked(a, seq);
+		r = err ? err : 1;
+	}
+	pthread_mutex_unlock(&be->lock);
+	return r;
 }
 
 /* ---- blocked operations: what stats show, what an admin can do ------------- */

@@ -144,5 +144,19 @@ const char *node_state_name(struct ckptfs *fs, struct fsnode *n)
 	bool pending = n->cf && cfile_state(n->cf) == CF_FLUSHING;
 	if (sticky || (pending && backend_actor_error(&fs->be, n->seal_actor, n->seal_seq)))
 		return "blocked";
-	return pending ? "flushing" : "durable";
+	if (pending)
+		return "flushing";
+	/*
+	 * Its contents are on the backend; its name and attributes are only
+	 * once the last change of it and of each directory above it is too (a
+	 * rename of its checkpoint's directory, say, still queued).
+	 */
+	for (struct fsnode *x = n; x;) {
+		int k = backend_node_state(&fs->be, x->b);
+		if (k)
+			return k < 0 ? "blocked" : "flushing";
+		struct fsdent *d = node_first_dent(x);
+		x = d ? d->parent : NULL;
+	}
+	return "durable";
 }

@@ -15,7 +15,11 @@
  *    both keys, once each, next to a user's own xattr;
  *  - the keys are read-only (EPERM); directories have neither;
  *  - a rewrite is dirty again and ends durable with the new digest; an
- *    empty file has its digest too.
+ *    empty file has its digest too;
+ *  - its directory renamed while renames are refused: the file, whose
+ *    contents are on the backend but not under its new name, is not
+ *    durable ("blocked", no xxh3, and so in .ckptfs/files); durable again
+ *    once the rename is made.
  */
 #include "tests/ctl/ctl_util.h"
 
@@ -159,6 +163,7 @@ int main(void)
 	ct_check_seeded(tm_bpath(&m, "d/f"), BIG, 7);
 	expect_digest(f, tm_bpath(&m, "d/f"));
 	CHECK_SYS(lsetxattr(f, "user.note", "hello", 5, 0));
+	await_state(f, "durable", 30000);	/* the xattr too, now */
 	ASSERT_EQ(listed(f, STATE), 1);
 	ASSERT_EQ(listed(f, XXH3), 1);
 	ASSERT_EQ(listed(f, "user.note"), 1);
@@ -184,6 +189,18 @@ int main(void)
 	expect_digest(f, tm_bpath(&m, "d/f"));
 	ASSERT_EQ(ct_getxattr(f, XXH3, v, sizeof(v)), 32);
 	ASSERT_TRUE(strcmp(first, v) != 0);
+
+	/* Its directory renamed, the rename refused for now: its name is not durable. */
+	ct_touch(flag);
+	CHECK_SYS(rename(tm_path(&m, "d"), tm_path(&m, "d2")));
+	snprintf(f, sizeof(f), "%s", tm_path(&m, "d2/f"));
+	await_state(f, "blocked", 10000);
+	expect_no_digest(f);
+	expect_files_state(&m, "d2/f", "blocked");
+	ASSERT_TRUE(file_exists(tm_bpath(&m, "d/f")) && !file_exists(tm_bpath(&m, "d2/f")));
+	CHECK_SYS(unlink(flag));
+	await_state(f, "durable", 30000);
+	expect_digest(f, tm_bpath(&m, "d2/f"));
 
 	/* An empty file. */
 	write_file(tm_path(&m, "empty"), "", 0);
