@@ -791,22 +791,37 @@ int cfile_write(struct cfile *cf, uint64_t off, size_t len, cfile_copy_fn copy, 
 			ch->hi = z;
 			map_insert(cf, pos, ch);
 		} else {
-			if (n) {	/* C1 (a version reads ch), or ch is a slot too small */
+			/*
+			 * C1 (a version reads ch), or ch is a slot too small: n takes
+			 * its place, filled first, so that a fill that fails (a hung
+			 * or failing backend) leaves the map as it was and n goes
+			 * back to the spares.  (Swapped in first, n stayed in the map
+			 * dirty on no list: never spilled, evicted or sealed.)
+			 */
+			struct chunk *t = n ? n : ch;
+			if (n) {
 				n->index = i;
 				n->lo = ch->lo;
 				n->hi = ch->hi;
 				memcpy(n->mem + ch->lo, ch->mem + ch->lo, ch->hi - ch->lo);
+			}
+			if (z < t->lo)
+				r = chunk_fill_under(cf, t, cbase + z, cbase + t->lo);
+			if (r == 0 && a > t->hi)
+				r = chunk_fill_under(cf, t, cbase + t->hi, cbase + a);
+			if (r) {
+				if (n && nd == NEED_SLOT)
+					sp.slot = n;
+				else if (n)
+					sp.v[sp.n++] = n;	/* just taken from there: it fits */
+				break;
+			}
+			if (n) {
 				map_remove(cf, pos);
 				chunk_maybe_free(cf, ch);
 				map_insert(cf, pos, n);
 				ch = n;
 			}
-			if (z < ch->lo)
-				r = chunk_fill_under(cf, ch, cbase + z, cbase + ch->lo);
-			if (r == 0 && a > ch->hi)
-				r = chunk_fill_under(cf, ch, cbase + ch->hi, cbase + a);
-			if (r)
-				break;
 			ch->lo = CKPT_MIN(ch->lo, a);
 			ch->hi = CKPT_MAX(ch->hi, z);
 		}
