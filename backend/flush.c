@@ -1369,7 +1369,13 @@ static void *spiller_main(void *arg)
 			cond_wait_ns(&be->spill_cond, &be->lock, 100 * 1000000);
 		be->spill_wanted = false;
 		pthread_mutex_unlock(&be->lock);
-		for (unsigned i = 0; i < c->nchunks && cache_reclaimable(c) < low; i++) {
+		/*
+		 * Below the low mark, or while a write waits for space: the
+		 * estimate counts free slots of split chunks, which a full
+		 * chunk cannot use while one dirty slot keeps each chunk split.
+		 */
+		for (unsigned i = 0; i < c->nchunks && (cache_reclaimable(c) < low ||
+							cache_has_waiters(c)); i++) {
 			struct cfile *cf;
 			struct chunk *ch = cache_spill_pick(c, &cf);
 			if (!ch)

@@ -322,6 +322,14 @@ struct chunk *cache_spill_pick(struct cache *c, struct cfile **owner)
 	return ch;
 }
 
+bool cache_has_waiters(struct cache *c)
+{
+	pthread_mutex_lock(&c->lock);
+	bool w = c->waiters != 0;
+	pthread_mutex_unlock(&c->lock);
+	return w;
+}
+
 uint32_t cache_reclaimable(struct cache *c)
 {
 	uint64_t bytes;

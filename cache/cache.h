@@ -199,6 +199,8 @@ void cache_chunk_relist(struct cache *c, struct chunk *ch);
  */
 struct chunk *cache_spill_pick(struct cache *c, struct cfile **owner);
 
+/* Is an allocation waiting for space now? */
+bool cache_has_waiters(struct cache *c);
 /* Full chunks free or evictable right now (for the spiller's watermark). */
 uint32_t cache_reclaimable(struct cache *c);
 
