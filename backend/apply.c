@@ -363,8 +363,13 @@ static int record_op(struct backend *be, struct op *op, const struct bplan *plan
 	}
 	if (r == 0 && (op->kind == OP_RENAME || op->kind == OP_LINK))
 		r = bnode_path_planned(be, op->dir2, op->name2, to, sizeof(to), plan, nplan);
-	if (r < 0)	/* a directory on the way that nothing in this batch makes: wait */
-		return r == -ENOENT ? RECORD_LATER : 0;
+	/*
+	 * ENOENT: a directory on the way that nothing in this batch makes: wait.
+	 * Else (a path longer than a record holds): never applied unrecorded
+	 * (P7); the operation fails, and is blocked, saying why.
+	 */
+	if (r < 0)
+		return r == -ENOENT ? RECORD_LATER : r;
 	sb_printf(&b, "{\"t\": \"%s\", \"m\": \"%s\", \"seq\": %llu, \"try\": %u, \"time\": %llu, ",
 		  op_record_type(op->kind), be->mount_id, (unsigned long long)op->seq, op->records,
 		  (unsigned long long)wall_ns());

@@ -577,8 +577,12 @@ int bnode_path_planned(struct backend *be, const struct bnode *dir, const char *
 	pthread_rwlock_rdlock(&be->bt_lock);
 	for (const struct bnode *b = dir; b && !b->is_root;) {
 		const struct bplan *p = bplan_find(plan, nplan, b);	/* made or moved earlier */
-		if ((!b->nlinks && !p) || k == CKPT_ARRAY_LEN(parts)) {
+		if (!b->nlinks && !p) {
 			r = -ENOENT;
+			break;
+		}
+		if (k == CKPT_ARRAY_LEN(parts)) {
+			r = -ENAMETOOLONG;	/* deeper than a record's path goes */
 			break;
 		}
 		parts[k++] = p ? p->name : b->links[0].name;

@@ -18,6 +18,11 @@
  *            after a remount, its xattrs never read through the mount,
  *            keeps all of them on the backend, and listxattr through the
  *            mount lists them all (the backend's set was read in full).
+ *   deep     a tree deeper than a manifest record's path (4095 bytes: 21
+ *            directories of 200-byte names) made through the mount: the
+ *            first operation whose path does not fit is refused
+ *            (ENAMETOOLONG, blocked, the file's fsync says so) instead of
+ *            applied with no record; what fits is published; skip gives up.
  *   sync     a chmod is applied, but the file cannot be opened for its
  *            fsync (openat EIO): fsync and drain fail instead of saying
  *            durable; then they succeed.
@@ -186,6 +191,52 @@ out:
 	free(names);
 }
 
+#define DEEP 21
+#define DEEP_NAME 200
+
+static void deep_case(void)
+{
+	struct tmount m;
+	char name[DEEP_NAME + 1], seq[32];
+	struct ct_result r;
+
+	tm_start(&m, "lesser-deep", NULL, NULL);
+	memset(name, 'd', DEEP_NAME);
+	name[DEEP_NAME] = '\0';
+	int fd = CHECK_SYS(open(m.mnt, O_RDONLY | O_DIRECTORY));
+	for (int i = 0; i < DEEP; i++) {
+		CHECK_SYS(mkdirat(fd, name, 0755));
+		int next = CHECK_SYS(openat(fd, name, O_RDONLY | O_DIRECTORY));
+		close(fd);
+		fd = next;
+	}
+	int f = CHECK_SYS(openat(fd, "shard", O_WRONLY | O_CREAT | O_TRUNC, 0644));
+	ASSERT_EQ(write(f, "deep", 4), 4);
+	int e = fsync(f) < 0 ? errno : 0;
+	close(f);
+	close(fd);
+	if (e != ENAMETOOLONG)
+		FAILF("fsync of a file deeper than a record's path: %s, expected ENAMETOOLONG",
+		      e ? strerror(e) : "0 (durable, with no record of its path)");
+	/* What fits is on the backend: 20 levels make 4019 bytes, the 21st would not fit. */
+	fd = CHECK_SYS(open(m.backend, O_RDONLY | O_DIRECTORY));
+	int depth = 0;
+	for (int next; (next = openat(fd, name, O_RDONLY | O_DIRECTORY)) >= 0; depth++) {
+		close(fd);
+		fd = next;
+	}
+	close(fd);
+	ASSERT_EQ(depth, 20);
+	ct_blocked_seq(&m, seq);
+	ctl(&r, &m, "skip", seq, NULL);
+	ct_expect_status(&r, 0, "skip of the operation whose path does not fit");
+	ct_result_free(&r);
+	tm_stop(&m);
+	tm_cleanup(&m);
+	printf("deep: the first operation past a record's path length refused, not applied "
+	       "unrecorded\n");
+}
+
 static void sync_case(void)
 {
 	struct tmount m;
@@ -255,6 +306,7 @@ int main(void)
 	xattrs_case();
 	xattr_sync_case();
 	xattr_many_case();
+	deep_case();
 	sync_case();
 	relink_case();
 	printf("ok\n");
