@@ -139,39 +139,31 @@ static int xattr_err(int r)
 	return r == -ENOTSUP || r == -EOPNOTSUPP || r == -EPERM || r == -EACCES ? 0 : r;
 }
 
-struct xattr_copy {
-	int dirfd;
-	const char *name;
-};
-
 static int xattr_copy_one(void *arg, const char *key, const void *val, size_t len)
 {
-	struct xattr_copy *to = arg;
-
-	return xattr_err(bsys.setxattr(to->dirfd, to->name, key, val, len, 0, 0));
+	return xattr_err(bsys.fsetxattr(*(const int *)arg, key, val, len, 0));
 }
 
 /*
- * Copy every xattr of (dir, name) onto (tdir, tname): how many were set, or
- * -errno.  A missing source is fine (nothing to copy), and so is one that
+ * Copy every xattr of (dir, name) onto the file open as fd: how many were
+ * set, or -errno.  A missing source is fine (nothing to copy), and so is one that
  * is no longer a file (a symlink planted there is refused by bsys, -ELOOP,
  * logged, and its target never read); any other failure to read them fails
  * the publication, which is retried: the new version never silently loses
  * the xattrs its file had.
  */
-static int xattrs_copy(int dirfd, const char *name, int tdirfd, const char *tname)
+static int xattrs_copy(int dirfd, const char *name, int fd)
 {
-	struct xattr_copy to = { tdirfd, tname };
-	int r = bsys_xattrs_each(dirfd, name, 0, xattr_copy_one, &to);
+	int r = bsys_xattrs_each(dirfd, name, 0, xattr_copy_one, &fd);
 
 	return r == -ENOENT || r == -ENOTSUP || r == -EOPNOTSUPP || r == -ELOOP ? 0 : r;
 }
 
 /*
- * Set the xattrs serialised as [u32 keylen][key\0][u32 vallen][value]...:
- * how many were set, or -errno.
+ * Set the xattrs serialised as [u32 keylen][key\0][u32 vallen][value]... on
+ * the file open as fd: how many were set, or -errno.
  */
-static int xattrs_apply_blob(const char *p, size_t len, int dfd, const char *name)
+static int xattrs_apply_blob(const char *p, size_t len, int fd)
 {
 	int r = 0, set = 0;
 
@@ -183,7 +175,7 @@ static int xattrs_apply_blob(const char *p, size_t len, int dfd, const char *nam
 		memcpy(&vl, p + 4 + kl, 4);
 		if (len < 8 + (size_t)kl + vl)
 			break;
-		r = xattr_err(bsys.setxattr(dfd, name, p + 4, p + 8 + kl, vl, 0, 0));
+		r = xattr_err(bsys.fsetxattr(fd, p + 4, p + 8 + kl, vl, 0));
 		set++;
 		p += 8 + kl + vl;
 		len -= 8 + (size_t)kl + vl;
@@ -271,10 +263,15 @@ static int apply_version(struct backend *be, struct op *op, struct touched *t)
 		goto relink;
 	if ((r = temp_is_ours(tfd, tname, op->out)) < 0)
 		goto relink;	/* skipped there: r < 0 */
+	/*
+	 * By descriptor: the file checked just now as ours (temp_is_ours) is
+	 * the one that gets them, whatever the directory's owner puts at its
+	 * name meanwhile (security.capability on their program, say).
+	 */
 	if (op->xattr_blob)
-		r = xattrs_apply_blob(op->value, op->value_len, tfd, tname);
+		r = xattrs_apply_blob(op->value, op->value_len, op->out->fd);
 	else if (op->copy_xattrs)
-		r = xattrs_copy(dfd, op->name, tfd, tname);
+		r = xattrs_copy(dfd, op->name, op->out->fd);
 	/*
 	 * The data was fdatasynced by its flusher; xattrs set since are
 	 * metadata that only fsync covers.  ext4 and XFS would commit them
@@ -288,7 +285,13 @@ static int apply_version(struct backend *be, struct op *op, struct touched *t)
 		goto relink;
 	pthread_rwlock_wrlock(&be->mv_lock);
 	r = bsys.renameat2(tfd, tname, dfd, op->name, 0);
-	if (r == 0) {
+	if (r == 0 && (r = bsys_name_is(dfd, op->name, op->out->fd)) != 0) {
+		/* Swapped between the check and the rename: what went there is not ours. */
+		log_warn("backend: temporary file '%s' was replaced by someone else before its "
+			 "rename; '%s' does not hold what this mount wrote: not published", tname,
+			 op->name);
+		r = r == -ESTALE ? -EPERM : r;
+	} else if (r == 0) {
 		op->renamed = true;
 		pthread_rwlock_wrlock(&be->bt_lock);
 		flush_temp_mark_published(op->out);

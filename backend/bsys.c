@@ -530,6 +530,11 @@ static void xpath_put(struct xpath *x)
 		close(x->h);
 }
 
+static int d_fsetxattr(int fd, const char *k, const void *v, size_t l, int fl)
+{
+	RET(fsetxattr(fd, k, v, l, fl));
+}
+
 static int d_setxattr(int d, const char *n, const char *k, const void *v, size_t l, int fl, int at)
 {
 	struct xpath x;
@@ -670,7 +675,7 @@ static ssize_t d_append(int fd, const void *b, size_t n, off_t o) { RET(pwrite(f
 	.fsync = d_fsync, .fdatasync = d_fdatasync, .ftruncate = d_ftruncate,              \
 	.renameat2 = d_renameat2, .unlinkat = d_unlinkat, .mkdirat = d_mkdirat,            \
 	.symlinkat = d_symlinkat, .linkat = d_linkat, .fchmodat = d_fchmodat,              \
-	.fchownat = d_fchownat, .utimensat = d_utimensat, .setxattr = d_setxattr,          \
+	.fchownat = d_fchownat, .utimensat = d_utimensat, .setxattr = d_setxattr, .fsetxattr = d_fsetxattr,          \
 	.removexattr = d_removexattr, .getxattr = d_getxattr, .listxattr = d_listxattr,    \
 	.fstatat = d_fstatat, .readlinkat = d_readlinkat, .mknodat = d_mknodat,            \
 	.readdir = d_readdir, .fchmod = d_fchmod, .fchown = d_fchown,                      \

@@ -88,6 +88,12 @@ struct bsys {
 	int (*fchmodat)(int dirfd, const char *name, mode_t mode);
 	int (*fchownat)(int dirfd, const char *name, uid_t uid, gid_t gid, int at);
 	int (*utimensat)(int dirfd, const char *name, const struct timespec ts[2], int at);
+	/*
+	 * An xattr set on a file the daemon holds open (a new version's
+	 * temporary file: by descriptor, never by a name someone could swap);
+	 * fault rules name it "setxattr" too.
+	 */
+	int (*fsetxattr)(int fd, const char *key, const void *val, size_t len, int flags);
 	/* xattrs by (dirfd, name); flags as for setxattr(2) */
 	int (*setxattr)(int dirfd, const char *name, const char *key, const void *val,
 			size_t len, int flags, int at);

@@ -238,6 +238,12 @@ static int f_setxattr(int d, const char *n, const char *k, const void *v, size_t
 	CHECK(BOP_SETXATTR, n);
 	return real.setxattr(d, n, k, v, l, fl, at);
 }
+static int f_fsetxattr(int fd, const char *k, const void *v, size_t l, int fl)
+{
+	char p[PATH_MAX];
+	CHECK(BOP_SETXATTR, fd_name(fd, p, sizeof(p)));
+	return real.fsetxattr(fd, k, v, l, fl);
+}
 static int f_removexattr(int d, const char *n, const char *k, int at)
 {
 	CHECK(BOP_REMOVEXATTR, n);
@@ -329,7 +335,7 @@ int bsys_faults_from_env(void)
 		.fsync = f_fsync, .fdatasync = f_fdatasync, .ftruncate = f_ftruncate,
 		.renameat2 = f_renameat2, .unlinkat = f_unlinkat, .mkdirat = f_mkdirat,
 		.symlinkat = f_symlinkat, .linkat = f_linkat, .fchmodat = f_fchmodat,
-		.fchownat = f_fchownat, .utimensat = f_utimensat, .setxattr = f_setxattr,
+		.fchownat = f_fchownat, .utimensat = f_utimensat, .setxattr = f_setxattr, .fsetxattr = f_fsetxattr,
 		.removexattr = f_removexattr, .getxattr = f_getxattr, .listxattr = f_listxattr,
 		.fstatat = f_fstatat, .readlinkat = f_readlinkat, .mknodat = f_mknodat,
 		.readdir = f_readdir, .fchmod = f_fchmod, .fchown = f_fchown,

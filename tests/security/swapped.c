@@ -41,10 +41,20 @@
  *      it held every user's publication for good.  Now the change's object
  *      has left its name, nothing of it is synced there, the symlink's
  *      target is untouched, and root's next file is durable at once.
+ *   7. root writes a file with a trusted.* xattr into their directory;
+ *      while its xattrs are being set on its temporary file (held), they
+ *      move that file away and put their own at its name: root's xattr
+ *      would have been set on their file (by name; security.capability
+ *      would make their program privileged), and their file published
+ *      under root's name.  Now the xattrs go to the daemon's own file (by
+ *      descriptor), their file gets none, and the version is not
+ *      published: the name does not hold what the mount wrote (logged,
+ *      blocked).
  */
 #include "tests/security/sec_util.h"
 
 #include <dirent.h>
+#include <sys/xattr.h>
 
 #define USER_A 61901
 
@@ -322,6 +332,36 @@ int main(void)
 	ASSERT_EQ(st.st_uid, 0);
 	printf("6. a symlink put where a chmod-ed file was, before its sync: the target "
 	       "untouched, root's next file durable in %llu ms\n", (unsigned long long)t6);
+	cu_stop_any(&m);
+
+	/* 7. Their file put at a temporary file's name while its xattrs are set. */
+	const char *env7[] = { cu_fault_env("op=setxattr,name=.ckptfs.t,hold=%s", hold), NULL };
+	tm_mount(&m, opts, env7);
+	CHECK_SYS(lstat(tm_path(&m, "a"), &st));
+	write_file(hold, "", 0);
+	fd = cu_open(tm_path(&m, "a/capfile"), O_WRONLY | O_CREAT | O_TRUNC);
+	ASSERT_EQ(write(fd, "root's program\n", 15), 15);
+	CHECK_SYS(fsetxattr(fd, "trusted.tag", "root", 4, 0));
+	cu_close(fd);
+	temp_name[0] = '\0';
+	for (int i = 0; i < 500 && !find_temp(); i++)
+		usleep(10000);
+	if (!temp_name[0])
+		FAILF("no temporary file of a/capfile appeared on the backend");
+	usleep(300 * 1000);	/* flushed; its xattrs wait to be set */
+	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_steal_temp, NULL), 0);
+	unlink(hold);
+	if (!sec_log_wait(&m, "before its rename", "'capfile'", 5000))
+		FAILF("a file swapped in at a temporary file's name was published unnoticed");
+	char got7[16];
+	ASSERT_EQ(getxattr(tm_bpath(&m, "a/capfile"), "trusted.tag", got7, sizeof(got7)), -1);
+	ASSERT_EQ(errno, ENODATA);	/* their file, at root's name: none of root's xattrs */
+	ASSERT_EQ(sec_uid(tm_bpath(&m, "a/capfile")), USER_A);
+	rfd = cu_open(m.mnt, O_RDONLY | O_DIRECTORY);
+	ASSERT_LT(fsync(rfd), 0);	/* not durable, and said */
+	cu_close(rfd);
+	printf("7. their file put at a temporary file's name: root's xattrs not set on it, "
+	       "the version not published\n");
 	cu_stop_any(&m);
 	tm_cleanup(&m);
 	printf("ok\n");
