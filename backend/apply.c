@@ -129,19 +129,39 @@ void touched_free(struct touched *t)
 }
 
 /*
- * An xattr the backend would not take: a namespace it does not support, or
- * one even root may not set there, is left out; anything else (EIO, ENOSPC,
- * EDQUOT...) fails the publication, which is retried: a version is never
- * reported durable without the xattrs it should carry.
+ * An xattr the backend would not take: a namespace its file system does not
+ * support (ENOTSUP) — or, set by root on the daemon's own new file (own),
+ * one even root may not set there (EPERM, EACCES: security.* on NFS) — is
+ * left out, counted in stats (xattrs_dropped) and logged with its key, in
+ * a version as in a change on its own: blocking the user's every later
+ * checkpoint for it could never end.  Anything else (EIO, ENOSPC,
+ * EDQUOT...) fails the operation, which is retried: nothing is reported
+ * durable without the xattrs it should carry.  (On a change of an existing
+ * object EPERM stands: it may be the owner check's refusal, bsys C5.)
  */
-static int xattr_err(int r)
+static int xattr_err(struct backend *be, const char *key, int r, bool own)
 {
-	return r == -ENOTSUP || r == -EOPNOTSUPP || r == -EPERM || r == -EACCES ? 0 : r;
+	static struct ckpt_ratelimit rl;
+
+	if (r != -ENOTSUP && r != -EOPNOTSUPP && !(own && (r == -EPERM || r == -EACCES)))
+		return r;
+	atomic_fetch_add(&be->st.xattrs_dropped, 1);
+	ckpt_log_limited(&rl, 10ull * 1000000000, LOG_WARNING,
+			 "backend: extended attribute '%s' left out: the backend refuses it (%s)",
+			 key, strerror(-r));
+	return 0;
 }
+
+struct xattr_to {
+	struct backend *be;
+	int fd;
+};
 
 static int xattr_copy_one(void *arg, const char *key, const void *val, size_t len)
 {
-	return xattr_err(bsys.fsetxattr(*(const int *)arg, key, val, len, 0));
+	const struct xattr_to *to = arg;
+
+	return xattr_err(to->be, key, bsys.fsetxattr(to->fd, key, val, len, 0), true);
 }
 
 /*
@@ -152,9 +172,10 @@ static int xattr_copy_one(void *arg, const char *key, const void *val, size_t le
  * the publication, which is retried: the new version never silently loses
  * the xattrs its file had.
  */
-static int xattrs_copy(int dirfd, const char *name, int fd)
+static int xattrs_copy(struct backend *be, int dirfd, const char *name, int fd)
 {
-	int r = bsys_xattrs_each(dirfd, name, 0, xattr_copy_one, &fd);
+	struct xattr_to to = { be, fd };
+	int r = bsys_xattrs_each(dirfd, name, 0, xattr_copy_one, &to);
 
 	return r == -ENOENT || r == -ENOTSUP || r == -EOPNOTSUPP || r == -ELOOP ? 0 : r;
 }
@@ -163,7 +184,7 @@ static int xattrs_copy(int dirfd, const char *name, int fd)
  * Set the xattrs serialised as [u32 keylen][key\0][u32 vallen][value]... on
  * the file open as fd: how many were set, or -errno.
  */
-static int xattrs_apply_blob(const char *p, size_t len, int fd)
+static int xattrs_apply_blob(struct backend *be, const char *p, size_t len, int fd)
 {
 	int r = 0, set = 0;
 
@@ -175,7 +196,7 @@ static int xattrs_apply_blob(const char *p, size_t len, int fd)
 		memcpy(&vl, p + 4 + kl, 4);
 		if (len < 8 + (size_t)kl + vl)
 			break;
-		r = xattr_err(bsys.fsetxattr(fd, p + 4, p + 8 + kl, vl, 0));
+		r = xattr_err(be, p + 4, bsys.fsetxattr(fd, p + 4, p + 8 + kl, vl, 0), true);
 		set++;
 		p += 8 + kl + vl;
 		len -= 8 + (size_t)kl + vl;
@@ -269,9 +290,9 @@ static int apply_version(struct backend *be, struct op *op, struct touched *t)
 	 * name meanwhile (security.capability on their program, say).
 	 */
 	if (op->xattr_blob)
-		r = xattrs_apply_blob(op->value, op->value_len, op->out->fd);
+		r = xattrs_apply_blob(be, op->value, op->value_len, op->out->fd);
 	else if (op->copy_xattrs)
-		r = xattrs_copy(dfd, op->name, op->out->fd);
+		r = xattrs_copy(be, dfd, op->name, op->out->fd);
 	/*
 	 * The data was fdatasynced by its flusher; xattrs set since are
 	 * metadata that only fsync covers.  ext4 and XFS would commit them
@@ -621,8 +642,9 @@ static int apply_change_at(struct backend *be, struct op *op, struct touched *t,
 		if (op->kind == OP_SETATTR)
 			r = apply_attrs(be, od, name, op, op->node->is_link);
 		else if (op->kind == OP_SETXATTR)
-			r = bsys.setxattr(od, name, op->target, op->value, op->value_len, 0,
-					   op->node->is_link ? BSYS_LINK : 0);
+			r = xattr_err(be, op->target,
+				      bsys.setxattr(od, name, op->target, op->value, op->value_len, 0,
+						    op->node->is_link ? BSYS_LINK : 0), false);
 		else
 			r = bsys.removexattr(od, name, op->target, op->node->is_link ? BSYS_LINK : 0);
 		bsys_owner_guard_off();

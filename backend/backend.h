@@ -246,6 +246,7 @@ struct backend_stats {
 	atomic_uint_least64_t pending_versions;
 	atomic_uint_least64_t dir_fsyncs;
 	atomic_uint_least64_t xattr_fsyncs;	/* new versions synced again for their xattrs (apply.c) */
+	atomic_uint_least64_t xattrs_dropped;	/* xattrs the backend refuses: left out, logged */
 	atomic_uint_least64_t dir_fd_closes;	/* idle directory fds closed for room */
 	atomic_uint_least64_t dirs_staged;	/* directories written ahead of their mkdir */
 	atomic_int last_error;			/* errno of the last failure, 0 when healthy */

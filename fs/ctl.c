@@ -240,7 +240,9 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 		  (unsigned long long)atomic_load(&be->st.versions_published),
 		  (unsigned long long)atomic_load(&be->st.ops_applied),
 		  (unsigned long long)atomic_load(&be->st.dir_fsyncs));
-	sb_printf(b, ", \"xattr_fsyncs\": %llu", (unsigned long long)atomic_load(&be->st.xattr_fsyncs));
+	sb_printf(b, ", \"xattr_fsyncs\": %llu, \"xattrs_dropped\": %llu",
+		  (unsigned long long)atomic_load(&be->st.xattr_fsyncs),
+		  (unsigned long long)atomic_load(&be->st.xattrs_dropped));
 	sb_printf(b, ", \"manifest_syncs\": %llu", (unsigned long long)manifest_syncs(&be->man));
 	sb_printf(b, ", \"publisher_passes\": %llu", (unsigned long long)atomic_load(&be->st.passes));
 	uint64_t calls, calls_timed_out;

@@ -18,6 +18,11 @@
  *            after a remount, its xattrs never read through the mount,
  *            keeps all of them on the backend, and listxattr through the
  *            mount lists them all (the backend's set was read in full).
+ *   xdrop    an xattr the backend's file system does not support
+ *            (EOPNOTSUPP), set on its own or carried by a new version:
+ *            left out, counted (xattrs_dropped) and logged, and the file is
+ *            durable (it used to block every later operation of its user
+ *            for good when set on its own); once supported, set again.
  *   deep     a tree deeper than a manifest record's path (4095 bytes: 21
  *            directories of 200-byte names) made through the mount: the
  *            first operation whose path does not fit is refused
@@ -191,6 +196,38 @@ out:
 	free(names);
 }
 
+static void xattr_drop_case(void)
+{
+	struct tmount m;
+	char flag[PATH_MAX], v[64];
+
+	ct_mount_flagged(&m, "lesser-xdrop", "op=setxattr,err=EOPNOTSUPP", flag);
+	ct_write_seeded(tm_path(&m, "f"), 100000, 1);
+	CHECK_SYS(setxattr(tm_path(&m, "f"), "user.a", "1", 1, 0));
+	ASSERT_EQ(fsync_path(tm_path(&m, "f")), 0);
+	ct_touch(flag);
+	CHECK_SYS(setxattr(tm_path(&m, "f"), "user.b", "2", 1, 0));	/* on its own */
+	ASSERT_EQ(fsync_path(tm_path(&m, "f")), 0);
+	ASSERT_EQ(stat_num(&m, "xattrs_dropped"), 1);
+	ct_write_seeded(tm_path(&m, "f"), 100000, 2);	/* a version carrying user.a and user.b */
+	ASSERT_EQ(fsync_path(tm_path(&m, "f")), 0);
+	ct_check_seeded(tm_bpath(&m, "f"), 100000, 2);
+	ASSERT_EQ(stat_num(&m, "xattrs_dropped"), 3);
+	size_t len;
+	char *log = read_file(m.log, &len);
+	ASSERT_TRUE(log && strstr(log, "extended attribute 'user.b' left out"));
+	free(log);
+	unlink(flag);
+	CHECK_SYS(setxattr(tm_path(&m, "f"), "user.c", "3", 1, 0));
+	ASSERT_EQ(fsync_path(tm_path(&m, "f")), 0);
+	ASSERT_EQ(getxattr(tm_bpath(&m, "f"), "user.c", v, sizeof(v)), 1);
+	ASSERT_EQ(ct_getxattr(tm_path(&m, "f"), "user.b", v, sizeof(v)), 1);	/* the mount keeps it */
+	tm_stop(&m);
+	tm_cleanup(&m);
+	printf("xdrop: xattrs the backend does not support left out, counted and logged; the "
+	       "file durable\n");
+}
+
 #define DEEP 21
 #define DEEP_NAME 200
 
@@ -306,6 +343,7 @@ int main(void)
 	xattrs_case();
 	xattr_sync_case();
 	xattr_many_case();
+	xattr_drop_case();
 	deep_case();
 	sync_case();
 	relink_case();
