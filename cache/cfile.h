@@ -304,7 +304,11 @@ void cver_free(struct cver *v);
  * Spilling.  cfile_spill_begin() checks that ch is still a spillable chunk
  * of cf and, if a live stage exists, pins ch and returns the stage fd
  * (ref'd) and the range to write; -ENOENT if there is nothing to do,
- * -EAGAIN if a stage file must first be installed (cfile_set_stage).
+ * -EAGAIN if a stage file must first be installed (cfile_set_stage),
+ * -EBUSY if the file's lock stays held for more than a moment (a write
+ * filling a chunk from a slow backend holds it: the one spiller must not
+ * wait behind it while writers wait for the space it makes; it spills
+ * another file's chunk, or this one later).
  * cfile_spill_end() records the written extent and frees the chunk.
  */
 struct spill_job {

@@ -18,6 +18,11 @@
  * under the namespace lock, and an open and close of the file by another
  * process answer within the hang too (before: both waited for the fill,
  * and every request of the mount behind them).
+ *
+ * Last, the spiller: with that file's chunk first on the spill list and
+ * another open file's dirty chunks behind it, a large write that needs
+ * room while the fill hangs goes in within the hang (before: the one
+ * spiller waited for the filling file's lock, and the write with it).
  */
 #include "tests/ctl/ctl_util.h"
 
@@ -161,6 +166,46 @@ int main(void)
 	CHECK_SYS(close(w.fd));
 	tm_sync(&m);
 	want[0] = 'z';
+
+	/* The spiller: f's dirty chunk first on its list, then another open file's. */
+	ct_write_seeded(tm_path(&m, "g"), 24 * MiB, 5);	/* evicts f again */
+	tm_sync(&m);
+	w.fd = CHECK_SYS(open(w.path, O_WRONLY));
+	ASSERT_EQ(pwrite(w.fd, "q", 1, 0), 1);
+	int gfd = CHECK_SYS(open(tm_path(&m, "open6"), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+	char *six = malloc(6 * MiB);
+	ASSERT_TRUE(six != NULL);
+	fill_pattern(six, 6 * MiB, 6, 0);
+	ASSERT_EQ(write(gfd, six, 6 * MiB), (ssize_t)(6 * MiB));
+	ct_touch(flag);
+	ASSERT_EQ(pthread_create(&th, NULL, fill_write, &w), 0);
+	usleep(500 * 1000);
+	t0 = mono_ms();
+	ct_write_seeded(tm_path(&m, "h"), 12 * MiB, 7);
+	uint64_t room_ms = mono_ms() - t0;
+	unlink(flag);
+	pthread_join(th, NULL);
+	fprintf(stderr, "a 12 MiB write needing room while a fill hangs: %llu ms; the fill: %zd "
+		"(%s) in %llu ms\n", (unsigned long long)room_ms, w.got,
+		w.err ? strerror(w.err) : "ok", (unsigned long long)w.ms);
+	if (w.ms < 500)
+		FAILF("the third fill took %llu ms: it did not wait for the backend",
+		      (unsigned long long)w.ms);
+	if (room_ms >= BOUND_MS)
+		FAILF("a write needing room took %llu ms while another file's fill hung: the "
+		      "spiller waited for that file", (unsigned long long)room_ms);
+	if (w.got != 1)
+		ASSERT_EQ(pwrite(w.fd, "y", 1, 500000), 1);
+	CHECK_SYS(close(w.fd));
+	CHECK_SYS(close(gfd));
+	tm_sync(&m);
+	want[0] = 'q';
+	ct_check_seeded(tm_bpath(&m, "h"), 12 * MiB, 7);
+	size_t glen;
+	char *gback = read_file(tm_bpath(&m, "open6"), &glen);
+	ASSERT_TRUE(gback && glen == 6 * MiB && !memcmp(gback, six, glen));
+	free(gback);
+	free(six);
 	fd = CHECK_SYS(open(tm_bpath(&m, "f"), O_RDONLY));
 	len = 0;
 	for (ssize_t n; (n = read(fd, got + len, 2 * MiB + 1 - len)) > 0;)
