@@ -322,12 +322,25 @@ static int blist_add(void *arg, const char *name)
 
 	if (!name_valid(name) || backend_name_reserved(name, l->at_root))
 		return 0;
-	if (bsys.fstatat(l->dfd, name, &e.st) < 0 || !type_shown(e.st.st_mode))
-		return 0;	/* vanished meanwhile, or nothing the mount shows */
+	/*
+	 * Vanished meanwhile (or replaced by what readlink refuses), or nothing
+	 * the mount shows: left out.  Any other error fails the listing: an
+	 * entry left out would read as removed from the backend (a revalidation
+	 * drops it from the mount), a symlink as pointing nowhere.
+	 */
+	int r = bsys.fstatat(l->dfd, name, &e.st);
+	if (r == -ENOENT || (r == 0 && !type_shown(e.st.st_mode)))
+		return 0;
+	if (r < 0)
+		return r;
 	if (S_ISLNK(e.st.st_mode)) {
 		char buf[4096];
 		ssize_t len = bsys.readlinkat(l->dfd, name, buf, sizeof(buf) - 1);
-		buf[len < 0 ? 0 : len] = '\0';
+		if (len == -ENOENT || len == -EINVAL)
+			return 0;
+		if (len < 0)
+			return (int)len;
+		buf[len] = '\0';
 		e.target = xstrdup(buf);
 	}
 	e.name = xstrdup(name);
