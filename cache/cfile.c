@@ -1080,7 +1080,7 @@ void cver_free(struct cver *v)
 {
 	if (!v)
 		return;
-	if (v->nseg)
+	if (v->nseg || list_linked(&v->link))	/* an empty file's version has no segment */
 		cver_discard(v);
 	cfd_put(v->out);
 	cfd_put(v->base_f);

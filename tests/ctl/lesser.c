@@ -23,6 +23,10 @@
  *            left out, counted (xattrs_dropped) and logged, and the file is
  *            durable (it used to block every later operation of its user
  *            for good when set on its own); once supported, set again.
+ *   skipempty an empty file's version refused (EACCES) and skipped by the
+ *            administrator: its version is let go like any other (it was
+ *            freed while still listed as the file's, and the file's next
+ *            version never read durable); the next one is published.
  *   deep     a tree deeper than a manifest record's path (4095 bytes: 21
  *            directories of 200-byte names) made through the mount: the
  *            first operation whose path does not fit is refused
@@ -228,6 +232,39 @@ static void xattr_drop_case(void)
 	       "file durable\n");
 }
 
+static void skip_empty_case(void)
+{
+	struct tmount m;
+	char flag[PATH_MAX], seq[32];
+	struct ct_result r;
+
+	ct_mount_flagged(&m, "lesser-skipempty", "op=rename,err=EACCES,name=emptyf", flag);
+	ct_touch(flag);
+	write_file(tm_path(&m, "emptyf"), "", 0);
+	ASSERT_EQ(fsync_path(tm_path(&m, "emptyf")), -EACCES);
+	ct_blocked_seq(&m, seq);
+	ctl(&r, &m, "skip", seq, NULL);
+	ct_expect_status(&r, 0, "skip of an empty file's version");
+	ct_result_free(&r);
+	unlink(flag);
+	int fd = CHECK_SYS(open(tm_path(&m, "emptyf"), O_WRONLY | O_TRUNC));
+	ASSERT_EQ(write(fd, "now\n", 4), 4);
+	close(fd);	/* may still say the skipped version's ECANCELED */
+	int e = -1;
+	for (uint64_t t0 = mono_ms(); e && mono_ms() - t0 < 5000; usleep(50 * 1000))
+		e = fsync_path(tm_path(&m, "emptyf"));
+	ASSERT_EQ(e, 0);
+	if (!ct_wait_state(tm_path(&m, "emptyf"), "durable", 5000))
+		FAILF("%s", "the file's next version never reads durable after its empty one was skipped");
+	size_t len;
+	char *got = read_file(tm_bpath(&m, "emptyf"), &len);
+	ASSERT_TRUE(got && len == 4 && !memcmp(got, "now\n", 4));
+	free(got);
+	tm_stop(&m);
+	tm_cleanup(&m);
+	printf("skipempty: an empty file's skipped version let go; the next one durable\n");
+}
+
 #define DEEP 21
 #define DEEP_NAME 200
 
@@ -344,6 +381,7 @@ int main(void)
 	xattr_sync_case();
 	xattr_many_case();
 	xattr_drop_case();
+	skip_empty_case();
 	deep_case();
 	sync_case();
 	relink_case();
