@@ -138,18 +138,19 @@ void touched_free(struct touched *t)
  * EDQUOT...) fails the operation, which is retried: nothing is reported
  * durable without the xattrs it should carry.  (On a change of an existing
  * object EPERM stands: it may be the owner check's refusal, bsys C5.)
+ * r: the call's result.  Returns 0 (set), 1 (left out) or -errno.
  */
 static int xattr_err(struct backend *be, const char *key, int r, bool own)
 {
 	static struct ckpt_ratelimit rl;
 
-	if (r != -ENOTSUP && r != -EOPNOTSUPP && !(own && (r == -EPERM || r == -EACCES)))
+	if (r >= 0 || (r != -ENOTSUP && r != -EOPNOTSUPP && !(own && (r == -EPERM || r == -EACCES))))
 		return r;
 	atomic_fetch_add(&be->st.xattrs_dropped, 1);
 	ckpt_log_limited(&rl, 10ull * 1000000000, LOG_WARNING,
 			 "backend: extended attribute '%s' left out: the backend refuses it (%s)",
 			 key, strerror(-r));
-	return 0;
+	return 1;	/* left out: not set */
 }
 
 struct xattr_to {
@@ -197,7 +198,8 @@ static int xattrs_apply_blob(struct backend *be, const char *p, size_t len, int 
 		if (len < 8 + (size_t)kl + vl)
 			break;
 		r = xattr_err(be, p + 4, bsys.fsetxattr(fd, p + 4, p + 8 + kl, vl, 0), true);
-		set++;
+		set += r == 0;	/* (1: left out) */
+		r = r < 0 ? r : 0;
 		p += 8 + kl + vl;
 		len -= 8 + (size_t)kl + vl;
 	}
@@ -642,9 +644,11 @@ static int apply_change_at(struct backend *be, struct op *op, struct touched *t,
 		if (op->kind == OP_SETATTR)
 			r = apply_attrs(be, od, name, op, op->node->is_link);
 		else if (op->kind == OP_SETXATTR)
-			r = xattr_err(be, op->target,
-				      bsys.setxattr(od, name, op->target, op->value, op->value_len, 0,
-						    op->node->is_link ? BSYS_LINK : 0), false);
+			r = CKPT_MIN(0, xattr_err(be, op->target,
+						  bsys.setxattr(od, name, op->target, op->value,
+								op->value_len, 0,
+								op->node->is_link ? BSYS_LINK : 0),
+						  false));
 		else
 			r = bsys.removexattr(od, name, op->target, op->node->is_link ? BSYS_LINK : 0);
 		bsys_owner_guard_off();
@@ -829,7 +833,7 @@ static int dir_sync_refused(struct backend *be, int fd, int r, bool *root_synced
 static bool left_its_name(int r)
 {
 	return r == -ENOENT || r == -ELOOP || r == -ENXIO || r == -EISDIR || r == -ENOTDIR ||
-	       r == -ESTALE || r == -EXDEV;
+	       r == -EXDEV;	/* (not ESTALE: an NFS handle gone stale may still name it) */
 }
 
 int sync_touched(struct backend *be, struct touched *t)

@@ -99,11 +99,12 @@ struct bnode {
 	uint64_t published_seq;
 	/*
 	 * The last operation submitted on it (a version, rename, link, chmod,
-	 * xattr change...) and its user: written under be->lock, last_seq also
-	 * read without it (backend_node_state).
+	 * xattr change...) and its user, and the last that gave it a name
+	 * (made, published, renamed, linked): written under be->lock, the seqs
+	 * also read without it (backend_node_state).
 	 */
-	atomic_uint_least64_t last_seq;
-	uid_t last_actor;
+	atomic_uint_least64_t last_seq, name_seq;
+	uid_t last_actor, name_actor;
 	/*
 	 * backend/stage.c.  A directory made through the mount: mk_op, its
 	 * mkdir while pending (be->lock); stage, where its files are written
@@ -486,10 +487,11 @@ int backend_wait(struct backend *be, uint64_t seq, uint64_t timeout_ns);
 int backend_actor_error(struct backend *be, uid_t actor, uint64_t seq);
 /*
  * Is the last operation on b (its contents, a rename, link, chmod or xattr
- * change of it) durable?  0 yes (or none), 1 not yet, -errno: its user's
- * order is blocked at or before it.
+ * change of it; with names_only, the last that gave it a name) durable?
+ * 0 yes (or none), 1 not yet, -errno: its user's order is blocked at or
+ * before it.
  */
-int backend_node_state(struct backend *be, struct bnode *b);
+int backend_node_state(struct backend *be, struct bnode *b, bool names_only);
 
 /* A blocked operation, for stats and the control file. */
 struct backend_blocked {

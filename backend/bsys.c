@@ -655,12 +655,14 @@ int bsys_xattrs_each(int dirfd, const char *name, int at,
 		val = xmalloc(XATTR_SIZE_MAX);	/* the largest value Linux takes */
 	for (ssize_t off = 0; r == 0 && n > 0 && off < n; off += (ssize_t)strlen(keys + off) + 1) {
 		ssize_t vl = bsys.getxattr(dirfd, name, keys + off, val, XATTR_SIZE_MAX, at);
-		if (vl == -ENODATA)
-			continue;	/* removed since the list */
+		if (vl == -ENODATA || vl == -ENOTSUP || vl == -EOPNOTSUPP)
+			continue;	/* removed since the list; a key no value can be read of */
 		if (vl < 0)
 			r = (int)vl;
 		else if ((r = fn(arg, keys + off, val, (size_t)vl)) == 0)
 			took++;
+		else if (r > 0)
+			r = 0;		/* passed over by fn */
 	}
 	free(keys);
 	free(val);

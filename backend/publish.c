@@ -97,6 +97,15 @@ void backend_release_seq(struct backend *be)
 	pthread_mutex_unlock(&be->lock);
 }
 
+/* durable_seq after the queue lost operations (applied and synced, or skipped); be->lock. */
+static void durable_advance_locked(struct backend *be)
+{
+	uint64_t durable = backend_durable_upto_locked(be);
+
+	if (durable > atomic_load(&be->durable_seq))
+		atomic_store(&be->durable_seq, durable);
+}
+
 uint64_t backend_durable_upto_locked(const struct backend *be)
 {
 	uint64_t next = list_empty(&be->ops) ? be->last_seq + 1
@@ -160,9 +169,17 @@ int backend_submit(struct backend *be, struct op *op)
 		op->seq = ++be->last_seq;
 	if (op->seq == be->reserved_seq)
 		be->reserved_seq = 0;
-	if (op->node) {
-		op->node->last_actor = op->actor;
-		atomic_store(&op->node->last_seq, op->seq);
+	struct bnode *named[2] = { op->node, op->kind == OP_RENAME && (op->flags & RENAME_EXCHANGE) ?
+					     op->victim : NULL };
+	for (unsigned i = 0; i < 2; i++) {
+		if (!named[i])
+			continue;
+		named[i]->last_actor = op->actor;
+		atomic_store(&named[i]->last_seq, op->seq);
+		if (op->kind != OP_SETATTR && op->kind != OP_SETXATTR && op->kind != OP_RMXATTR) {
+			named[i]->name_actor = op->actor;
+			atomic_store(&named[i]->name_seq, op->seq);
+		}
 	}
 	ledger_seal(&be->ledger, op->seq);	/* a store into a mapped page */
 	list_add_tail(&be->ops, &op->link);
@@ -397,16 +414,18 @@ int backend_actor_error(struct backend *be, uid_t actor, uint64_t seq)
 	return err;
 }
 
-int backend_node_state(struct backend *be, struct bnode *b)
+int backend_node_state(struct backend *be, struct bnode *b, bool names_only)
 {
-	uint64_t seq = atomic_load(&b->last_seq);
+	atomic_uint_least64_t *at = names_only ? &b->name_seq : &b->last_seq;
+	uint64_t seq = atomic_load(at);
 	int r = 0;
 
 	if (!seq || seq <= atomic_load(&be->durable_seq))
 		return 0;	/* everything up to it is durable */
 	pthread_mutex_lock(&be->lock);
-	seq = atomic_load(&b->last_seq);
-	const struct actor_state *a = order_actor(be->order, b->last_actor, false);
+	seq = atomic_load(at);
+	const struct actor_state *a = order_actor(be->order, names_only ? b->name_actor : b->last_actor,
+						  false);
 	if (a && seq >= a->min_undurable) {
 		int err = actor_error_locked(a, seq);
 		r = err ? err : 1;
@@ -821,6 +840,7 @@ static void *publisher_main(void *arg)
 			continue;	/* waits at the top until kicked or due */
 		}
 		be->pass_due = true;	/* look again once these are done with */
+		durable_advance_locked(be);	/* skipped ones left the queue */
 		pthread_mutex_unlock(&be->lock);
 		waiters_answer(&ready);
 		skipped_drop(be, &gone);
@@ -881,9 +901,8 @@ static void *publisher_main(void *arg)
 		now = now_ns();
 		for (unsigned i = 0; i < nfailed; i++)
 			op_block(be, failed[i], ferr[i], now);
-		uint64_t durable = backend_durable_upto_locked(be);
-		if (durable > atomic_load(&be->durable_seq))
-			atomic_store(&be->durable_seq, durable);
+		durable_advance_locked(be);
+		uint64_t durable = atomic_load(&be->durable_seq);
 		uint64_t wall = backend_durable_wall_locked(be, NULL);
 		/*
 		 * Answer who waited for this before the clean-up: closing what the

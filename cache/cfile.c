@@ -353,22 +353,21 @@ void cfile_set_base_fd(struct cfile *cf, int fd)
 		close(fd);
 }
 
-uint64_t cfile_base_peek(struct cfile *cf, struct cfd **ref)
+int cfile_base_peek(struct cfile *cf, struct cfd **ref, uint64_t *ino)
 {
-	uint64_t ino = 0;
-
 	*ref = NULL;
+	*ino = 0;
 	if (pthread_mutex_trylock(&cf->lock) != 0)
-		return 0;	/* busy: see cfile.h */
+		return -EBUSY;	/* see cfile.h */
 	if (cf->nlayers && !cf->dirty && list_empty(&cf->versions)) {
 		struct clayer *l = cf->layers[cf->nlayers - 1];
 		if (l->ver && l->f)
 			*ref = cfd_get(l->f);
 		if (l->ver && l->base)
-			ino = l->ino;
+			*ino = l->ino;
 	}
 	pthread_mutex_unlock(&cf->lock);
-	return ino;
+	return 0;
 }
 
 uint64_t cfile_size(struct cfile *cf)
@@ -403,9 +402,22 @@ struct cfd *cfile_clean_base(struct cfile *cf)
 
 enum cfile_state cfile_state(struct cfile *cf)
 {
-	/* No lock (struct cfile); a seal counts its version before it clears dirty. */
-	return atomic_load(&cf->dirty) ? CF_DIRTY : atomic_load(&cf->nversions) ? CF_FLUSHING
-										 : CF_DURABLE;
+	/*
+	 * No lock (struct cfile).  A seal counts its version before it clears
+	 * dirty; between two reads of sgen no seal or publication completed,
+	 * so what is read together held at one moment (writes only set dirty).
+	 */
+	enum cfile_state st = CF_DURABLE;
+	for (int tries = 0; tries < 8; tries++) {
+		unsigned g = atomic_load(&cf->sgen);
+		bool d = atomic_load(&cf->dirty);
+		unsigned v = atomic_load(&cf->nversions);
+		d = d || atomic_load(&cf->dirty);
+		st = d ? CF_DIRTY : v ? CF_FLUSHING : CF_DURABLE;
+		if (atomic_load(&cf->sgen) == g)
+			break;
+	}
+	return st;
 }
 
 bool cfile_in_memory(struct cfile *cf)
@@ -965,6 +977,7 @@ struct cver *cfile_seal(struct cfile *cf, uint64_t seq)
 	atomic_fetch_add(&cf->nversions, 1);	/* first: never "durable" in between */
 	list_add_tail(&cf->versions, &v->link);
 	cf->dirty = false;
+	atomic_fetch_add(&cf->sgen, 1);
 	pthread_mutex_unlock(&cf->lock);
 	return v;
 }
@@ -994,6 +1007,7 @@ static void ver_release_locked(struct cver *v, bool published)
 	if (list_linked(&v->link)) {
 		list_del(&v->link);
 		atomic_fetch_sub(&v->cf->nversions, 1);
+		atomic_fetch_add(&v->cf->sgen, 1);
 	}
 }
 
@@ -1044,7 +1058,17 @@ void cfile_published(struct cver *v, struct cfd *out, struct cleaves *leaves, ui
 
 void cfile_opened(struct cfile *cf)
 {
-	atomic_fetch_add(&cf->opens, 1);	/* no lock: see struct cfile */
+	/*
+	 * No lock (see struct cfile), except for the first open: a publication
+	 * that saw no open (and lets the base go) is then wholly before it, so
+	 * its caller's look at cfile_base_lazy sees the base gone, or wholly
+	 * after, and keeps it.  No write can be filling then: a writer's
+	 * handle would count.
+	 */
+	if (atomic_fetch_add(&cf->opens, 1) == 0) {
+		pthread_mutex_lock(&cf->lock);
+		pthread_mutex_unlock(&cf->lock);
+	}
 }
 
 void cfile_closed(struct cfile *cf)

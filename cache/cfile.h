@@ -178,6 +178,7 @@ struct cfile {
 	uint32_t nlayers;
 	struct list versions;	/* pending versions, oldest first */
 	atomic_uint nversions;	/* how many: written under lock, read without (cfile_state) */
+	atomic_uint sgen;	/* bumped after each seal and each version let go (cfile_state) */
 	uint64_t trunc_gen;	/* bumped by every shrinking truncate */
 	uint32_t spills;	/* spill writes in flight to the live stage */
 	atomic_bool dirty;	/* modified since the last seal (written under lock, like size) */
@@ -225,15 +226,15 @@ void cfile_set_base_fd(struct cfile *cf, int fd);
 /*
  * The base file of a clean file with nothing pending (the version loaded or
  * last published): *ref gets it as a reference (NULL if none is open) and
- * the result is the backend inode of the file this mount last published
- * for cf (a published file nobody has open keeps no descriptor); NULL and
- * 0 if it is dirty or flushing, or if its lock is busy: this does not
- * wait (the caller holds the namespace lock, and a write filling a chunk
- * from a hung backend holds the file's lock; such a file is being written,
- * and the caller treats it as unknown).  For telling whether a backend
+ * *ino the backend inode of the file this mount last published for cf (a
+ * published file nobody has open keeps no descriptor); NULL and 0 if it is
+ * dirty or flushing.  -EBUSY (and NULL, 0) if its lock is held: this does
+ * not wait (the caller holds the namespace lock, and a write filling a
+ * chunk from a hung backend holds the file's lock), and the caller must
+ * take the file as unknown, not as changed.  For telling whether a backend
  * name still holds that file.
  */
-uint64_t cfile_base_peek(struct cfile *cf, struct cfd **ref);
+int cfile_base_peek(struct cfile *cf, struct cfd **ref, uint64_t *ino);
 
 /*
  * Write len bytes at off.  `copy` fills dst (len bytes of the write starting

@@ -306,6 +306,7 @@ struct bent {
 	struct stat st;
 	char *target;		/* symlinks */
 	ino_t local_ino;	/* refresh: the inode this node's file has there, 0 unknown */
+	bool keep;		/* refresh: this node's file could not be asked: left as it is */
 };
 
 struct blist {
@@ -654,6 +655,7 @@ struct snap {
 	char *name;
 	struct cfd *base;	/* its published file, for its inode */
 	uint64_t base_ino;	/* ... or that inode, kept when the file is not open */
+	bool unknown;		/* its file's lock was busy: not asked (cfile_base_peek) */
 	struct bnode *dirb;	/* directories: their backend node, for their fd's inode */
 	struct bstamp bid;
 	bool bknown;
@@ -675,6 +677,8 @@ static unsigned dir_merge(struct ckptfs *fs, struct fsnode *dir, struct blist *l
 		if (pending_has_name(p, d->name) || changed_has(dir, d->name) ||
 		    n->seal_seq > seq0 || node_busy(fs, n, p, &budget))
 			continue;	/* this node's own changes keep precedence */
+		if (b && b->keep)
+			continue;
 		if (b && same_object(n, b)) {
 			struct bstamp bs;
 			bstamp_of(&b->st, &bs);
@@ -738,7 +742,8 @@ static void dir_refresh(struct ckptfs *fs, struct fsnode *dir)
 		}
 		sn[nsn] = (struct snap){ .name = xstrdup(d->name), .bid = n->bid, .bknown = n->bknown };
 		if (S_ISREG(n->mode) && n->cf) {
-			sn[nsn].base_ino = cfile_base_peek(n->cf, &sn[nsn].base);
+			sn[nsn].unknown = cfile_base_peek(n->cf, &sn[nsn].base,
+							  &sn[nsn].base_ino) == -EBUSY;
 		}
 		else if (S_ISDIR(n->mode) && !n->bknown)
 			sn[nsn].dirb = bnode_get(n->b);
@@ -749,6 +754,7 @@ static void dir_refresh(struct ckptfs *fs, struct fsnode *dir)
 	backend_pending_scan(&fs->be, db, &p);
 	pthread_mutex_unlock(&fs->ns);
 	r = backend_list(fs, db, at_root, &l, &st);
+	bool kept = false;
 	for (size_t i = 0; r == 0 && i < nsn; i++) {
 		struct bent *b = blist_find(&l, sn[i].name);
 		struct bstamp bs;
@@ -757,6 +763,10 @@ static void dir_refresh(struct ckptfs *fs, struct fsnode *dir)
 			bstamp_of(&b->st, &bs);
 		if (!b || (sn[i].bknown && bstamp_eq(&sn[i].bid, &bs)))
 			continue;	/* gone, or unchanged since it was last seen */
+		if (sn[i].unknown) {
+			b->keep = kept = true;	/* maybe its own new version: the next round asks */
+			continue;
+		}
 		int fd = sn[i].base ? sn[i].base->fd : -1;
 		if (sn[i].base_ino)
 			b->local_ino = (ino_t)sn[i].base_ino;
@@ -773,6 +783,8 @@ static void dir_refresh(struct ckptfs *fs, struct fsnode *dir)
 			log_debug("revalidated a directory: the backend changed it");
 		dir->listed_wall_ns = w0;
 		bstamp_of(&st, &dir->stamp);
+		if (kept)	/* not seen as unchanged next time: asked again */
+			memset(&dir->stamp, 0, sizeof(dir->stamp));
 	}
 	changed_clear(dir);
 	blist_free(&l);

@@ -1247,17 +1247,29 @@ static bool fsync_cancelled(struct pub_waiter *w)
 static void fsync_done(struct pub_waiter *w, int err)
 {
 	struct fsync_wait *fw = CKPT_CONTAINER_OF(w, struct fsync_wait, w);
+	/*
+	 * Waiting again (slow but moving; or the second order) only while the
+	 * session serves: once it stops, every waiter was answered at once
+	 * (backend_cancel_waiters) and one put back now would be answered
+	 * after the unmount.
+	 */
+	bool serving = !fs_stopping(fw->fs);
 	if (err == -ETIMEDOUT) {
-		if (backend_wait_rearm(&fw->fs->be, w, &fw->progress, fw->fs->opt.drain_timeout))
+		if (serving &&
+		    backend_wait_rearm(&fw->fs->be, w, &fw->progress, fw->fs->opt.drain_timeout))
 			return;
 		int last = backend_last_error(&fw->fs->be);	/* positive */
 		err = last ? -last : -EIO;
 	}
 	if (err == 0 && fw->then) {
-		fw->then = false;
-		w->actor = fw->then_actor;	/* the same seq, the same deadline */
-		backend_wait_async(&fw->fs->be, w);
-		return;
+		if (!serving) {
+			err = -ESHUTDOWN;
+		} else {
+			fw->then = false;
+			w->actor = fw->then_actor;	/* the same seq, the same deadline */
+			backend_wait_async(&fw->fs->be, w);
+			return;
+		}
 	}
 	fuse_reply_err(fw->req, -err);
 	free(fw);

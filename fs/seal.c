@@ -148,11 +148,12 @@ const char *node_state_name(struct ckptfs *fs, struct fsnode *n)
 		return "flushing";
 	/*
 	 * Its contents are on the backend; its name and attributes are only
-	 * once the last change of it and of each directory above it is too (a
-	 * rename of its checkpoint's directory, say, still queued).
+	 * once its last change is too, and the last change of the name of each
+	 * directory above it (a rename of its checkpoint's directory, say,
+	 * still queued; not their own chmods).
 	 */
 	for (struct fsnode *x = n; x;) {
-		int k = backend_node_state(&fs->be, x->b);
+		int k = backend_node_state(&fs->be, x->b, x != n);
 		if (k)
 			return k < 0 ? "blocked" : "flushing";
 		struct fsdent *d = node_first_dent(x);
