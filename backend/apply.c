@@ -308,12 +308,16 @@ static int apply_version(struct backend *be, struct op *op, struct touched *t)
 		goto relink;
 	pthread_rwlock_wrlock(&be->mv_lock);
 	r = bsys.renameat2(tfd, tname, dfd, op->name, 0);
-	if (r == 0 && (r = bsys_name_is(dfd, op->name, op->out->fd)) != 0) {
-		/* Swapped between the check and the rename: what went there is not ours. */
+	if (r == 0 && bsys_name_is(dfd, op->name, op->out->fd) == -ESTALE) {
+		/*
+		 * Swapped between the check and the rename: what went there is
+		 * not ours.  (Any other answer — it could not be looked at —
+		 * leaves the rename of the file just checked as done.)
+		 */
 		log_warn("backend: temporary file '%s' was replaced by someone else before its "
 			 "rename; '%s' does not hold what this mount wrote: not published", tname,
 			 op->name);
-		r = r == -ESTALE ? -EPERM : r;
+		r = -EPERM;
 	} else if (r == 0) {
 		op->renamed = true;
 		pthread_rwlock_wrlock(&be->bt_lock);
@@ -649,8 +653,11 @@ static int apply_change_at(struct backend *be, struct op *op, struct touched *t,
 								op->value_len, 0,
 								op->node->is_link ? BSYS_LINK : 0),
 						  false));
-		else
-			r = bsys.removexattr(od, name, op->target, op->node->is_link ? BSYS_LINK : 0);
+		else	/* (one never set there, the backend refusing it: nothing to remove) */
+			r = CKPT_MIN(0, xattr_err(be, op->target,
+						  bsys.removexattr(od, name, op->target,
+								   op->node->is_link ? BSYS_LINK : 0),
+						  false));
 		bsys_owner_guard_off();
 		bnode_dirfd_put(be, at);
 		if (r == -ENODATA)

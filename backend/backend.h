@@ -327,6 +327,7 @@ struct backend {
 	struct list ops;		/* unpublished operations, sequence order */
 	struct list flushq;		/* versions waiting for a flusher */
 	struct list waiters;		/* sequence order */
+	int waiters_closed;		/* -errno once cancelled: later request waiters get it at once */
 	uint64_t last_seq;		/* last assigned */
 	uint64_t reserved_seq;		/* taken by a seal, not yet submitted (0: none) */
 	uint64_t wall_floor;		/* no seal is stamped before it (nodes.h N3) */

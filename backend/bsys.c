@@ -655,8 +655,15 @@ int bsys_xattrs_each(int dirfd, const char *name, int at,
 		val = xmalloc(XATTR_SIZE_MAX);	/* the largest value Linux takes */
 	for (ssize_t off = 0; r == 0 && n > 0 && off < n; off += (ssize_t)strlen(keys + off) + 1) {
 		ssize_t vl = bsys.getxattr(dirfd, name, keys + off, val, XATTR_SIZE_MAX, at);
-		if (vl == -ENODATA || vl == -ENOTSUP || vl == -EOPNOTSUPP)
-			continue;	/* removed since the list; a key no value can be read of */
+		if (vl == -ENOTSUP || vl == -EOPNOTSUPP) {
+			static struct ckpt_ratelimit rl;
+			ckpt_log_limited(&rl, 10ull * 1000000000, LOG_WARNING,
+					 "backend: extended attribute '%s' of '%s' is listed but cannot "
+					 "be read (%s): left out", keys + off, name, strerror((int)-vl));
+			continue;
+		}
+		if (vl == -ENODATA)
+			continue;	/* removed since the list */
 		if (vl < 0)
 			r = (int)vl;
 		else if ((r = fn(arg, keys + off, val, (size_t)vl)) == 0)

@@ -161,8 +161,8 @@ uint64_t bsys_max_file_size(int dirfd);
  * Every xattr of (dirfd, name), through the table: fn(arg, key, value, len)
  * for each, in listxattr's order, whatever their number and size (the
  * list is sized first, and grows if it grows meanwhile).  A key removed
- * between the list and its read, or whose value cannot be read at all
- * (ENOTSUP), is passed over.  at: BSYS_LINK for the link itself.  fn
+ * between the list and its read is passed over, and so is one whose value
+ * cannot be read at all (ENOTSUP: logged).  at: BSYS_LINK for the link itself.  fn
  * returns 0 (taken), 1 (passed over) or -errno.  Returns how many fn took,
  * the first error fn returned, or -errno of the list or a read (the
  * caller decides which errors of the list mean "none": -ENOENT,

@@ -16,6 +16,7 @@ void backend_cancel_waiters(struct backend *be, int err)
 
 	list_init(&all);
 	pthread_mutex_lock(&be->lock);
+	be->waiters_closed = err;	/* a request's waiter put back after this: answered at once */
 	while (!list_empty(&be->waiters)) {
 		struct list *e = be->waiters.next;
 		list_del(e);

@@ -1329,16 +1329,19 @@ int flush_copy_version(struct cver *v, int fd, XXH128_hash_t *digest)
 	return r;
 }
 
-static void spill_one(struct backend *be, struct cfile *cf, struct chunk *ch)
+/* Spill ch of cf: -EBUSY if cf's lock stayed held (cfile_spill_begin), else 0. */
+static int spill_one(struct backend *be, struct cfile *cf, struct chunk *ch)
 {
 	struct spill_job job;
 	int r = cfile_spill_begin(cf, ch, &job);
 
+	if (r == -EBUSY)
+		return r;
 	if (r == -EAGAIN && be->hooks.stage_dir) {
 		struct bnode *dir = be->hooks.stage_dir(be->hooks.arg, cf);
 		struct cfd *f = NULL;
 		if (!dir)
-			return;
+			return 0;
 		if (atomic_load(&dir->present) && temp_create(be, dir, 's', &f) == 0)
 			cfile_set_stage(cf, f);
 		bnode_put(dir);
@@ -1348,13 +1351,14 @@ static void spill_one(struct backend *be, struct cfile *cf, struct chunk *ch)
 		cfd_put(f);	/* unlinks it if the file does not hold it */
 	}
 	if (r < 0)
-		return;
+		return 0;
 	r = pwrite_all(job.f->fd, job.mem, job.len, job.off);
 	if (r == 0)
 		atomic_fetch_add(&be->st.written_bytes, job.len);
 	else
 		ckpt_log(LOG_WARNING, "spilling to the backend failed: %s", strerror(-r));
 	cfile_spill_end(cf, &job, r);
+	return 0;
 }
 
 static void *spiller_main(void *arg)
@@ -1374,13 +1378,19 @@ static void *spiller_main(void *arg)
 		 * estimate counts free slots of split chunks, which a full
 		 * chunk cannot use while one dirty slot keeps each chunk split.
 		 */
+		struct cfile *busy[8];	/* files whose lock stayed held this round: passed over */
+		unsigned nbusy = 0;
 		for (unsigned i = 0; i < c->nchunks && (cache_reclaimable(c) < low ||
 							cache_has_waiters(c)); i++) {
 			struct cfile *cf;
 			struct chunk *ch = cache_spill_pick(c, &cf);
 			if (!ch)
 				break;
-			spill_one(be, cf, ch);
+			bool skip = false;
+			for (unsigned k = 0; k < nbusy && !skip; k++)
+				skip = busy[k] == cf;
+			if (!skip && spill_one(be, cf, ch) == -EBUSY && nbusy < CKPT_ARRAY_LEN(busy))
+				busy[nbusy++] = cf;	/* compared as an address only */
 			cfile_put(cf);
 		}
 		pthread_mutex_lock(&be->lock);

@@ -310,6 +310,18 @@ void backend_wait_async(struct backend *be, struct pub_waiter *w)
 
 	list_init(&ready);
 	pthread_mutex_lock(&be->lock);
+	/*
+	 * A request's waiter (it can be interrupted) after the session's
+	 * waiters were cancelled: its answer must go out now, before the
+	 * unmount.  The daemon's own drain at exit (backend_wait) still waits.
+	 */
+	if (be->waiters_closed && w->cancelled) {
+		int err = be->waiters_closed;
+		pthread_mutex_unlock(&be->lock);
+		w->result = err;
+		w->done(w, err);
+		return;
+	}
 	list_add_tail(&be->waiters, &w->link);
 	uint64_t next = UINT64_MAX;
 	waiters_collect(be, &ready, now_ns(), &next);

@@ -1149,15 +1149,12 @@ int cfile_spill_begin(struct cfile *cf, struct chunk *ch, struct spill_job *job)
 	const uint64_t cs = cf->cache->chunk_size;
 	struct clayer *stage;
 
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);	/* timedlock's clock (sanitizers know timedlock) */
-	until.tv_nsec += 20 * 1000000;	/* a writer's copy takes less; a backend read may not */
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000;
+	/* A writer's copy takes less than 20 ms; a backend read may not. */
+	for (int tries = 0; pthread_mutex_trylock(&cf->lock) != 0; tries++) {
+		if (tries == 20)
+			return -EBUSY;	/* see cfile.h */
+		usleep(1000);
 	}
-	if (pthread_mutex_timedlock(&cf->lock, &until) != 0)
-		return -EBUSY;	/* see cfile.h */
 	if (ch->owner != cf || !ch->in_map || ch->state != CH_DIRTY || ch->vrefs) {
 		pthread_mutex_unlock(&cf->lock);
 		return -ENOENT;

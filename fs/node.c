@@ -330,14 +330,14 @@ static int blist_add(void *arg, const char *name)
 	 * drops it from the mount), a symlink as pointing nowhere.
 	 */
 	int r = bsys.fstatat(l->dfd, name, &e.st);
-	if (r == -ENOENT || (r == 0 && !type_shown(e.st.st_mode)))
-		return 0;
+	if (r == -ENOENT || r == -ESTALE || (r == 0 && !type_shown(e.st.st_mode)))
+		return 0;	/* (ESTALE: removed by another NFS client) */
 	if (r < 0)
 		return r;
 	if (S_ISLNK(e.st.st_mode)) {
 		char buf[4096];
 		ssize_t len = bsys.readlinkat(l->dfd, name, buf, sizeof(buf) - 1);
-		if (len == -ENOENT || len == -EINVAL)
+		if (len == -ENOENT || len == -ESTALE || len == -EINVAL)
 			return 0;
 		if (len < 0)
 			return (int)len;
@@ -661,9 +661,13 @@ struct snap {
 	bool bknown;
 };
 
-/* Merge the backend's entries into dir (ns held): how many names changed here. */
+/*
+ * Merge the backend's entries into dir (ns held): how many names changed
+ * here; *kept is set if an entry its file could not be asked about was
+ * left as it is.
+ */
 static unsigned dir_merge(struct ckptfs *fs, struct fsnode *dir, struct blist *l,
-			  const struct pending_set *p, uint64_t seq0)
+			  const struct pending_set *p, uint64_t seq0, bool *kept)
 {
 	unsigned changes = 0;
 
@@ -677,8 +681,10 @@ static unsigned dir_merge(struct ckptfs *fs, struct fsnode *dir, struct blist *l
 		if (pending_has_name(p, d->name) || changed_has(dir, d->name) ||
 		    n->seal_seq > seq0 || node_busy(fs, n, p, &budget))
 			continue;	/* this node's own changes keep precedence */
-		if (b && b->keep)
+		if (b && b->keep) {
+			*kept = true;	/* not asked: asked again next round */
 			continue;
+		}
 		if (b && same_object(n, b)) {
 			struct bstamp bs;
 			bstamp_of(&b->st, &bs);
@@ -764,7 +770,7 @@ static void dir_refresh(struct ckptfs *fs, struct fsnode *dir)
 		if (!b || (sn[i].bknown && bstamp_eq(&sn[i].bid, &bs)))
 			continue;	/* gone, or unchanged since it was last seen */
 		if (sn[i].unknown) {
-			b->keep = kept = true;	/* maybe its own new version: the next round asks */
+			b->keep = true;	/* maybe its own new version: the next round asks */
 			continue;
 		}
 		int fd = sn[i].base ? sn[i].base->fd : -1;
@@ -779,7 +785,7 @@ static void dir_refresh(struct ckptfs *fs, struct fsnode *dir)
 	dir->track = false;	/* the merge's own changes are not the user's */
 	if (r == 0) {
 		backend_pending_scan(&fs->be, db, &p);	/* and what was queued meanwhile */
-		if (!dir->gone && dir_merge(fs, dir, &l, &p, seq0))
+		if (!dir->gone && dir_merge(fs, dir, &l, &p, seq0, &kept))
 			log_debug("revalidated a directory: the backend changed it");
 		dir->listed_wall_ns = w0;
 		bstamp_of(&st, &dir->stamp);

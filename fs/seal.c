@@ -136,12 +136,13 @@ uint64_t seal_all_locked(struct ckptfs *fs, struct seal_report *rep)
 const char *node_state_name(struct ckptfs *fs, struct fsnode *n)
 {
 	int sticky = atomic_load(&n->b->sticky_err);
+	enum cfile_state cs = n->cf ? cfile_state(n->cf) : CF_DURABLE;	/* one moment */
 
-	if (n->new_file || (n->cf && cfile_dirty(n->cf)))
+	if (n->new_file || cs == CF_DIRTY)
 		return "dirty";
 	if (sticky == ECANCELED)
 		return "skipped";	/* an administrator dropped its last version */
-	bool pending = n->cf && cfile_state(n->cf) == CF_FLUSHING;
+	bool pending = cs == CF_FLUSHING;
 	if (sticky || (pending && backend_actor_error(&fs->be, n->seal_actor, n->seal_seq)))
 		return "blocked";
 	if (pending)
