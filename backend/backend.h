@@ -65,6 +65,9 @@
 #include <xxhash.h>
 
 #define CKPTFS_RESERVED_PREFIX ".ckptfs."	/* temporary files on the backend */
+/* The longest path below the backend root a manifest record holds: bytes, names. */
+#define BACKEND_PATH_LEN 4095
+#define BACKEND_PATH_PARTS 256
 #define CKPTFS_META_DIR ".ckptfs"		/* metadata dir at the backend root */
 
 /* ---- the backend tree ------------------------------------------------ */

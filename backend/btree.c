@@ -568,7 +568,7 @@ const struct bplan *bplan_find(const struct bplan *plan, unsigned n, const struc
 int bnode_path_planned(struct backend *be, const struct bnode *dir, const char *name, char *buf,
 		       size_t len, const struct bplan *plan, unsigned nplan)
 {
-	const char *parts[256];
+	const char *parts[BACKEND_PATH_PARTS];
 	size_t k = 0, pos = 0;
 	int r = 0;
 

@@ -164,6 +164,25 @@ static int dir_ready_fresh(struct ckptfs *fs, struct fsnode *d)
 	return dir_fresh(fs, d);
 }
 
+/*
+ * Does dir/name fit the path a manifest record holds?  Else the operation
+ * could only be refused at publication (blocking its user's later ones):
+ * it is refused now.  (A directory renamed to a longer name can still
+ * take what is below it past the limit: those changes are refused at
+ * publication.)
+ */
+static bool path_fits(struct fsnode *dir, const char *name)
+{
+	size_t len = strlen(name), parts = 1;
+
+	for (struct fsdent *d; (d = node_first_dent(dir)) != NULL; dir = d->parent) {
+		len += strlen(d->name) + 1;
+		if (++parts > BACKEND_PATH_PARTS || len > BACKEND_PATH_LEN)
+			return false;
+	}
+	return len <= BACKEND_PATH_LEN;
+}
+
 /* May a new entry take this name here? */
 static int name_check(struct ckptfs *fs, struct fsnode *dir, const char *name)
 {
@@ -171,7 +190,7 @@ static int name_check(struct ckptfs *fs, struct fsnode *dir, const char *name)
 		return -EPERM;
 	if (dir->gone)
 		return -ENOENT;	/* another node removed it from the backend */
-	if (strlen(name) > 255)
+	if (strlen(name) > 255 || !path_fits(dir, name))
 		return -ENAMETOOLONG;
 	if (!name_valid(name) || backend_name_reserved(name, dir == fs->root))
 		return -EINVAL;
