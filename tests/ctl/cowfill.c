@@ -23,16 +23,6 @@
 
 #define SIZE (2 * MiB)
 
-static double stat_num(struct tmount *m, const char *key)
-{
-	struct json_obj s;
-
-	ct_stats(m, &s);
-	double v = ct_num(&s, key);
-	json_free(&s);
-	return v;
-}
-
 int main(void)
 {
 	struct tmount m;
@@ -53,8 +43,8 @@ int main(void)
 	tm_sync(&m);
 	ct_write_seeded(tm_path(&m, "big"), 24 * MiB, 2);	/* evicts cowfile's chunks */
 	tm_sync(&m);
-	if (stat_num(&m, "evictions") < 2)
-		FAILF("cowfile was not evicted (%.0f evictions)", stat_num(&m, "evictions"));
+	if (ct_stat(&m, "evictions") < 2)
+		FAILF("cowfile was not evicted (%.0f evictions)", ct_stat(&m, "evictions"));
 
 	/* A version holding the chunk [0, 100), its publication held. */
 	ct_touch(hold);
@@ -84,7 +74,7 @@ int main(void)
 	got = read_file(tm_bpath(&m, "cowfile"), &len);
 	ASSERT_TRUE(got && len == SIZE && !memcmp(got, want, SIZE));
 	free(got);
-	double dirty = stat_num(&m, "cache_dirty_bytes");
+	double dirty = ct_stat(&m, "cache_dirty_bytes");
 	if (dirty != 0)
 		FAILF("%.0f bytes stay dirty in the cache after the sync: the failed write's copy "
 		      "of the chunk was left in the file", dirty);
@@ -99,7 +89,7 @@ int main(void)
 	ASSERT_TRUE(got && len == SIZE && !memcmp(got, want, SIZE));
 	free(got);
 	free(want);
-	ASSERT_EQ(stat_num(&m, "cache_dirty_bytes"), 0);
+	ASSERT_EQ(ct_stat(&m, "cache_dirty_bytes"), 0);
 	tm_stop(&m);
 	tm_cleanup(&m);
 	printf("ok: a copy-on-write fill that failed left nothing dirty behind\n");

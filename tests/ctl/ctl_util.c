@@ -154,6 +154,16 @@ void ct_stats(struct tmount *m, struct json_obj *out)
 	free(text);
 }
 
+double ct_stat(struct tmount *m, const char *key)
+{
+	struct json_obj s;
+
+	ct_stats(m, &s);
+	double v = ct_num(&s, key);
+	json_free(&s);
+	return v;
+}
+
 void ct_blocked_seq(struct tmount *m, char seq[32])
 {
 	struct json_obj s;

@@ -45,6 +45,8 @@ void ct_exchange(struct tmount *m, const char *name, const char *msg, struct jso
 void ct_parse_object(const char *text, size_t len, struct json_obj *out, const char *what);
 /* MOUNT/.ckptfs/stats, parsed. */
 void ct_stats(struct tmount *m, struct json_obj *out);
+/* One number of the stats. */
+double ct_stat(struct tmount *m, const char *key);
 /* Each '\n'-terminated line of text as an object: the count; free with ct_lines_free. */
 size_t ct_parse_lines(const char *text, struct json_obj **out, const char *what);
 void ct_lines_free(struct json_obj *v, size_t n);

@@ -20,16 +20,6 @@
 #define NSMALL 64
 #define BIG (7 * MiB)
 
-static double stat_num(struct tmount *m, const char *key)
-{
-	struct json_obj s;
-
-	ct_stats(m, &s);
-	double v = ct_num(&s, key);
-	json_free(&s);
-	return v;
-}
-
 int main(void)
 {
 	struct tmount m;
@@ -49,7 +39,7 @@ int main(void)
 			CHECK_SYS(close(fd));
 	}
 	tm_sync(&m);	/* the closed ones durable: their slots clean, evictable */
-	ASSERT_EQ(stat_num(&m, "spilled_bytes"), 0);
+	ASSERT_EQ(ct_stat(&m, "spilled_bytes"), 0);
 
 	char *buf = malloc(BIG);
 	ASSERT_TRUE(buf != NULL);
@@ -60,11 +50,11 @@ int main(void)
 	uint64_t ms = mono_ms() - t0;
 	fprintf(stderr, "a %d MiB write beside %d open small files: %zd bytes in %llu ms, %.0f "
 		"bytes spilled\n", (int)(BIG / MiB), nopen, n, (unsigned long long)ms,
-		stat_num(&m, "spilled_bytes"));
+		ct_stat(&m, "spilled_bytes"));
 	if (n != BIG)
 		FAILF("the write went in short (%zd of %d bytes, %llu ms): its chunks waited for "
 		      "slots nobody spilled", n, (int)BIG, (unsigned long long)ms);
-	ASSERT_GE(stat_num(&m, "spilled_bytes"), sizeof(small));
+	ASSERT_GE(ct_stat(&m, "spilled_bytes"), sizeof(small));
 	CHECK_SYS(close(fd));
 	for (int i = 0; i < nopen; i++)
 		CHECK_SYS(close(open_fd[i]));

@@ -92,16 +92,6 @@ static void xattrs_case(void)
 	printf("xattrs: setxattr EIO -> not durable (EIO, blocked); published with its xattr after\n");
 }
 
-static double stat_num(struct tmount *m, const char *key)
-{
-	struct json_obj s;
-
-	ct_stats(m, &s);
-	double v = ct_num(&s, key);
-	json_free(&s);
-	return v;
-}
-
 static void xattr_sync_case(void)
 {
 	struct tmount m;
@@ -112,7 +102,7 @@ static void xattr_sync_case(void)
 	ct_write_seeded(tm_path(&m, "f"), 100000, 1);
 	CHECK_SYS(setxattr(tm_path(&m, "f"), "user.tag", "keep", 4, 0));
 	ASSERT_EQ(fsync_path(tm_path(&m, "f")), 0);
-	ASSERT_EQ(stat_num(&m, "xattr_fsyncs"), 0);	/* that version had none yet */
+	ASSERT_EQ(ct_stat(&m, "xattr_fsyncs"), 0);	/* that version had none yet */
 	ct_touch(flag);
 	ct_write_seeded(tm_path(&m, "plain"), 100000, 3);	/* no xattrs: no second sync */
 	ASSERT_EQ(fsync_path(tm_path(&m, "plain")), 0);
@@ -128,7 +118,7 @@ static void xattr_sync_case(void)
 	ct_check_seeded(tm_bpath(&m, "f"), 100000, 2);
 	ASSERT_EQ(getxattr(tm_bpath(&m, "f"), "user.tag", v, sizeof(v)), 4);
 	ASSERT_TRUE(!memcmp(v, "keep", 4));
-	ASSERT_TRUE(stat_num(&m, "xattr_fsyncs") >= 1);
+	ASSERT_TRUE(ct_stat(&m, "xattr_fsyncs") >= 1);
 	tm_stop(&m);
 	tm_cleanup(&m);
 	printf("xsync: the xattrs' fsync fails -> not durable, old version kept; published after\n");
@@ -213,11 +203,11 @@ static void xattr_drop_case(void)
 	ct_touch(flag);
 	CHECK_SYS(setxattr(tm_path(&m, "f"), "user.b", "2", 1, 0));	/* on its own */
 	ASSERT_EQ(fsync_path(tm_path(&m, "f")), 0);
-	ASSERT_EQ(stat_num(&m, "xattrs_dropped"), 1);
+	ASSERT_EQ(ct_stat(&m, "xattrs_dropped"), 1);
 	ct_write_seeded(tm_path(&m, "f"), 100000, 2);	/* a version carrying user.a and user.b */
 	ASSERT_EQ(fsync_path(tm_path(&m, "f")), 0);
 	ct_check_seeded(tm_bpath(&m, "f"), 100000, 2);
-	ASSERT_EQ(stat_num(&m, "xattrs_dropped"), 3);
+	ASSERT_EQ(ct_stat(&m, "xattrs_dropped"), 3);
 	size_t len;
 	char *log = read_file(m.log, &len);
 	ASSERT_TRUE(log && strstr(log, "extended attribute 'user.b' left out"));
