@@ -127,6 +127,17 @@ int it_log_count(struct tmount *m, const char *needle)
 	return n;
 }
 
+void it_wait_log(struct tmount *m, const char *needle, int at_least)
+{
+	uint64_t until = mono_ms() + 20000;
+
+	while (it_log_count(m, needle) < at_least) {
+		if (mono_ms() > until)
+			FAILF("the daemon never logged '%s'", needle);
+		usleep(20 * 1000);
+	}
+}
+
 void it_gate_set(const char *path, bool on)
 {
 	if (on)
@@ -259,6 +270,14 @@ bool it_has_pattern(const char *path, uint64_t seed, size_t size)
 	free(got);
 	free(want);
 	return same;
+}
+
+bool it_has_pattern_in(const char *dir, const char *rel, uint64_t seed, size_t size)
+{
+	char p[PATH_MAX];
+
+	snprintf(p, sizeof(p), "%s/%s", dir, rel);
+	return it_has_pattern(p, seed, size);
 }
 
 void it_write_files(struct tmount *m, const struct it_file *f, size_t n, int may_fail)

@@ -40,6 +40,8 @@ char *it_verdict_lines(const char *out);
 char *it_log_text(struct tmount *m);
 /* Lines of the daemon log that contain needle. */
 int it_log_count(struct tmount *m, const char *needle);
+/* Wait until at least `at_least` lines of the log contain needle; fail after 20 s. */
+void it_wait_log(struct tmount *m, const char *needle, int at_least);
 /* A scratch file whose existence switches fault rules on (while=PATH). */
 void it_gate_set(const char *path, bool on);
 
@@ -64,6 +66,8 @@ void *it_pattern(uint64_t seed, size_t size);
 int it_write_pattern(const char *path, uint64_t seed, size_t size);
 /* True if path holds exactly `size` bytes of pattern `seed`. */
 bool it_has_pattern(const char *path, uint64_t seed, size_t size);
+/* it_has_pattern of dir/rel. */
+bool it_has_pattern_in(const char *dir, const char *rel, uint64_t seed, size_t size);
 
 /* A file of a test's table: its path below the root and its pattern. */
 struct it_file {

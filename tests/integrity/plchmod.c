@@ -23,23 +23,9 @@
 #define SEED_M 0x4242u
 #define SIZE 70000
 
-static void image(struct tmount *m, const char *shadow, const char *name, char *out, size_t len)
-{
-	struct pl_image_info info;
-	int r;
-
-	snprintf(out, len, "%s/%s", m->root, name);
-	CHECK_SYS(mkdir(out, 0755));
-	if ((r = pl_image_build(shadow, out, PL_STRICT, 0, &info)) < 0)
-		FAILF("building the strict image from %s: %s", shadow, strerror(-r));
-}
-
 static bool has(const char *img, const char *rel, uint64_t seed)
 {
-	char p[PATH_MAX];
-
-	snprintf(p, sizeof(p), "%s/%s", img, rel);
-	return it_has_pattern(p, seed, SIZE);
+	return it_has_pattern_in(img, rel, seed, SIZE);
 }
 
 static unsigned mode_of(const char *img, const char *rel)
@@ -90,13 +76,9 @@ int main(void)
 	it_gate_set(hold, false);
 	if (!cu_wait_exists(tm_bpath(&m, "plc-blocker"), 10000))
 		FAILF("%s", "the held rename was never made");
-	for (uint64_t until = mono_ms() + 20000; it_log_count(&m, "syncing the backend failed") < 1;) {
-		if (mono_ms() > until)
-			FAILF("%s", "the file's fsync never failed: no sync of it was made");
-		usleep(20 * 1000);
-	}
+	it_wait_log(&m, "syncing the backend failed", 1);	/* the file's fsync failed */
 	usleep(300 * 1000);
-	image(&m, shadow, "image-held", img, sizeof(img));
+	pl_strict_image(&m, shadow, "image-held", img, sizeof(img));
 	if (has(img, "plc-d/latest", SEED_M) && mode_of(img, "plc-f") != 0444)
 		FAILF("the marker plc-d/latest is durable while the chmod before it is not "
 		      "(plc-f mode %o in the strict image %s)", mode_of(img, "plc-f"), img);
@@ -112,7 +94,7 @@ int main(void)
 	cu_sync_retry(&m, 20000);
 	tm_sync(&m);
 	tm_kill(&m);
-	image(&m, shadow, "image-after", img, sizeof(img));
+	pl_strict_image(&m, shadow, "image-after", img, sizeof(img));
 	if (!has(img, "plc-d/latest", SEED_M) || mode_of(img, "plc-f") != 0444 ||
 	    mode_of(img, "plc-d/plc-f2") != 0444)
 		FAILF("after the retry: marker, link and mode must all be durable (image %s)", img);

@@ -41,4 +41,13 @@ int pl_image_bounds(const char *shadow, size_t *records, size_t *committed);
 int pl_image_build(const char *shadow, const char *out, enum pl_model model, size_t cut,
 		   struct pl_image_info *info);
 
+/*
+ * For tests: the PL_STRICT image of `shadow` in a new directory `name`
+ * under the mount's scratch root, its path in out; fails the test if it
+ * cannot be built (plcheck.c).
+ */
+struct tmount;
+void pl_strict_image(struct tmount *m, const char *shadow, const char *name, char *out,
+		     size_t len);
+
 #endif

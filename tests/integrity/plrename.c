@@ -20,35 +20,11 @@
 #define SEED_Y 0x7272u
 #define SIZE 70000
 
-static void image(struct tmount *m, const char *shadow, const char *name, char *out, size_t len)
-{
-	struct pl_image_info info;
-	int r;
-
-	snprintf(out, len, "%s/%s", m->root, name);
-	CHECK_SYS(mkdir(out, 0755));
-	if ((r = pl_image_build(shadow, out, PL_STRICT, 0, &info)) < 0)
-		FAILF("building the strict image from %s: %s", shadow, strerror(-r));
-}
-
 static bool has(const char *img, const char *rel, uint64_t seed)
 {
-	char p[PATH_MAX];
-
-	snprintf(p, sizeof(p), "%s/%s", img, rel);
-	return it_has_pattern(p, seed, SIZE);
+	return it_has_pattern_in(img, rel, seed, SIZE);
 }
 
-static void wait_log(struct tmount *m, const char *needle, int at_least)
-{
-	uint64_t until = mono_ms() + 20000;
-
-	while (it_log_count(m, needle) < at_least) {
-		if (mono_ms() > until)
-			FAILF("the daemon never logged '%s'", needle);
-		usleep(20 * 1000);
-	}
-}
 
 int main(void)
 {
@@ -78,11 +54,11 @@ int main(void)
 	CHECK_SYS(rename(from, to));
 	if (it_write_pattern(tm_path(&m, "plr-src/y"), SEED_Y, SIZE) != 0)
 		FAILF("%s", "writing plr-src/y");
-	wait_log(&m, "syncing the backend failed", 1);
+	it_wait_log(&m, "syncing the backend failed", 1);
 	if (!cu_wait_exists(tm_bpath(&m, "plr-dst/x"), 10000))
 		FAILF("%s", "the rename was never applied on the backend");
 	usleep(300 * 1000);	/* a sync of the source would come right after */
-	image(&m, shadow, "image-held", img, sizeof(img));
+	pl_strict_image(&m, shadow, "image-held", img, sizeof(img));
 	if (!has(img, "plr-src/x", SEED_X) && !has(img, "plr-dst/x", SEED_X))
 		FAILF("a power cut while the destination could not be synced loses the renamed "
 		      "file: neither %s/plr-src/x nor plr-dst/x", img);
@@ -97,7 +73,7 @@ int main(void)
 	CHECK_SYS(rename(tm_path(&m, "plr-src/y"), tm_path(&m, "plr-src/z")));
 	tm_sync(&m);
 	tm_kill(&m);
-	image(&m, shadow, "image-after", img, sizeof(img));
+	pl_strict_image(&m, shadow, "image-after", img, sizeof(img));
 	if (!has(img, "plr-dst/x", SEED_X) || has(img, "plr-src/x", SEED_X))
 		FAILF("after the retry, x must be in plr-dst only (image %s)", img);
 	if (!has(img, "plr-src/z", SEED_Y) || has(img, "plr-src/y", SEED_Y))
