@@ -258,6 +258,30 @@ int mn_ack_lost(struct mcluster *c, int i, char **out)
 	return tm_run(argv, out);
 }
 
+void mn_ack_lost_ok(struct mcluster *c, int i)
+{
+	char *out = NULL;
+	int rc = mn_ack_lost(c, i, &out);
+
+	if (rc != 0)
+		FAILF("ckptfs-ctl ack-lost: exit %d: %s", rc, out ? out : "");
+	free(out);
+}
+
+void mn_released_after_ack(struct mcluster *c, size_t size, const char *label)
+{
+	usleep(100 * 1000);
+	mn_shards(c, 2, size);
+	double t0 = mn_now_ms();
+	mn_marker(c, 2);
+	if (!mn_latest_names(c, 2, 5000))
+		FAILF("the marker of a checkpoint written after the acknowledgement is held: %s",
+		      mn_stat(c, 0, "marker_held_reason"));
+	fprintf(stderr, "%s: marker released in %.0f ms\n", label, mn_now_ms() - t0);
+	ASSERT_TRUE(mn_has(mn_bpath(c, "s2/shard1"), size, 21));
+	ASSERT_EQ(mn_stat_num(c, 0, "markers_released_by_policy"), 0);
+}
+
 const char *mn_tool(const char *name)
 {
 	static char bufs[4][PATH_MAX];

@@ -93,6 +93,14 @@ void mn_shards(struct mcluster *c, unsigned step, size_t size);
 void mn_marker(struct mcluster *c, unsigned step);
 bool mn_latest_names(struct mcluster *c, unsigned step, unsigned ms);
 int mn_ack_lost(struct mcluster *c, int i, char **out);
+/* ack-lost on node i, which must succeed (exit 0). */
+void mn_ack_lost_ok(struct mcluster *c, int i);
+/*
+ * After an acknowledged window: checkpoint 2 (shards of `size`) is written
+ * and its marker must reach the backend within 5 s, not by the policy;
+ * `label` names the case in the figure printed.
+ */
+void mn_released_after_ack(struct mcluster *c, size_t size, const char *label);
 /* A tool built beside the daemon ("ckptfs-stat", "ckptfs-ctl"); static buffer. */
 const char *mn_tool(const char *name);
 /* Milliseconds now, finer than mono_ms: for figures. */
