@@ -89,6 +89,12 @@ struct bnode {
 	bool is_root;		/* dfd is the backend root, owned by the backend */
 	atomic_bool present;
 	atomic_int sticky_err;	/* last flush/publish error of this object, 0 if none */
+	/*
+	 * The last of its versions (or its creation) an administrator skipped,
+	 * 0 if none: sticky_err stays ECANCELED through its later renames and
+	 * attribute changes until a later version of it is published.
+	 */
+	atomic_uint_least64_t skipped_seq;
 	int dfd;		/* directories: an open fd, lazily; -1 until then or
 				 * once closed for room (be->dfd_lock) */
 	uint32_t dfd_users;	/* holders of dfd (bnode_dirfd .. bnode_dirfd_put) */

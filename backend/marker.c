@@ -20,8 +20,9 @@
  * adds to it ("+p1:p2"), or empties it ("none").
  *
  * Two users: an administrator's skip of a blocked operation takes every
- * later marker of the same user with it, and keeps that user's removals
- * off the backend until its next marker is queued (publish.c, P4); and
+ * later marker of each user who loses an operation to it, and keeps those
+ * users' removals off the backend until their next marker is queued
+ * (publish.c, P4); and
  * with peers, the hold hook holds a marker until every peer's watermark
  * has passed it (peers.c, nodes.h N4), and holds for good a marker sealed
  * after a skip on a peer (N6), so no marker can name a checkpoint whose

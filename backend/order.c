@@ -392,12 +392,15 @@ static void place_op(struct order_state *st, const struct op *op)
 /*
  * Is b d or inside it: through any of b's names where the backend has them
  * now, or where the batch (plan) will put b or a directory above it?  At
- * most *budget steps in all (bt_lock held).
+ * most *budget steps in all (bt_lock held); once they are spent, the
+ * answer is yes: the cautious one (the rename waits a pass).
  */
 static bool node_within(const struct order_state *plan, const struct bnode *b,
 			const struct bnode *d, unsigned *budget)
 {
-	while (b && *budget) {
+	while (b) {
+		if (!*budget)
+			return true;
 		--*budget;
 		if (b == d)
 			return true;

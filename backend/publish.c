@@ -14,11 +14,12 @@
  * its actor's later operations and its dependants wait and report its
  * error; every other actor's operations go on.  backend_retry() tries again
  * at once; backend_skip() drops it with its dependants, recorded in the
- * manifest as skipped.  A skip also voids its actor's removals (unlinks,
- * rmdirs) queued behind it, and those the actor submits until its next
- * marker: behind a skipped marker, deleting the previous checkpoint would
- * leave none complete (P4).  They take no dependants: what they remove
- * simply stays on the backend, and a name made there later is published.
+ * manifest as skipped.  A skip also voids the removals (unlinks, rmdirs)
+ * of each actor who loses an operation to it, queued behind it and
+ * submitted until that actor's next marker: behind a skipped marker,
+ * deleting the previous checkpoint would leave none complete (P4).  They
+ * take no dependants: what they remove simply stays on the backend, and a
+ * name made there later is published.
  *
  * Threads: one publisher (this file), flushers and a spiller (flush.c);
  * callers of backend_submit, backend_wait, backend_retry and backend_skip from
@@ -524,6 +525,30 @@ static void skip_note_locked(struct backend *be, struct op *op)
 	op->skipped = true;
 	if (!be->skipped_ops++ || at < be->skipped_from_wall)
 		be->skipped_from_wall = at;
+	/*
+	 * Its object says so from now on, not from the publisher's next pass:
+	 * a waiter answered meanwhile (fsync_done) must not read it durable.
+	 */
+	if (op->node) {
+		if ((op->kind == OP_VERSION || op->kind == OP_MKDIR || op->kind == OP_SYMLINK ||
+		     op->kind == OP_MKNOD) && op->seq > atomic_load(&op->node->skipped_seq))
+			atomic_store(&op->node->skipped_seq, op->seq);
+		atomic_store(&op->node->sticky_err, ECANCELED);
+	}
+}
+
+static bool uid_in(const uid_t *v, unsigned n, uid_t u)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (v[i] == u)
+			return true;
+	return false;
+}
+
+/* Attributes only: what depends on them is their object's later changes alone. */
+static bool op_is_attrs(const struct op *op)
+{
+	return op->kind == OP_SETATTR || op->kind == OP_SETXATTR || op->kind == OP_RMXATTR;
 }
 
 long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report)
@@ -548,21 +573,27 @@ long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report)
 	}
 	/*
 	 * It, and every later operation that depends on it or on one that goes;
-	 * and its actor's later markers and removals.  A removal that depends
-	 * on nothing that goes is voided alone (P4): no marker of the actor
+	 * and the later markers and removals of every user who loses one (the
+	 * operations of another user that go with it are in that user's
+	 * checkpoint: their marker must not name it).  A removal that depends
+	 * on nothing that goes is voided alone (P4): no marker of the user
 	 * behind the skip reaches the backend, so the last one published still
 	 * names the old checkpoint, which must stay whole.  Its dependants (a
-	 * file made again at that name) are published as usual.
+	 * file made again at that name) are published as usual.  Attribute
+	 * changes that go take nothing with them: a chmod of a directory
+	 * orders the names made in it later only by caution (order.c).
 	 */
+	uid_t *losers = NULL;
+	unsigned nlosers = 0;
 	for (struct list *e = &first->link; e != &be->ops; e = e->next) {
 		struct op *op = list_entry(e, struct op, link);
 		struct op *unused = NULL;
-		bool keep = false;
+		bool keep = false, loser = uid_in(losers, nlosers, op->actor);
 		if (op->skipped)
 			continue;
 		if (op != first && !fpset_conflicts(&gone, op, &unused) &&
-		    !(op->actor == first->actor && op_is_marker(op))) {
-			if (op->actor != first->actor || !op_is_removal(op))
+		    !(loser && op_is_marker(op))) {
+			if (!loser || !op_is_removal(op))
 				continue;
 			keep = true;
 		}
@@ -575,18 +606,27 @@ long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report)
 		if (keep) {
 			op->skipped = op->kept = true;
 		} else {
-			fpset_add_op(&gone, op, NULL);
+			if (!op_is_attrs(op))
+				fpset_add_op(&gone, op, NULL);
 			skip_note_locked(be, op);
+			if (!loser) {
+				losers = xrealloc(losers, (nlosers + 1) * sizeof(*losers));
+				losers[nlosers++] = op->actor;
+			}
 		}
 		if (op->state == OPS_QUEUED)
 			list_del(&op->qlink);
 		n++;
 	}
-	keep_set_locked(be, first->actor, true);
-	sb_printf(report, "until uid %u's next checkpoint marker, its unlinks and rmdirs are "
-		  "skipped too: what they remove is kept on the backend\n", (unsigned)first->actor);
+	for (unsigned i = 0; i < nlosers; i++) {
+		keep_set_locked(be, losers[i], true);
+		sb_printf(report, "until uid %u's next checkpoint marker, its unlinks and rmdirs are "
+			  "skipped too: what they remove is kept on the backend\n",
+			  (unsigned)losers[i]);
+	}
 	publisher_kick_locked(be);
 	pthread_mutex_unlock(&be->lock);
+	free(losers);
 	fpset_free(&gone);
 	return n;
 }
@@ -596,9 +636,17 @@ long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report)
 static void op_published(struct backend *be, struct op *op, struct cfd_bin *later)
 {
 	atomic_fetch_add(&be->st.ops_applied, 1);
-	/* Nothing earlier on this node is pending (order.c), so no error stands. */
-	if (op->node)
-		atomic_store(&op->node->sticky_err, 0);
+	/*
+	 * Nothing earlier on this node is pending (order.c), so no error
+	 * stands — unless what the mount holds of it was skipped and this is
+	 * not a version of it (a rename or chmod of a file whose version an
+	 * administrator gave up: its contents are still not on the backend).
+	 */
+	if (op->node) {
+		if (op->kind == OP_VERSION && op->seq > atomic_load(&op->node->skipped_seq))
+			atomic_store(&op->node->skipped_seq, 0);
+		atomic_store(&op->node->sticky_err, atomic_load(&op->node->skipped_seq) ? ECANCELED : 0);
+	}
 	if (op->kind != OP_VERSION)
 		return;
 	atomic_fetch_add(&be->st.versions_published, 1);

@@ -1212,16 +1212,22 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct fsnode *n = h->node;
 	int r = 0;
 
+	bool sealed = false;
+
 	pthread_mutex_lock(&fs->ns);
 	if ((h->writable || n->new_file) && node_needs_seal(n) &&
 	    handle_flush_seals(h, fi->lock_owner))
-		r = seal_locked(fs, n, actor_of(req));
+		sealed = (r = seal_locked(fs, n, actor_of(req))) == 0;
 	/*
 	 * A failed earlier version, or a blocked operation its version waits
-	 * behind, is the writers' news, told at their close (P4).
+	 * behind, is the writers' news, told at their close (P4).  (A version
+	 * an administrator skipped is not, once this close has sealed a new
+	 * one: that one is what its writer asks about.)
 	 */
 	if (r == 0 && h->writable)
 		r = -atomic_load(&n->b->sticky_err);
+	if (r == -ECANCELED && sealed)
+		r = 0;
 	if (r == 0 && h->writable && n->seal_seq)
 		r = backend_actor_error(&fs->be, n->seal_actor, n->seal_seq);
 	pthread_mutex_unlock(&fs->ns);
@@ -1247,6 +1253,7 @@ struct fsync_wait {
 	struct pub_waiter w;
 	fuse_req_t req;
 	struct ckptfs *fs;
+	struct bnode *b;	/* a file's fsync: its object (reference), else NULL */
 	uint64_t progress;	/* backend_progress when the deadline was set */
 	bool then;		/* once w's order is durable, wait in then_actor's too */
 	uid_t then_actor;
@@ -1290,7 +1297,15 @@ static void fsync_done(struct pub_waiter *w, int err)
 			return;
 		}
 	}
+	/*
+	 * Its version skipped by an administrator while this waited (the
+	 * publisher drops it from the order, and the wait ends as if it were
+	 * durable), or skipped before and no later version published since.
+	 */
+	if (err == 0 && fw->b && atomic_load(&fw->b->sticky_err) == ECANCELED)
+		err = -ECANCELED;
 	fuse_reply_err(fw->req, -err);
+	bnode_put(fw->b);
 	free(fw);
 }
 
@@ -1304,14 +1319,16 @@ static void fsync_done(struct pub_waiter *w, int err)
  * (fsync_done).
  */
 static void reply_when_durable(struct ckptfs *fs, fuse_req_t req, uid_t actor, bool any_actor,
-			       uid_t also, int sticky)
+			       uid_t also, int sticky, struct bnode *b)
 {
 	if (fs->opt.fsync_lazy || sticky) {
 		fuse_reply_err(req, -sticky);
+		bnode_put(b);
 		return;
 	}
 	struct fsync_wait *fw = xcalloc(1, sizeof(*fw));
 	fw->req = req;
+	fw->b = b;
 	fw->w.seq = backend_last_seq(&fs->be);
 	fw->w.actor = actor;
 	fw->w.any_actor = any_actor;
@@ -1347,18 +1364,27 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	int sticky = -atomic_load(&n->b->sticky_err);
 	/* Its contents wait in the order of whoever sealed its last version. */
 	uid_t actor = n->seal_seq ? n->seal_actor : actor_of(req);
+	struct bnode *b = bnode_get(n->b);
 	pthread_mutex_unlock(&fs->ns);
-	if (r < 0)
+	/*
+	 * A skipped version is told after the wait (fsync_done): a version
+	 * sealed since, if any, is what this fsync waits for.
+	 */
+	if (sticky == -ECANCELED && !fs->opt.fsync_lazy)
+		sticky = 0;
+	if (r < 0) {
 		fuse_reply_err(req, -r);
-	else
-		reply_when_durable(fs, req, actor, false, actor_of(req), sticky);
+		bnode_put(b);
+	} else {
+		reply_when_durable(fs, req, actor, false, actor_of(req), sticky, b);
+	}
 }
 
 static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
 	/* Root or the mount's owner syncs everyone's changes, as a drain does. */
 	uid_t uid = actor_of(req);
-	reply_when_durable(FS(req), req, uid, uid == 0 || uid == geteuid(), uid, 0);
+	reply_when_durable(FS(req), req, uid, uid == 0 || uid == geteuid(), uid, 0, NULL);
 }
 
 /* ---- directories ------------------------------------------------------- */

@@ -4,6 +4,7 @@
 #include "tests/harness.h"
 
 #include <dirent.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -367,4 +368,24 @@ int count_temp_files(const char *dir)
 			n++;
 	closedir(d);
 	return n;
+}
+
+int tm_as_user(uid_t uid, gid_t gid, int (*fn)(void *arg), void *arg)
+{
+	pid_t pid = fork();
+	int st;
+
+	if (pid < 0)
+		FAILF("fork: %s", strerror(errno));
+	if (pid == 0) {
+		if (setgroups(1, &gid) < 0 || setresgid(gid, gid, gid) < 0 ||
+		    setresuid(uid, uid, uid) < 0)
+			_exit(125);
+		umask(0);
+		_exit(fn(arg) & 0xff);
+	}
+	CHECK_SYS(waitpid(pid, &st, 0));
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 125)
+		FAILF("could not become uid %u gid %u", (unsigned)uid, (unsigned)gid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }

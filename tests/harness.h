@@ -83,6 +83,12 @@ struct tmount {
 
 /* Exit 77 unless /dev/fuse and fusermount3 are usable. */
 void tm_require_fuse(void);
+/*
+ * Run fn(arg) in a child that has become uid/gid (and only that group),
+ * umask 0: fn returns 0 or an errno value, which is returned (128+signal
+ * if killed).
+ */
+int tm_as_user(uid_t uid, gid_t gid, int (*fn)(void *arg), void *arg);
 /* Create a scratch root with backend/ and mnt/ (no mount yet). */
 void tm_init(struct tmount *m, const char *name);
 /*

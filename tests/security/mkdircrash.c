@@ -53,7 +53,7 @@ int main(void)
 	tm_mount(&m, "allow_other", (const char *const[]){
 		cu_fault_env("op=chown|fchown,name=newdir,err=kill"), NULL });
 
-	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_mkdir, NULL), 0);
+	ASSERT_EQ(tm_as_user(USER_A, USER_A, as_a_mkdir, NULL), 0);
 	for (uint64_t t0 = mono_ms(); mono_ms() - t0 < 10000; usleep(20000))
 		if (waitpid(m.pid, &status, WNOHANG) == m.pid)
 			break;
@@ -73,7 +73,7 @@ int main(void)
 			      (unsigned)st.st_uid);
 		CHECK_SYS(lstat(tm_path(&m, "a/newdir"), &st));
 		ASSERT_EQ(st.st_uid, USER_A);
-		ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_create, NULL), 0);
+		ASSERT_EQ(tm_as_user(USER_A, USER_A, as_a_create, NULL), 0);
 		tm_sync(&m);
 		ASSERT_EQ(sec_uid(tm_bpath(&m, "a/newdir/f")), USER_A);
 		ASSERT_EQ(sec_log_count(&m, "was made but not yet given to its owner"), 1);
@@ -88,7 +88,7 @@ int main(void)
 	/* The chown fails once (EIO): the mkdir is retried, never left the daemon's. */
 	tm_mount(&m, "allow_other", (const char *const[]){
 		cu_fault_env("op=chown|fchown,name=newdir2,err=EIO,count=1"), NULL });
-	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_mkdir2, NULL), 0);
+	ASSERT_EQ(tm_as_user(USER_A, USER_A, as_a_mkdir2, NULL), 0);
 	/* fsync reports the failure while it is retried (50 ms later): wait for the retry. */
 	for (uint64_t t0 = mono_ms(); mono_ms() - t0 < 10000; usleep(50000))
 		if (lstat(tm_bpath(&m, "a/newdir2"), &st) == 0 && st.st_uid == USER_A)

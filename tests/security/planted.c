@@ -255,7 +255,7 @@ static void run_case(const struct kase *k, const char *state)
 	snprintf(what, sizeof(what), "%s on a symlink planted at the %s's place",
 		 ops[k->op].name, place_name[k->place]);
 	cur = k;
-	err = sec_as_user(k->uid, k->uid, do_op, NULL);
+	err = tm_as_user(k->uid, k->uid, do_op, NULL);
 	if (ops[k->op].e[k->place] == REFUSED) {
 		snprintf(quoted, sizeof(quoted), "'%s'", k->top + 4);	/* its name */
 		/* Wait for the verdict first: an applied operation must have had its chance. */

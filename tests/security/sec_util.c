@@ -9,26 +9,6 @@
 #include <sys/wait.h>
 #include <sys/xattr.h>
 
-int sec_as_user(uid_t uid, gid_t gid, int (*fn)(void *arg), void *arg)
-{
-	pid_t pid = fork();
-	int st;
-
-	if (pid < 0)
-		FAILF("fork: %s", strerror(errno));
-	if (pid == 0) {
-		if (setgroups(1, &gid) < 0 || setresgid(gid, gid, gid) < 0 ||
-		    setresuid(uid, uid, uid) < 0)
-			_exit(125);
-		umask(0);
-		_exit(fn(arg) & 0xff);
-	}
-	CHECK_SYS(waitpid(pid, &st, 0));
-	if (WIFEXITED(st) && WEXITSTATUS(st) == 125)
-		FAILF("could not become uid %u gid %u", (unsigned)uid, (unsigned)gid);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 static bool log_scan(struct tmount *m, const char *a, const char *b, int *count)
 {
 	FILE *f = fopen(m->log, "r");

@@ -10,11 +10,6 @@
 
 #include "tests/core/core_util.h"
 
-/*
- * Run fn(arg) in a child that has become uid/gid (and only that group):
- * fn returns 0 or an errno value, which is returned (128+signal if killed).
- */
-int sec_as_user(uid_t uid, gid_t gid, int (*fn)(void *arg), void *arg);
 /* 0 if the call succeeded, else errno: for fn bodies. */
 #define SEC_ERR(x) ((x) < 0 ? errno : 0)
 

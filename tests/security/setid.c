@@ -95,7 +95,7 @@ static void as(uid_t uid, int (*fn)(void *), const char *path, mode_t mode)
 {
 	arg_path = path;
 	arg_mode = mode;
-	int err = uid ? sec_as_user(uid, uid, fn, NULL) : fn(NULL);
+	int err = uid ? tm_as_user(uid, uid, fn, NULL) : fn(NULL);
 	if (err)
 		FAILF("uid %u on %s: %s", (unsigned)uid, path, strerror(err));
 }
@@ -138,7 +138,7 @@ static void born_private(void)
 	if (pid == 0) {
 		arg_path = tm_path(&m, "pub/suidbin");
 		arg_mode = 04755;
-		_exit(sec_as_user(A, A, create_big, NULL));
+		_exit(tm_as_user(A, A, create_big, NULL));
 	}
 	/* Until it is published: the whole life of its temporary file. */
 	for (uint64_t t0 = mono_ms(); mono_ms() - t0 < 30000 && !file_exists(tm_bpath(&m, "pub/suidbin"));

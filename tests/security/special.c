@@ -144,8 +144,8 @@ static void devices_and_users(void)
 
 	CHECK_SYS(mknod(tm_path(&m, "dev.null"), S_IFCHR | 0600, makedev(1, 3)));
 	CHECK_SYS(mkdir(tm_path(&m, "pub"), 0777));
-	ASSERT_EQ(sec_as_user(A, A, user_mkfifo, NULL), 0);
-	ASSERT_EQ(sec_as_user(A, A, user_mknod, NULL), EPERM);
+	ASSERT_EQ(tm_as_user(A, A, user_mkfifo, NULL), 0);
+	ASSERT_EQ(tm_as_user(A, A, user_mknod, NULL), EPERM);
 	tm_sync(&m);
 	assert_type(tm_bpath(&m, "dev.null"), S_IFCHR, 0600);
 	CHECK_SYS(lstat(tm_bpath(&m, "dev.null"), &st));

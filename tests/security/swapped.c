@@ -185,8 +185,8 @@ int main(void)
 	CHECK_SYS(lstat(tm_bpath(&m, "a/rootfile"), &rf));
 	swap_from = "a/rootfile";
 	swap_to = "a/mine";
-	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_rename, NULL), 0);
-	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_chmod, NULL), 0);	/* the mount's view: A's */
+	ASSERT_EQ(tm_as_user(USER_A, USER_A, as_a_rename, NULL), 0);
+	ASSERT_EQ(tm_as_user(USER_A, USER_A, as_a_chmod, NULL), 0);	/* the mount's view: A's */
 	if (!sec_log_wait(&m, "refused to chmod", "'mine'", 5000))
 		FAILF("the chmod of a root-owned file swapped in by A was not refused");
 	CHECK_SYS(lstat(tm_bpath(&m, "a/mine"), &st));
@@ -204,7 +204,7 @@ int main(void)
 	CHECK_SYS(lstat(tm_path(&m, "rootonly"), &st));
 	swap_from = "a/payload";
 	swap_to = "a/rootmove";
-	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_rename, NULL), 0);
+	ASSERT_EQ(tm_as_user(USER_A, USER_A, as_a_rename, NULL), 0);
 	CHECK_SYS(rename(tm_path(&m, "a/rootmove"), tm_path(&m, "rootonly/moved")));
 	if (!sec_log_wait(&m, "refused to rename", "'rootmove'", 5000))
 		FAILF("the rename of an object A swapped in was not refused");
@@ -226,7 +226,7 @@ int main(void)
 	CHECK_SYS(chown(tm_path(&m, "a/ours"), USER_A, USER_A));
 	cu_write_text(tm_path(&m, "a/ours/first"), "root's first\n");
 	tm_sync(&m);	/* a/ours is on the backend, A's, and the daemon holds it open */
-	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_move_out, NULL), 0);
+	ASSERT_EQ(tm_as_user(USER_A, USER_A, as_a_move_out, NULL), 0);
 	char *home_was = sec_tree_state(a_home);
 	/* Its close may already report the refusal (a slow build): not asserted. */
 	fd = cu_open(tm_path(&m, "a/ours/second"), O_WRONLY | O_CREAT | O_TRUNC);
@@ -256,10 +256,10 @@ int main(void)
 	cu_write_pattern_fd(fd, 0, 8 * MiB, 7, MiB);
 	cu_close(fd);
 	snprintf(rel, sizeof(rel), "a/newdir");
-	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_mkdir, NULL), 0);
+	ASSERT_EQ(tm_as_user(USER_A, USER_A, as_a_mkdir, NULL), 0);
 	swap_from = "a/rootdir";
 	swap_to = "a/newdir";
-	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_rename, NULL), 0);
+	ASSERT_EQ(tm_as_user(USER_A, USER_A, as_a_rename, NULL), 0);
 	char *rootdir_was = sec_tree_state(tm_bpath(&m, "a/newdir"));
 
 	/* 3. Meanwhile the held reopen: A swaps root's temporary file for their own. */
@@ -267,7 +267,7 @@ int main(void)
 		usleep(10000);
 	if (!temp_name[0])
 		FAILF("no temporary file of a/big appeared on the backend");
-	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_steal_temp, NULL), 0);
+	ASSERT_EQ(tm_as_user(USER_A, USER_A, as_a_steal_temp, NULL), 0);
 	unlink(hold);
 
 	if (!sec_log_wait(&m, "found a directory of uid 0", "'newdir'", 5000))
@@ -307,14 +307,14 @@ int main(void)
 	tm_sync(&m);
 	write_file(hold, "", 0);
 	snprintf(rel, sizeof(rel), "a/victim6");
-	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_chmod640, NULL), 0);
+	ASSERT_EQ(tm_as_user(USER_A, USER_A, as_a_chmod640, NULL), 0);
 	for (int i = 0; i < 500 && (sec_mode(tm_bpath(&m, "a/victim6")) & 07777) != 0640; i++)
 		usleep(10000);	/* applied; its sync now waits to open the file */
 	ASSERT_EQ(sec_mode(tm_bpath(&m, "a/victim6")) & 07777, 0640);
 	usleep(200 * 1000);
 	swap_from = target;
 	swap_to = "a/victim6";
-	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_symlink_over, NULL), 0);
+	ASSERT_EQ(tm_as_user(USER_A, USER_A, as_a_symlink_over, NULL), 0);
 	unlink(hold);
 	cu_write_text(tm_path(&m, "root6"), "root's next file\n");
 	int r6 = open(tm_path(&m, "root6"), O_RDONLY);
@@ -349,7 +349,7 @@ int main(void)
 	if (!temp_name[0])
 		FAILF("no temporary file of a/capfile appeared on the backend");
 	usleep(300 * 1000);	/* flushed; its xattrs wait to be set */
-	ASSERT_EQ(sec_as_user(USER_A, USER_A, as_a_steal_temp, NULL), 0);
+	ASSERT_EQ(tm_as_user(USER_A, USER_A, as_a_steal_temp, NULL), 0);
 	unlink(hold);
 	if (!sec_log_wait(&m, "before its rename", "'capfile'", 5000))
 		FAILF("a file swapped in at a temporary file's name was published unnoticed");
