@@ -481,13 +481,6 @@ void record_void(struct backend *be, const struct op *op, const char *why)
 	sb_free(&b);
 }
 
-static int count_name(void *arg, const char *name)
-{
-	(void)name;
-	(*(unsigned *)arg)++;
-	return 0;
-}
-
 /*
  * A mkdir found a directory at its name (a replay after a crash, or a
  * user's doing: the parent may be theirs).  Taken as this mkdir's only if
@@ -499,7 +492,6 @@ static int count_name(void *arg, const char *name)
 static int mkdir_found(struct backend *be, struct op *op, int dfd, uid_t *found)
 {
 	struct stat st;
-	unsigned n = 0;
 	int fd;
 
 	if (bsys.fstatat(dfd, op->name, &st) < 0 || !S_ISDIR(st.st_mode))
@@ -509,9 +501,9 @@ static int mkdir_found(struct backend *be, struct op *op, int dfd, uid_t *found)
 		return 0;
 	if (st.st_uid == geteuid() &&
 	    (fd = bsys.openat(dfd, op->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0)) >= 0) {
-		int r = bsys.readdir(fd, count_name, &n);
+		bool empty = bsys_dir_empty(fd);
 		bsys.close(fd);
-		if (r == 0 && n == 0)
+		if (empty)
 			return 0;
 	}
 	log_warn("backend: mkdir '%s' found a directory of uid %u there, not %u's: "

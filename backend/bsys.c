@@ -174,6 +174,18 @@ bool bsys_same_file(int a, int b)
 	       sa.st_ino == sb.st_ino;
 }
 
+static int stop_at_one(void *arg, const char *name)
+{
+	(void)arg;
+	(void)name;
+	return 1;
+}
+
+bool bsys_dir_empty(int fd)
+{
+	return bsys.readdir(fd, stop_at_one, NULL) == 0;
+}
+
 int bsys_name_is(int d, const char *n, int fd)
 {
 	struct stat sn, sf;

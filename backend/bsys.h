@@ -174,6 +174,8 @@ int bsys_xattrs_each(int dirfd, const char *name, int at,
 bool bsys_same_file(int a, int b);
 /* Is (d, n) itself (not followed) the inode fd holds?  0, -ESTALE if another, or -errno. */
 int bsys_name_is(int d, const char *n, int fd);
+/* Does the directory fd hold no entry ("." and ".." aside)?  False if it cannot be read. */
+bool bsys_dir_empty(int fd);
 /*
  * Is the directory fd beneath the directory (dev, ino), by its ".." entries
  * as they are now?  Looked for `depth` levels up first (one call), then at

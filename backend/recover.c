@@ -461,17 +461,48 @@ static int replay_digests(struct manifest *m, struct rscan *s)
 }
 
 /*
+ * Is what is at (dir, name), st, what r made, as it made it: the recorded
+ * kind, and a directory still empty (as mkdir_found takes one over)?  The
+ * parent may be a user's, who could have put any object of the daemon's
+ * there since (another root directory, full of root's files): only what
+ * the record made is given away.  A directory is judged and changed by
+ * descriptor (*fd), so what was judged is what is given.
+ */
+static bool made_by(int dir, const char *name, const struct rrec *r, const struct stat *st,
+		    int *fd)
+{
+	*fd = -1;
+	if (!strcmp(r->t, "symlink"))
+		return S_ISLNK(st->st_mode);
+	if (!strcmp(r->t, "mknod"))
+		return r->has_mode && (st->st_mode & S_IFMT) == (r->mode & S_IFMT) &&
+		       !S_ISDIR(st->st_mode) && !S_ISREG(st->st_mode) && !S_ISLNK(st->st_mode);
+	if (!S_ISDIR(st->st_mode))
+		return false;
+	struct stat now;
+	*fd = bsys.openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0);
+	if (*fd >= 0 && bsys.fstatat(*fd, "", &now) == 0 && now.st_ino == st->st_ino &&
+	    now.st_dev == st->st_dev && now.st_uid == geteuid() && bsys_dir_empty(*fd))
+		return true;
+	if (*fd >= 0)
+		bsys.close(*fd);
+	*fd = -1;
+	return false;
+}
+
+/*
  * The last operation applied may have been cut between its two steps: a
  * directory, symlink or node made by a root daemon exists, still the
  * daemon's, its chown to the user who made it not done.  Finish it, so the
  * backend holds the state after that operation, as recovery reports; only
- * while what is there is still the daemon's (bsys C5).
+ * while what is there is still the daemon's (bsys C5) and what the record
+ * made (made_by).
  */
 static void finish_creation(int root_fd, const struct rrec *r)
 {
 	char *dup, *slash;
 	struct stat st;
-	int dir = root_fd;
+	int dir = root_fd, fd = -1;
 
 	if (!r->has_owner || !r->path ||
 	    (strcmp(r->t, "mkdir") && strcmp(r->t, "symlink") && strcmp(r->t, "mknod")))
@@ -482,12 +513,22 @@ static void finish_creation(int root_fd, const struct rrec *r)
 		dir = rec_open_beneath(root_fd, dup, O_RDONLY | O_DIRECTORY);
 	}
 	const char *name = slash ? slash + 1 : dup;
-	if (dir >= 0 && bsys.fstatat(dir, name, &st) == 0 && st.st_uid == geteuid() &&
-	    (st.st_uid != r->owner || st.st_gid != r->group)) {
-		bsys_owner_guard(geteuid());
-		int e = bsys.fchownat(dir, name, (uid_t)r->owner, (gid_t)r->group,
-				      S_ISLNK(st.st_mode) ? BSYS_LINK : 0);
-		bsys_owner_guard_off();
+	bool unfinished = dir >= 0 && bsys.fstatat(dir, name, &st) == 0 && st.st_uid == geteuid() &&
+			  (st.st_uid != r->owner || st.st_gid != r->group);
+	if (unfinished && !made_by(dir, name, r, &st, &fd)) {
+		ckpt_log(LOG_WARNING, "recovery: %s is not what its %s made (%s): not given to uid "
+			 "%llu", r->path, r->t, S_ISDIR(st.st_mode) ? "a directory not empty, or "
+			 "replaced" : "another kind of object", (unsigned long long)r->owner);
+	} else if (unfinished) {
+		int e;
+		if (fd >= 0) {
+			e = bsys.fchown(fd, (uid_t)r->owner, (gid_t)r->group);
+		} else {
+			bsys_owner_guard(geteuid());
+			e = bsys.fchownat(dir, name, (uid_t)r->owner, (gid_t)r->group,
+					  S_ISLNK(st.st_mode) ? BSYS_LINK : 0);
+			bsys_owner_guard_off();
+		}
 		if (e < 0)
 			ckpt_log(LOG_WARNING, "recovery: %s was made but not given to uid %llu, and "
 				 "cannot be now: %s", r->path, (unsigned long long)r->owner,
@@ -497,6 +538,8 @@ static void finish_creation(int root_fd, const struct rrec *r)
 				 "(a stop between its %s and chown): given to uid %llu now", r->path,
 				 r->t, (unsigned long long)r->owner);
 	}
+	if (fd >= 0)
+		bsys.close(fd);
 	if (slash && dir >= 0)
 		bsys.close(dir);
 	free(dup);
