@@ -5,7 +5,10 @@
  * When the daemon must exit while operations are still unpublished (the
  * backend refuses, and the drain at unmount gave up), backend_rescue()
  * writes every queued file version, whole, under
- * RESCUE_DIR/<host>-<mount id>/files/<backend path>, and every queued
+ * RESCUE_DIR/<host>-<mount id>/files/<backend path> — or, where that name
+ * is taken (an earlier version of the same path, renamed away later; a
+ * file where this path needs a directory), under versions/<seq>/<backend
+ * path>; each version's line says which ("file") — and every queued
  * operation (versions with their XXH3-128, and the namespace changes that
  * were to follow) to RESCUE_DIR/<host>-<mount id>/manifest.jsonl, in
  * sequence order, so an administrator can finish the job by hand.  Each
@@ -73,8 +76,8 @@ static int subdir(int dirfd, const char *name, bool may_exist)
 
 /*
  * Create `path` (components separated by '/') below the directory `base`,
- * with its directories, as a new file: its fd (R2).  A file already there is
- * an earlier version of the same file, which this one replaces.
+ * with its directories, as a new file: its fd (R2).  A name taken (EEXIST,
+ * ENOTDIR) is never replaced: it holds another version rescued.
  */
 static int rescue_file_create(int base, const char *path)
 {
@@ -93,33 +96,49 @@ static int rescue_file_create(int base, const char *path)
 		dirfd = sub;
 		p = slash + 1;
 	}
-	for (int tries = 0; tries < 2; tries++) {
-		fd = D.openat(dirfd, p, O_WRONLY | O_CREAT | O_EXCL, 0600);
-		if (fd != -EEXIST || D.unlinkat(dirfd, p, 0) < 0)
-			break;
-	}
+	fd = D.openat(dirfd, p, O_WRONLY | O_CREAT | O_EXCL, 0600);
 	if (dirfd != base)
 		D.close(dirfd);
 	free(dup);
 	return fd;
 }
 
-/* Save one version's contents as `path` below `files`: 0 or -errno; its digest in hex. */
-static int rescue_version(int files, const char *path, struct cver *v, char hex[33])
+/* Write v into fd, sync and close it: 0 or -errno; its digest in *h. */
+static int rescue_write(int fd, struct cver *v, XXH128_hash_t *h)
+{
+	int r = flush_copy_version(v, fd, h), s = D.fsync(fd);
+
+	D.close(fd);
+	return r ? r : s;
+}
+
+/*
+ * Save one version's contents as `path` below `files` (its name relative to
+ * the rescue directory in `as`, under `files_name`), or where that name is
+ * taken and `versions` is given, as <seq>/<path> below *versions (made in
+ * base on first use): 0 or -errno; its digest in hex.
+ */
+static int rescue_version(int base, int files, const char *files_name, int *versions,
+			  uint64_t seq, const char *path, struct cver *v, char hex[33], char *as,
+			  size_t aslen)
 {
 	XXH128_hash_t h = { 0 };
 	int fd = rescue_file_create(files, path), r = fd;
 
-	if (fd >= 0) {
-		r = flush_copy_version(v, fd, &h);
-		int s = D.fsync(fd);
-		if (!r)
-			r = s;
-		D.close(fd);
+	snprintf(as, aslen, "%s/%s", files_name, path);
+	if ((fd == -EEXIST || fd == -ENOTDIR) && versions) {
+		char alt[4200];
+		if (*versions < 0)
+			*versions = subdir(base, "versions", false);
+		snprintf(alt, sizeof(alt), "%llu/%s", (unsigned long long)seq, path);
+		snprintf(as, aslen, "versions/%s", alt);
+		r = fd = *versions < 0 ? *versions : rescue_file_create(*versions, alt);
 	}
+	if (fd >= 0)
+		r = rescue_write(fd, v, &h);
 	hash_hex(h, hex);
 	if (r < 0)
-		log_err("rescue: could not save %s: %s", path, strerror(-r));
+		log_err("rescue: could not save %s: %s", as, strerror(-r));
 	return r;
 }
 
@@ -127,7 +146,7 @@ long backend_rescue(struct backend *be, const char *dir, const struct rescue_ite
 		    unsigned npartial, char *where, size_t wlen)
 {
 	char host[256] = "localhost", name[300], why[512];
-	int top, base, files, mf, pfiles = -1;
+	int top, base, files, mf, pfiles = -1, versions = -1;
 	long saved = 0;
 
 	gethostname(host, sizeof(host) - 1);
@@ -162,6 +181,8 @@ long backend_rescue(struct backend *be, const char *dir, const struct rescue_ite
 
 		if (op->dir && bnode_path(be, op->dir, op->name, path, sizeof(path)) == 0)
 			;
+		else if (op->path_hint && op->path_hint[0])	/* in a directory still queued */
+			snprintf(path, sizeof(path), "%s", op->path_hint);
 		else if (op->name)
 			snprintf(path, sizeof(path), "unplaced/%llu-%s", (unsigned long long)op->seq, op->name);
 		else
@@ -172,11 +193,14 @@ long backend_rescue(struct backend *be, const char *dir, const struct rescue_ite
 			  op_record_type(op->kind));
 		sb_json_paths(&b, path, to);
 		if (op->kind == OP_VERSION) {
-			char hex[33];
-			int r = rescue_version(files, path, op->ver, hex);
+			char hex[33], as[4300];
+			int r = rescue_version(base, files, "files", &versions, op->seq, path, op->ver,
+					       hex, as, sizeof(as));
 			sb_printf(&b, ", \"size\": %llu, \"mode\": %u, \"xxh3\": \"%s\", \"saved\": %s",
 				  (unsigned long long)op->ver->size, (unsigned)op->mode, hex,
 				  r == 0 ? "true" : "false");
+			sb_printf(&b, ", \"file\": ");
+			sb_json_str(&b, as);
 		} else if (op->kind == OP_SYMLINK) {
 			sb_printf(&b, ", \"target\": ");
 			sb_json_str(&b, op->target);
@@ -192,10 +216,11 @@ long backend_rescue(struct backend *be, const char *dir, const struct rescue_ite
 	}
 	for (unsigned i = 0; i < npartial; i++) {
 		struct strbuf b = { 0 };
-		char hex[33];
+		char hex[33], as[4300];
 		int r = pfiles >= 0 ? 0 : (pfiles = subdir(base, "partial", false));
 		if (r >= 0)
-			r = rescue_version(pfiles, partial[i].path, partial[i].ver, hex);
+			r = rescue_version(base, pfiles, "partial", NULL, 0, partial[i].path,
+					   partial[i].ver, hex, as, sizeof(as));
 		else
 			hash_hex((XXH128_hash_t){ 0 }, hex);
 		sb_printf(&b, "{\"seq\": 0, \"op\": \"partial\", \"path\": ");
@@ -215,12 +240,19 @@ long backend_rescue(struct backend *be, const char *dir, const struct rescue_ite
 	D.close(mf);
 	D.fsync(files);
 	D.close(files);
+	if (versions >= 0) {
+		D.fsync(versions);
+		D.close(versions);
+	}
 	D.fsync(base);
 	D.close(base);
-	char rec[512];
-	int n = snprintf(rec, sizeof(rec), "{\"t\": \"rescued\", \"m\": \"%s\", \"count\": %ld, \"where\": \"%s\"}",
-			 be->mount_id, saved, where);
+	struct strbuf rec = { 0 };
+	sb_printf(&rec, "{\"t\": \"rescued\", \"m\": \"%s\", \"count\": %ld, \"where\": ",
+		  be->mount_id, saved);
+	sb_json_str(&rec, where);
+	sb_printf(&rec, "}");
 	if (!backend_threads_stuck(be))	/* else the backend hangs: the rescue's own manifest says it */
-		(void)manifest_append(&be->man, rec, (size_t)n);
+		(void)manifest_append(&be->man, rec.s, rec.len);
+	sb_free(&rec);
 	return saved;
 }

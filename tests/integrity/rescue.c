@@ -18,6 +18,14 @@
  *    of the new files, state.json not clean.
  * A healthy mount afterwards recovers: no temporary file left, the mount
  * shows the backend.
+ *
+ * Two versions of one name are both kept: ckpt.tmp written and renamed to
+ * ckpt-step1, then written again and renamed to ckpt-step2 (the second
+ * save replaced the first before); and a file x renamed away before x
+ * became a directory holding x/y (whose save failed).  Each version's line
+ * says where its copy is ("file").  The rescue directory's path is long
+ * (over 512 bytes): the backend's "rescued" record names it whole (it was
+ * cut in a fixed buffer, and read past its end).
  */
 #include "tests/integrity/integ.h"
 
@@ -29,6 +37,15 @@ static const struct it_file unpersisted[] = {
 	{ "kept", 13, 64 * KiB },
 };
 #define NVER (sizeof(unpersisted) / sizeof(unpersisted[0]))
+
+/* Versions whose names are taken again later: (name, seed, size), in order. */
+static const struct it_file again[] = {
+	{ "ckpt.tmp", 20, 3000 },
+	{ "ckpt.tmp", 21, 5000 },
+	{ "x", 22, 700 },
+	{ "x/y", 23, 900 },
+};
+#define NAGAIN (sizeof(again) / sizeof(again[0]))
 
 /* The line of manifest.jsonl for (op, path), or NULL (static copy). */
 static const char *jsonl_find(const char *text, const char *op, const char *path)
@@ -77,6 +94,22 @@ static void check_rescued(const char *where)
 		ASSERT_EQ(td_digest_file(file, v), 0);
 		ASSERT_STR_EQ(v, want);
 	}
+	/* Each version of a name used twice, in order, where its line says. */
+	const char *p = text;
+	for (size_t i = 0; i < NAGAIN; i++) {
+		const struct it_file *w = &again[i];
+		if (!(line = jsonl_find(p, "file", w->rel)))
+			FAILF("version %zu of %s is not in %s:\n%s", i, w->rel, mf, text);
+		p = strstr(p, strchr(line, ',')) + 1;	/* search on after this line */
+		ASSERT_TRUE(it_json_get(line, "saved", v, sizeof(v)));
+		if (strcmp(v, "true"))
+			FAILF("version %zu of %s was not saved: %s", i, w->rel, line);
+		if (!it_json_get(line, "file", v, sizeof(v)))
+			FAILF("the line of %s does not say where its copy is: %s", w->rel, line);
+		snprintf(file, sizeof(file), "%s/%s", where, v);
+		if (!it_has_pattern(file, w->seed, w->size))
+			FAILF("the copy of version %zu of %s (%s) does not hold it", i, w->rel, file);
+	}
 	if (!(line = jsonl_find(text, "rename", "c.tmp")) || !it_json_get(line, "to", v, sizeof(v)))
 		FAILF("the rename c.tmp -> c is not in %s:\n%s", mf, text);
 	ASSERT_STR_EQ(v, "c");
@@ -100,6 +133,12 @@ int main(void)
 	tm_require_fuse();
 	tm_init(&m, "rescue");
 	snprintf(rescue, sizeof(rescue), "%s/rescue", m.root);
+	CHECK_SYS(mkdir(rescue, 0700));
+	for (int i = 0; i < 3; i++) {		/* 3 x 200 more bytes */
+		size_t n = strlen(rescue);
+		snprintf(rescue + n, sizeof(rescue) - n, "/%0200d", i);
+		CHECK_SYS(mkdir(rescue, 0700));
+	}
 	snprintf(opts, sizeof(opts), "drain_timeout=2,rescue_dir=%s", rescue);
 
 	tm_mount(&m, NULL, NULL);
@@ -109,6 +148,16 @@ int main(void)
 	tm_mount(&m, opts, env);
 	it_write_files(&m, unpersisted, NVER, EIO);	/* close may see its own failure */
 	CHECK_SYS(rename(tm_path(&m, "c.tmp"), tm_path(&m, "c")));
+	for (size_t i = 0; i < NAGAIN; i++) {
+		if (!strcmp(again[i].rel, "x/y"))
+			CHECK_SYS(mkdir(tm_path(&m, "x"), 0755));
+		it_write_pattern(tm_path(&m, again[i].rel), again[i].seed, again[i].size);
+		const char *to = i == 0 ? "ckpt-step1" : i == 1 ? "ckpt-step2" : i == 2 ? "x.old" : NULL;
+		char from[PATH_MAX];
+		snprintf(from, sizeof(from), "%s", tm_path(&m, again[i].rel));
+		if (to)
+			CHECK_SYS(rename(from, tm_path(&m, to)));
+	}
 	fd = CHECK_SYS(open(m.mnt, O_RDONLY | O_DIRECTORY));
 	ASSERT_EQ(fsync(fd), -1);
 	ASSERT_EQ(errno, EIO);
@@ -133,6 +182,13 @@ int main(void)
 	ASSERT_TRUE(!file_exists(tm_bpath(&m, "c")));
 	ASSERT_EQ(it_log_read(it_manifest_path(&m), &l), 0);
 	ASSERT_EQ(it_log_count_type(&l, "rescued", NULL), 1);
+	for (size_t i = 0; i < l.n; i++) {
+		char v[PATH_MAX * 2];
+		if (it_json_get(l.r[i].payload, "t", v, sizeof(v)) && !strcmp(v, "rescued") &&
+		    (!it_json_get(l.r[i].payload, "where", v, sizeof(v)) || strcmp(v, where)))
+			FAILF("the backend's rescued record does not name %s: %s", where,
+			      l.r[i].payload);
+	}
 	it_log_free(&l);
 	snprintf(line, sizeof(line), "%s", it_manifest_path(&m));
 	snprintf(strrchr(line, '/'), 16, "/state.json");
