@@ -38,12 +38,27 @@ ckptfs_log() {
 	fi
 }
 
-# ckptfs_is_uint VALUE: true for a whole number.
+# ckptfs_is_uint VALUE: true for a whole number the shell's arithmetic
+# holds (at most 12 digits: a larger one would make `[` fail, and a
+# deadline computed from it none at all).
 ckptfs_is_uint() {
 	case $1 in
 	'' | *[!0-9]*) return 1 ;;
 	esac
-	return 0
+	[ ${#1} -le 12 ]
+}
+
+# ckptfs_abs_path PATH: PATH absolute,
+# its parent's symlinks resolved, PATH itself never looked at (a stuck
+# daemon's mount point would hang stat(2)): for `umount -c`, which would
+# otherwise canonicalize it by looking.
+ckptfs_abs_path() {
+	_ap=$(realpath -m -- "$(dirname -- "$1")")
+	_ab=$(basename -- "$1")
+	case $_ap in
+	/) printf '/%s\n' "$_ab" ;;
+	*) printf '%s/%s\n' "$_ap" "$_ab" ;;
+	esac
 }
 
 # ckptfs_mounted PATH: print the file system type mounted at PATH (the top
@@ -159,7 +174,7 @@ ckptfs_unmount() {
 		# shellcheck disable=SC2034
 		ckptfs_drain_failed=1
 	fi
-	if ! _err=$(umount -i "$@" -- "$_mnt" 2>&1); then
+	if ! _err=$(umount -i -c "$@" -- "$(ckptfs_abs_path "$_mnt")" 2>&1); then
 		ckptfs_log err "cannot unmount $_mnt: $_err"
 		return 32
 	fi

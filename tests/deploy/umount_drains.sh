@@ -13,7 +13,13 @@
 #     it there;
 #  3. with a backend that fails every publish, the helper unmounts anyway,
 #     exits 2 saying the drain failed, and the daemon (drain_timeout=1)
-#     leaves the data in its rescue directory.
+#     leaves the data in its rescue directory;
+#  4. a stopped daemon (SIGSTOP): the helper, with CKPTFS_DRAIN_TIMEOUT=3,
+#     still returns (exit 2) with the mount detached — its own umount no
+#     longer looks at the mount point, which hung until the daemon ran
+#     again — and once the daemon runs again it drains everything; a bad
+#     option, or a timeout too large to count with, is refused (exit 1)
+#     before any drain.
 . "$(dirname "$0")/lib.sh"
 dt_enter_namespace "$@"
 
@@ -96,4 +102,29 @@ saved=$(find "$rescue" -type f -name f0 2>/dev/null | head -n 1)
 [ -n "$saved" ] || dt_fail "$what: f0 is not in the rescue directory $rescue"
 cmp -s "$ref/f0" "$saved" || dt_fail "$what: rescued copy $saved differs from what was written"
 dt_note "$what: ok (rescued as $saved)"
+
+what="the helper's bad input"
+pid=$(mount_slow "$slow" cache_size=64M)
+cp "$ref"/* "$m/"
+err=$(umount.fuse.ckptfs "$m" -x 2>&1)
+dt_assert_eq 1 "$?" "$what: an unknown option's exit status (message: $err)"
+dt_assert_match "unknown option '-x'" "$err" "$what: message"
+err=$(CKPTFS_DRAIN_TIMEOUT=99999999999999999999 umount.fuse.ckptfs "$m" 2>&1)
+dt_assert_eq 1 "$?" "$what: a huge CKPTFS_DRAIN_TIMEOUT's exit status (message: $err)"
+[ "$(ckptfs_mounted "$m")" = fuse.ckptfs ] || dt_fail "$what: the mount is gone after a refused call"
+dt_note "$what: ok"
+
+what="the helper over a stopped daemon"
+kill -STOP "$pid"
+t0=$(date +%s)
+err=$(CKPTFS_DRAIN_TIMEOUT=3 timeout 60 umount.fuse.ckptfs "$m" 2>&1)
+rc=$?
+took=$(($(date +%s) - t0))
+kill -CONT "$pid"
+dt_assert_eq 2 "$rc" "$what: exit status after ${took} s (message: $err)"
+[ "$took" -lt 40 ] || dt_fail "$what: took $took s"
+[ -z "$(findmnt -n --mountpoint "$m")" ] || dt_fail "$what: still mounted"
+ckptfs_wait_gone $(($(date +%s) + 60)) "$pid" >/dev/null || dt_fail "$what: daemon still running 60 s after it went on"
+dt_assert_same_files "$ref" "$b" "$what: backend once the daemon went on and exited"
+dt_note "$what: ok (returned in $took s)"
 exit 0
