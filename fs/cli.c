@@ -162,6 +162,18 @@ static int read_child(const char *prog, const char *path, const char *msg, int o
 	}
 }
 
+static volatile sig_atomic_t *cancel_flag;
+
+void cli_cancel_on(volatile sig_atomic_t *flag)
+{
+	cancel_flag = flag;
+}
+
+static bool cancelled(void)
+{
+	return cancel_flag && *cancel_flag;
+}
+
 char *cli_read_ctl(const char *prog, const char *mnt, const char *name, double timeout_s)
 {
 	return cli_exchange_ctl(prog, mnt, name, NULL, timeout_s);
@@ -173,7 +185,7 @@ char *cli_exchange_ctl(const char *prog, const char *mnt, const char *name, cons
 	char path[PATH_MAX], chunk[65536];
 	struct strbuf b = { 0 };
 	int p[2], status = 0;
-	bool timed_out = false;
+	bool timed_out = false, interrupted = false;
 	pid_t pid;
 
 	snprintf(path, sizeof(path), "%s/.ckptfs/%s", mnt, name);
@@ -191,10 +203,15 @@ char *cli_exchange_ctl(const char *prog, const char *mnt, const char *name, cons
 	bool probe = timeout_s <= 0 && strcmp(name, "stats") != 0;
 	for (;;) {
 		struct pollfd pf = { .fd = p[0], .events = POLLIN };
-		int r = poll(&pf, 1, timeout_s > 0 ? (int)(timeout_s * 1000) :
-				     probe ? CLI_LIVE_CHECK_S * 1000 : -1);
-		if (r < 0 && errno == EINTR)
-			continue;
+		int r = cancelled() ? -1 : poll(&pf, 1, timeout_s > 0 ? (int)(timeout_s * 1000) :
+						   probe ? CLI_LIVE_CHECK_S * 1000 : -1);
+		if (r < 0 && (cancelled() || errno == EINTR)) {
+			if (!cancelled())
+				continue;
+			timed_out = interrupted = true;	/* poll(2) is never restarted */
+			kill(pid, SIGKILL);
+			break;
+		}
 		if (r == 0 && probe) {
 			char *st = cli_read_ctl(prog, mnt, "stats", CLI_LIVE_ANSWER_S);
 			free(st);
@@ -226,7 +243,10 @@ char *cli_exchange_ctl(const char *prog, const char *mnt, const char *name, cons
 		if (w == 0)
 			usleep(50000);
 	}
-	if (timed_out && timeout_s > 0)
+	if (interrupted)
+		fprintf(stderr, "%s: interrupted while waiting for %s to answer .ckptfs/%s\n", prog,
+			mnt, name);
+	else if (timed_out && timeout_s > 0)
 		fprintf(stderr, "%s: %s does not answer: no reply to .ckptfs/%s in %g s\n", prog, mnt,
 			name, timeout_s);
 	else if (timed_out)

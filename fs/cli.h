@@ -7,6 +7,7 @@
 #ifndef CKPTFS_CLI_H
 #define CKPTFS_CLI_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -47,5 +48,10 @@ char *cli_read_ctl(const char *prog, const char *mnt, const char *name, double t
 /* The same, writing msg to the control file first (its answer is then read). */
 char *cli_exchange_ctl(const char *prog, const char *mnt, const char *name, const char *msg,
 		       double timeout_s);
+/*
+ * A flag a signal handler sets: once it is set, an exchange waiting for a
+ * daemon gives up at once (NULL, "interrupted"), as a timeout would.
+ */
+void cli_cancel_on(volatile sig_atomic_t *flag);
 
 #endif

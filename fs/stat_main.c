@@ -496,6 +496,7 @@ int main(int argc, char **argv)
 	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
+	cli_cancel_on(&stop);	/* a mount that does not answer does not outlive a signal */
 	do {
 		if (fmt == FMT_PROM) {
 			rc |= show_all_prom(mounts, nm);

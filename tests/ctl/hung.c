@@ -12,7 +12,9 @@
  *   - with the daemon stopped (SIGSTOP: it answers nothing),
  *     `ckptfs-ctl drain --timeout 2` exits 1 saying the mount does not
  *     answer, instead of waiting for the daemon (an epilog's drain); so
- *     does a drain without --timeout, once the stats do not answer either.
+ *     does a drain without --timeout, once the stats do not answer either;
+ *     and `ckptfs-stat --timeout 0` (no limit) ends at SIGINT and at
+ *     SIGTERM, as its page says (it went back to waiting on both).
  *
  * Then the backend answers again and everything is published.
  *
@@ -25,7 +27,39 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+/* ckptfs-stat --timeout 0 MOUNT over a stopped daemon, sent sig after 1 s: gone within 5 s. */
+static void stat_ends_at(struct tmount *m, int sig)
+{
+	pid_t pid = CHECK_SYS(fork());
+	int st = 0;
+
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		execl(ct_tool("ckptfs-stat"), "ckptfs-stat", "--timeout", "0", m->mnt, (char *)NULL);
+		_exit(127);
+	}
+	usleep(1000 * 1000);
+	CHECK_SYS(kill(pid, sig));
+	uint64_t t0 = mono_ms();
+	pid_t w = 0;
+	while ((w = waitpid(pid, &st, WNOHANG)) == 0 && mono_ms() - t0 < 5000)
+		usleep(20 * 1000);
+	if (w != pid) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+		FAILF("ckptfs-stat --timeout 0 over a stopped daemon still ran 5 s after %s",
+		      strsignal(sig));
+	}
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		FAILF("ckptfs-stat exited 0 after %s without an answer", strsignal(sig));
+	printf("ckptfs-stat --timeout 0 over a stopped daemon: ends %llu ms after %s\n",
+	       (unsigned long long)(mono_ms() - t0), strsignal(sig));
+}
 
 static void slow_but_moving(void)
 {
@@ -97,6 +131,10 @@ int main(void)
 	ct_expect_in(r.err, "does not answer", "drain's message");
 	printf("ckptfs-ctl drain of a stopped daemon: exit 1 after %llu ms\n", (unsigned long long)r.ms);
 	ct_result_free(&r);
+	CHECK_SYS(kill(m.pid, SIGSTOP));
+	stat_ends_at(&m, SIGINT);
+	stat_ends_at(&m, SIGTERM);
+	CHECK_SYS(kill(m.pid, SIGCONT));
 
 	unlink(flag);
 	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "drain", m.mnt, "--timeout", "30", NULL });
