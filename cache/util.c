@@ -110,6 +110,37 @@ uint64_t wall_ns(void)
 	return w;
 }
 
+int parse_seconds(const char *s, double lo, double hi, double *out)
+{
+	char *end;
+	double v;
+
+	if (!s || !*s || strspn(s, "0123456789.") != strlen(s) || strchr(s, '.') != strrchr(s, '.'))
+		return -EINVAL;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || *end || end == s || !(v >= lo && v <= hi))
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+int parse_whole(const char *s, unsigned long long lo, unsigned long long hi,
+		unsigned long long *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!s || !*s || strspn(s, "0123456789") != strlen(s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v < lo || v > hi)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
 int parse_size(const char *s, uint64_t *out)
 {
 	char *end;

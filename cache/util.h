@@ -37,6 +37,15 @@ uint64_t wall_ns(void);
  * and sets *out, or -EINVAL for malformed input, -ERANGE on overflow.
  */
 int parse_size(const char *s, uint64_t *out);
+/*
+ * Seconds as users write them: decimal digits with at most one point and
+ * nothing else (strtod alone also takes hex, exponents, signs, spaces,
+ * "nan"), from lo to hi.  0 and *out, or -EINVAL.
+ */
+int parse_seconds(const char *s, double lo, double hi, double *out);
+/* A whole number, decimal digits only, from lo to hi: 0 and *out, or -EINVAL. */
+int parse_whole(const char *s, unsigned long long lo, unsigned long long hi,
+		unsigned long long *out);
 /* Format bytes as "1.5 GiB" into buf (at least 16 bytes). */
 const char *format_size(uint64_t bytes, char *buf, size_t len);
 

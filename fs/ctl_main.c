@@ -126,10 +126,8 @@ static int cmd_drain(int argc, char **argv)
 	for (int i = 0; i < argc; i++) {
 		if (!strcmp(argv[i], "--timeout") || !strncmp(argv[i], "--timeout=", 10)) {
 			const char *v = argv[i][9] == '=' ? argv[i] + 10 : (i + 1 < argc ? argv[++i] : "");
-			char *end;
-			timeout = strtod(v, &end);
-			/* What the daemon takes (ctl_parse.c): 0 to 1e9 seconds; NaN is none of them. */
-			if (!*v || *end || !(timeout >= 0 && timeout <= 1e9)) {
+			/* What the daemon takes (ctl_parse.c): 0 to 1e9 seconds. */
+			if (parse_seconds(v, 0, 1e9, &timeout) < 0) {
 				fprintf(stderr, "%s: --timeout needs seconds (0 to 1000000000), not '%s'\n",
 					prog, v);
 				return CLI_USAGE;

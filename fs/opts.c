@@ -175,13 +175,9 @@ static void fuse_opt_append(struct ckptfs_opts *o, const char *opt)
 
 static int parse_uint(const char *key, const char *val, unsigned lo, unsigned hi, unsigned *out)
 {
-	char *end;
-	unsigned long v;
+	unsigned long long v;
 
-	errno = 0;
-	v = strtoul(val, &end, 10);
-	/* Digits only: strtoul would also take a sign or leading spaces. */
-	if (!*val || *end || errno || strspn(val, "0123456789") != strlen(val) || v < lo || v > hi) {
+	if (parse_whole(val, lo, hi, &v) < 0) {
 		char range[64];
 		snprintf(range, sizeof(range), "%u to %u", lo, hi);
 		return usage_error("option '%s' needs a whole number from %s", key, range);
@@ -272,15 +268,8 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 		return r;
 	}
 	if (!strcmp(opt, "attr_timeout") || !strcmp(opt, "drain_timeout")) {
-		char *end;
-		double t = val ? strtod(val, &end) : -1;
-		/*
-		 * !(in range) also refuses NaN; an empty value is no number
-		 * (tests/fuzz); decimal digits and a point only (strtod also takes
-		 * hex, exponents, signs and spaces).
-		 */
-		if (!val || !*val || *end || strspn(val, "0123456789.") != strlen(val) ||
-		    !(t >= 0 && t <= 86400 * 7))
+		double t;
+		if (parse_seconds(val, 0, 86400 * 7, &t) < 0)
 			return usage_error("option '%s' needs seconds from 0 to 604800, not '%s'", opt,
 					   val ? val : "");
 		if (opt[0] == 'a')
@@ -332,10 +321,8 @@ static int parse_one(struct ckptfs_opts *o, char *opt)
 	}
 	if (!strcmp(opt, "peer_skew") || !strcmp(opt, "marker_timeout") ||
 	    !strcmp(opt, "lease_ttl")) {
-		char *end;
-		double t = val ? strtod(val, &end) : -1;
-		double lo = opt[0] == 'l' ? 1 : 0;
-		if (!val || !*val || *end || !(t >= lo) || t > 86400 * 7)
+		double t;
+		if (parse_seconds(val, opt[0] == 'l' ? 1 : 0, 86400 * 7, &t) < 0)
 			return usage_error(opt[0] == 'l' ? "option '%s' needs seconds from 1 to 604800, "
 					   "not '%s'" : "option '%s' needs seconds from 0 to 604800, "
 					   "not '%s'", opt, val ? val : "");

@@ -454,9 +454,7 @@ int main(int argc, char **argv)
 		case 'p': fmt = FMT_PROM; break;
 		case 'f': files = true; break;
 		case 'w': {
-			char *end;
-			watch = strtod(optarg, &end);
-			if (*end || end == optarg || !(watch >= 0.1 && watch <= 86400)) {
+			if (parse_seconds(optarg, 0.1, 86400, &watch) < 0) {
 				fprintf(stderr, "%s: --watch needs seconds from 0.1 to 86400, not '%s'\n",
 					prog, optarg);
 				return CLI_USAGE;
@@ -464,9 +462,7 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 't': {
-			char *end;
-			read_timeout = strtod(optarg, &end);
-			if (*end || end == optarg || !(read_timeout >= 0 && read_timeout <= 86400)) {
+			if (parse_seconds(optarg, 0, 86400, &read_timeout) < 0) {
 				fprintf(stderr, "%s: --timeout needs seconds from 0 to 86400, not '%s'\n",
 					prog, optarg);
 				return CLI_USAGE;

@@ -715,11 +715,15 @@ int verify_main(int argc, char **argv)
 	for (int i = 0; i < argc; i++) {
 		if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) {
 			quiet = true;
-		} else if (!strcmp(argv[i], "--jobs") || !strcmp(argv[i], "-j")) {
-			char *end;
-			long v = i + 1 < argc ? strtol(argv[++i], &end, 10) : 0;
-			if (v < 1 || v > 256 || *end) {
-				fprintf(stderr, "%s: --jobs needs a number from 1 to 256\n", prog);
+		} else if (!strcmp(argv[i], "--jobs") || !strcmp(argv[i], "-j") ||
+			   !strncmp(argv[i], "--jobs=", 7) || !strncmp(argv[i], "-j", 2)) {
+			const char *a = !strncmp(argv[i], "--jobs=", 7) ? argv[i] + 7
+					: argv[i][1] == 'j' && argv[i][2] ? argv[i] + 2
+					: i + 1 < argc ? argv[++i] : "";
+			unsigned long long v;
+			if (parse_whole(a, 1, 256, &v) < 0) {
+				fprintf(stderr, "%s: --jobs needs a number from 1 to 256, not '%s'\n",
+					prog, a);
 				return CLI_USAGE;
 			}
 			jobs = (unsigned)v;

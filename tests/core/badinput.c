@@ -80,6 +80,12 @@ static const struct bad cases[] = {
 	{ { B, M, "-o", "cache_size=0x10M", NULL }, "cache_size" },
 	{ { B, M, "-o", "flush_threads=+3", NULL }, "flush_threads" },
 	{ { B, M, "-o", "max_threads= 4", NULL }, "max_threads" },
+	{ { B, M, "-o", "lease_ttl=0x10", NULL }, "lease_ttl" },
+	{ { B, M, "-o", "lease_ttl=1e5", NULL }, "lease_ttl" },
+	{ { B, M, "-o", "peer_skew= 5", NULL }, "peer_skew" },
+	{ { B, M, "-o", "marker_timeout=-0", NULL }, "marker_timeout" },
+	{ { B, M, "-o", "marker_timeout=1e-3", NULL }, "marker_timeout" },
+	{ { B, M, "-o", "drain_timeout=1.2.3", NULL }, "drain_timeout" },
 	{ { B, M, "-o", "drain_timeout=0x10", NULL }, "drain_timeout" },
 	/* Refused by FUSE, after the backend started: exit 2, and its log stays clean (below). */
 	{ { B, M, "-o", "max_read=abc", NULL }, "max_read" },

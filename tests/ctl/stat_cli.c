@@ -412,6 +412,9 @@ static void check_errors(void)
 	expect_usage_error("--watch", "1e9", m2.mnt, "'1e9'");
 	expect_usage_error("--timeout", "-1", m2.mnt, "--timeout needs seconds");
 	expect_usage_error("--timeout", "nan", m2.mnt, "'nan'");
+	expect_usage_error("--timeout", "0x10", m2.mnt, "'0x10'");	/* decimal only */
+	expect_usage_error("--timeout", "+5", m2.mnt, "'+5'");
+	expect_usage_error("--watch", "0x1p-3", m2.mnt, "'0x1p-3'");
 
 	stat_run(&r, "--help", NULL, NULL, NULL);
 	ct_expect_status(&r, 0, "ckptfs-stat --help");
