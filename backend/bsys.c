@@ -174,6 +174,33 @@ bool bsys_same_file(int a, int b)
 	       sa.st_ino == sb.st_ino;
 }
 
+int bsys_open_beneath(int root_fd, const char *path, int flags)
+{
+	char *dup = xstrdup(path), *save = NULL, *comp, *next;
+	int dir = root_fd, fd = -ENOENT;
+
+	comp = strtok_r(dup, "/", &save);
+	while (comp) {
+		next = strtok_r(NULL, "/", &save);
+		if (!strcmp(comp, "..") || !strcmp(comp, ".")) {
+			fd = -EINVAL;
+			break;
+		}
+		fd = bsys.openat(dir, comp, next ? O_RDONLY | O_DIRECTORY : flags, 0);
+		if (dir != root_fd)
+			bsys.close(dir);
+		dir = root_fd;
+		if (fd < 0 || !next)
+			break;
+		dir = fd;
+		comp = next;
+	}
+	if (dir != root_fd && dir != fd)
+		bsys.close(dir);
+	free(dup);
+	return fd;
+}
+
 static int stop_at_one(void *arg, const char *name)
 {
 	(void)arg;

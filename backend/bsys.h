@@ -174,6 +174,13 @@ int bsys_xattrs_each(int dirfd, const char *name, int at,
 bool bsys_same_file(int a, int b);
 /* Is (d, n) itself (not followed) the inode fd holds?  0, -ESTALE if another, or -errno. */
 int bsys_name_is(int d, const char *n, int fd);
+/*
+ * Open `path` below root_fd one component at a time (never through a
+ * symlink, never "." or "..", never above the root: a manifest record or a
+ * user's tree is data, not trusted); the last with flags (bsys.openat: a
+ * FIFO or device is refused, not opened).  fd or -errno.
+ */
+int bsys_open_beneath(int root_fd, const char *path, int flags);
 /* Does the directory fd hold no entry ("." and ".." aside)?  False if it cannot be read. */
 bool bsys_dir_empty(int fd);
 /*

@@ -52,12 +52,6 @@ struct hnode {
 	uint64_t format;	/* of the mount that wrote it: which digest (0: not known) */
 };
 
-/*
- * Open a path the manifest names, below the backend root, one component at
- * a time through bsys (never through a symlink, never above the root: a
- * record is data, not trusted).  fd or -errno.
- */
-int rec_open_beneath(int root_fd, const char *path, int flags);
 
 /*
  * Which prefix of the previous mount's unsettled operations the backend

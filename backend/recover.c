@@ -54,33 +54,6 @@
 
 /* ---- paths below the backend root ------------------------------------- */
 
-int rec_open_beneath(int root_fd, const char *path, int flags)
-{
-	char *dup = xstrdup(path), *save = NULL, *comp, *next;
-	int dir = root_fd, fd = -ENOENT;
-
-	comp = strtok_r(dup, "/", &save);
-	while (comp) {
-		next = strtok_r(NULL, "/", &save);
-		if (!strcmp(comp, "..") || !strcmp(comp, ".")) {
-			fd = -EINVAL;
-			break;
-		}
-		fd = bsys.openat(dir, comp, next ? O_RDONLY | O_DIRECTORY : flags, 0);
-		if (dir != root_fd)
-			bsys.close(dir);
-		dir = root_fd;
-		if (fd < 0 || !next)
-			break;
-		dir = fd;
-		comp = next;
-	}
-	if (dir != root_fd && dir != fd)
-		bsys.close(dir);
-	free(dup);
-	return fd;
-}
-
 /* ---- the scan ------------------------------------------------------------ */
 
 /* A mount's older "recovered" record (without "explicit"): its later seqs never happened. */
@@ -510,7 +483,7 @@ static void finish_creation(int root_fd, const struct rrec *r)
 	dup = xstrdup(r->path);
 	if ((slash = strrchr(dup, '/'))) {
 		*slash = '\0';
-		dir = rec_open_beneath(root_fd, dup, O_RDONLY | O_DIRECTORY);
+		dir = bsys_open_beneath(root_fd, dup, O_RDONLY | O_DIRECTORY);
 	}
 	const char *name = slash ? slash + 1 : dup;
 	bool unfinished = dir >= 0 && bsys.fstatat(dir, name, &st) == 0 && st.st_uid == geteuid() &&

@@ -120,7 +120,7 @@ static void backend_look(int root_fd, struct phist *h)
 	h->looked = true;
 	if (slash) {
 		*slash = '\0';
-		dir = rec_open_beneath(root_fd, dup, O_RDONLY | O_DIRECTORY);
+		dir = bsys_open_beneath(root_fd, dup, O_RDONLY | O_DIRECTORY);
 	}
 	if (dir < 0)
 		r = dir;
@@ -357,7 +357,7 @@ void rprefix_note(struct rprefix *x, const struct rrec *r, size_t p)
 static bool backend_digest(int root_fd, struct phist *h, int k, const char **hex)
 {
 	if (!(h->digested & ((1 << k) | (4 << k)))) {
-		int fd = rec_open_beneath(root_fd, h->path, O_RDONLY);
+		int fd = bsys_open_beneath(root_fd, h->path, O_RDONLY);
 		XXH128_hash_t d;
 		uint64_t size;
 		int r = fd;

@@ -24,6 +24,7 @@
 #include "fs/cli.h"
 #include "fs/mounts.h"
 #include "backend/manifest.h"
+#include "backend/bsys.h"
 #include "backend/digest.h"
 #include "cache/json.h"
 #include "cache/strmap.h"
@@ -495,22 +496,28 @@ struct item {
 };
 
 struct work {
-	const char *root;
+	int rootfd;		/* the backend root */
 	struct item *v;
 	size_t n;
 	atomic_size_t next;
 	atomic_uint_least64_t bytes;
 };
 
-static void walk(const char *root, const char *rel, struct pmap *m, struct work *w)
+/*
+ * The files below dfd (which is root/rel): each directory opened from its
+ * parent's descriptor, never through a symlink (a user may swap one of
+ * theirs for a symlink meanwhile: ckptfs-ctl verify, run by root, must not
+ * read outside the backend).
+ */
+static void walk(int dfd, const char *rel, struct pmap *m, struct work *w)
 {
-	char path[PATH_MAX * 2];
-	DIR *d;
+	DIR *d = fdopendir(dfd);
 	struct dirent *de;
 
-	snprintf(path, sizeof(path), "%s%s%s", root, *rel ? "/" : "", rel);
-	if (!(d = opendir(path)))
+	if (!d) {
+		close(dfd);
 		return;
+	}
 	while ((de = readdir(d))) {
 		char child[PATH_MAX];
 		struct stat st;
@@ -518,11 +525,13 @@ static void walk(const char *root, const char *rel, struct pmap *m, struct work 
 		    !strncmp(de->d_name, ".ckptfs.", 8) || (!*rel && !strcmp(de->d_name, ".ckptfs")))
 			continue;
 		snprintf(child, sizeof(child), "%s%s%s", rel, *rel ? "/" : "", de->d_name);
-		snprintf(path, sizeof(path), "%s/%s", root, child);
-		if (lstat(path, &st) < 0)
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
 		if (S_ISDIR(st.st_mode)) {
-			walk(root, child, m, w);
+			int sub = openat(dirfd(d), de->d_name,
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0)
+				walk(sub, child, m, w);
 		} else if (S_ISREG(st.st_mode)) {
 			w->v = xrealloc(w->v, (w->n + 1) * sizeof(*w->v));
 			w->v[w->n] = (struct item){ .rel = xstrdup(child), .e = pm_get(m, child) };
@@ -541,7 +550,6 @@ static void *hasher(void *arg)
 
 	while ((i = atomic_fetch_add(&w->next, 1)) < w->n) {
 		struct item *it = &w->v[i];
-		char path[PATH_MAX * 2];
 		XXH128_hash_t h;
 		int fd;
 
@@ -549,8 +557,8 @@ static void *hasher(void *arg)
 			it->status = 3;
 			continue;
 		}
-		snprintf(path, sizeof(path), "%s/%s", w->root, it->rel);
-		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		/* Beneath the root, never through a symlink; a FIFO is refused, not opened. */
+		fd = bsys_open_beneath(w->rootfd, it->rel, O_RDONLY);
 		if (fd < 0 || digest_fd_kind(fd, it->e->kind, &h, &it->bytes) < 0) {
 			it->status = 1;
 			snprintf(it->got, sizeof(it->got), "unreadable");
@@ -642,18 +650,23 @@ static int verify_one(const char *arg, unsigned jobs, bool quiet, uint64_t count
 		fprintf(stderr, "%s: cannot read the manifests under %s\n", prog, root);
 		return 1;
 	}
-	w.root = root;
-	char full[PATH_MAX * 2];
-	snprintf(full, sizeof(full), "%s%s%s", root, *rel ? "/" : "", rel);
-	if (lstat(full, &st) == 0 && S_ISREG(st.st_mode)) {
+	if ((w.rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		fprintf(stderr, "%s: %s: %s\n", prog, root, strerror(errno));
+		pm_free(&m);
+		return 1;
+	}
+	int at = *rel ? bsys_open_beneath(w.rootfd, rel, O_PATH) : dup(w.rootfd);
+	if (at >= 0 && fstat(at, &st) == 0 && S_ISREG(st.st_mode)) {
 		w.v = xcalloc(1, sizeof(*w.v));
 		w.v[0] = (struct item){ .rel = xstrdup(rel), .e = pm_get(&m, rel) };
 		if (w.v[0].e)
 			w.v[0].e->seen = true;
 		w.n = 1;
-	} else {
-		walk(root, rel, &m, &w);
+	} else if (at >= 0 && S_ISDIR(st.st_mode)) {
+		walk(openat(at, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), rel, &m, &w);
 	}
+	if (at >= 0)
+		close(at);
 	/* Recorded files under the path that the walk did not find. */
 	for (size_t i = 0; i < m.map.nb; i++)
 		for (struct strmap_node *n = m.map.b[i]; n; n = n->next) {
@@ -698,6 +711,7 @@ static int verify_one(const char *arg, unsigned jobs, bool quiet, uint64_t count
 	}
 	*bytes += atomic_load(&w.bytes);
 	free(w.v);
+	close(w.rootfd);
 	pm_free(&m);
 	return 0;
 }
