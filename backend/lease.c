@@ -108,7 +108,12 @@ int nodes_parse_peers(struct nodes_opts *o, const char *val, char *why, size_t l
 	}
 	char *dup = xstrdup(val), *save = NULL;
 	for (char *t = strtok_r(dup, ":", &save); t; t = strtok_r(NULL, ":", &save)) {
-		if (!nodes_name_ok(t) || o->npeer_names == NODES_PEERS_MAX) {
+		if (o->npeer_names == NODES_PEERS_MAX) {
+			snprintf(why, len, "option 'peers': at most %d node names", NODES_PEERS_MAX);
+			free(dup);
+			return -EINVAL;
+		}
+		if (!nodes_name_ok(t)) {
 			snprintf(why, len, "option 'peers': '%.64s' is not a node name (letters, "
 				 "digits, '.', '-' and '_', not starting with '.' or '-')", t);
 			free(dup);

@@ -63,8 +63,8 @@ static void usage(FILE *f)
 "                             job has restarted from the marker the backend holds\n"
 "  verify [-j N | --jobs N] [-q | --quiet] PATH...\n"
 "                             recompute the digest of backend files and compare\n"
-"                             with the manifest; PATH is a backend directory (no\n"
-"                             daemon needed) or a directory in a ckptfs mount\n"
+"                             with the manifest; PATH is a backend directory or\n"
+"                             file (no daemon needed) or one in a ckptfs mount\n"
 "  hash [--format N] FILE...  print each file's digest as the manifest records it\n"
 "                             (N=2, the default: block-run XXH3-128, holes not\n"
 "                             read; N=1: XXH3-128 of the whole file, as format-1\n"
@@ -132,6 +132,9 @@ static int cmd_drain(int argc, char **argv)
 					prog, v);
 				return CLI_USAGE;
 			}
+		} else if (argv[i][0] == '-') {
+			fprintf(stderr, "%s: drain: unknown option '%s'\n", prog, argv[i]);
+			return CLI_USAGE;
 		} else if (!path) {
 			path = argv[i];
 		} else {
@@ -159,7 +162,7 @@ static int cmd_flush(int argc, char **argv)
 	struct json_obj o;
 	int r;
 
-	if (argc != 2) {
+	if (argc != 2 || !*argv[1]) {
 		fprintf(stderr, "%s: flush needs MOUNT and PATH\n", prog);
 		return CLI_USAGE;
 	}
@@ -174,13 +177,29 @@ static int cmd_flush(int argc, char **argv)
 		}
 		rel = real + ml + 1;
 	} else {
-		/* Relative to the mount's root: a ".." could only lead out of it. */
-		for (const char *c = rel; c; c = strchr(c, '/') ? strchr(c, '/') + 1 : NULL) {
-			if (c[0] == '.' && c[1] == '.' && (c[2] == '/' || c[2] == '\0')) {
+		/*
+		 * Relative to the mount's root, as the daemon names files: "." and
+		 * empty parts dropped; a ".." could only lead out of it.
+		 */
+		size_t k = 0;
+		for (const char *c = rel; *c;) {
+			size_t n = strcspn(c, "/");
+			if (n == 2 && c[0] == '.' && c[1] == '.') {
 				fprintf(stderr, "%s: '%s' is not a file inside %s\n", prog, rel, mnt);
 				return CLI_USAGE;
 			}
+			if (n && !(n == 1 && c[0] == '.') && k + n + 2 < sizeof(real)) {
+				k += (size_t)snprintf(real + k, sizeof(real) - k, "%s%.*s", k ? "/" : "",
+						      (int)n, c);
+			}
+			c += n + (c[n] == '/');
 		}
+		real[k] = '\0';
+		if (!k) {
+			fprintf(stderr, "%s: '%s' is not a file inside %s\n", prog, rel, mnt);
+			return CLI_USAGE;
+		}
+		rel = real;
 	}
 	snprintf(msg, sizeof(msg), "flush %s\n", rel);
 	char *answer = ctl_exchange(mnt, "ctl", msg, CTL_ANSWER_S);
@@ -312,7 +331,8 @@ static int cmd_admin(const char *cmd, int argc, char **argv)
 			: "ack-lost MOUNT");
 		return CLI_USAGE;
 	}
-	if (argc == 2 && (!*argv[1] || strspn(argv[1], "0123456789") != strlen(argv[1]))) {
+	unsigned long long seq;
+	if (argc == 2 && parse_whole(argv[1], 1, UINT64_MAX, &seq) < 0) {
 		fprintf(stderr, "%s: skip needs the sequence number of a blocked operation "
 			"(blocked_seq in ckptfs-stat --json), not '%s'\n", prog, argv[1]);
 		return CLI_USAGE;

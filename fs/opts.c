@@ -71,7 +71,7 @@ void opts_usage(FILE *f)
 "  -V, --version        version\n"
 "\n"
 "ckptfs options (-o):\n"
-"  cache_size=SIZE      cache bytes, K/M/G suffixes (default: 1/4 of RAM)\n"
+"  cache_size=SIZE      cache bytes, K/M/G/T suffixes (default: 1/4 of RAM)\n"
 "  chunk_size=SIZE      cache chunk, a power of two from 64K to 64M (default 4M)\n"
 "  flush_threads=N      threads writing to the backend, 1-64 (default 2)\n"
 "  flush_nice=N         the flushers' nice level, 0-19: where CPUs are short,\n"

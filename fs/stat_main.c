@@ -448,6 +448,7 @@ int main(int argc, char **argv)
 	char **mounts = NULL;
 	int nm = 0, c, rc = 0;
 
+	argv[0] = (char *)prog;	/* getopt's own messages name the tool, not its path */
 	while ((c = getopt_long(argc, argv, "jpfw:t:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'j': fmt = FMT_JSON; break;

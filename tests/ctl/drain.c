@@ -208,6 +208,11 @@ static void usage_errors(void)
 		{ { "drain", "/proc" }, 2, "'/proc' is not a ckptfs mount" },
 		{ { "drain", "/no/such/dir" }, 2, "/no/such/dir" },
 		{ { "flush", "/" }, 2, "MOUNT and PATH" },
+		{ { "flush", "/", "" }, 2, "MOUNT and PATH" },
+		{ { "drain", "/", "-t", "5" }, 2, "unknown option '-t'" },
+		{ { "drain", "/", "--timeout", "1e2" }, 2, "'1e2'" },	/* decimal only */
+		{ { "skip", "/", "0" }, 2, "not '0'" },
+		{ { "skip", "/", "18446744073709551616" }, 2, "not '18446744073709551616'" },
 	};
 	struct ct_result r;
 

@@ -103,6 +103,8 @@ int main(void)
 	flush_ok(&m, abs, false);
 	ct_check_seeded(tm_bpath(&m, "d/t3"), 1234, 13);
 
+	flush_ok(&m, "./t", false);	/* "." and empty parts are dropped */
+	flush_ok(&m, "d//./t3", false);
 	flush_fails(&m, "missing", 1, "not a regular file");
 	flush_fails(&m, "d", 1, "not a regular file");
 	flush_fails(&m, "/etc/passwd", 2, "is not a file inside");
