@@ -186,6 +186,7 @@ struct recs {
 	int node;
 	uint64_t order;
 	uint64_t unreadable;
+	double floor;		/* the latest time of this node's records so far */
 };
 
 static int collect(void *arg, const char *payload, size_t len, uint64_t off)
@@ -197,7 +198,12 @@ static int collect(void *arg, const char *payload, size_t len, uint64_t off)
 		r->unreadable++;
 		return 0;
 	}
-	x.time = json_num_or0(&x.o, "time");
+	/*
+	 * A node's log is in the order its operations happened, whatever its
+	 * wall clock did (stepped back by NTP, a VM's migration, a reboot's
+	 * RTC): its records keep that order, and only nodes are merged by time.
+	 */
+	x.time = r->floor = CKPT_MAX(r->floor, json_num_or0(&x.o, "time"));
 	if (r->n == r->cap) {
 		r->cap = r->cap ? r->cap * 2 : 1024;
 		r->v = xrealloc(r->v, r->cap * sizeof(*r->v));
@@ -474,6 +480,7 @@ static int load_manifests(const char *root, struct pmap *m)
 		}
 		close(fd);
 		r.node++;
+		r.floor = 0;
 	}
 	closedir(d);
 	if (r.n)
