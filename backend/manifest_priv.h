@@ -61,6 +61,16 @@ struct hnode {
 struct rprefix {
 	const struct strmap *settled;
 	struct strmap paths;	/* path -> its history */
+	/*
+	 * Names linked to each other by the operations noted (a "link" of
+	 * one to another): one file, so a version written at one name is
+	 * what every other name shows (the daemon relinks them).
+	 */
+	struct rlgroup {
+		char **names;
+		size_t n;
+	} *groups;
+	size_t ngroups;
 };
 /* Note ops[p] (in log order): what each path it touches holds from prefix p + 1 on. */
 void rprefix_note(struct rprefix *x, const struct rrec *r, size_t p);

@@ -276,6 +276,73 @@ static void pchanges_free(struct pchanges *pc)
 	memset(pc, 0, sizeof(*pc));
 }
 
+/* ---- names linked in the batch ----------------------------------------- */
+
+/* The group holding `name`, or NULL. */
+static struct rlgroup *group_of(struct rprefix *x, const char *name, size_t *at)
+{
+	for (size_t g = 0; g < x->ngroups; g++)
+		for (size_t i = 0; i < x->groups[g].n; i++)
+			if (!strcmp(x->groups[g].names[i], name)) {
+				if (at)
+					*at = i;
+				return &x->groups[g];
+			}
+	return NULL;
+}
+
+/* `name`, and every name below it (a directory), leave their groups. */
+static void group_drop(struct rprefix *x, const char *name)
+{
+	size_t len = strlen(name);
+
+	for (size_t g = 0; g < x->ngroups; g++)
+		for (size_t i = 0; i < x->groups[g].n;) {
+			const char *m = x->groups[g].names[i];
+			if (!strcmp(m, name) || (!strncmp(m, name, len) && m[len] == '/')) {
+				free(x->groups[g].names[i]);
+				x->groups[g].names[i] = x->groups[g].names[--x->groups[g].n];
+			} else {
+				i++;
+			}
+		}
+}
+
+static void group_add(struct rlgroup *g, const char *name)
+{
+	g->names = xrealloc(g->names, (g->n + 1) * sizeof(*g->names));
+	g->names[g->n++] = xstrdup(name);
+}
+
+/* "link from to": to joins from's group. */
+static void group_link(struct rprefix *x, const char *from, const char *to)
+{
+	group_drop(x, to);
+	struct rlgroup *g = group_of(x, from, NULL);
+	if (!g) {
+		x->groups = xrealloc(x->groups, (x->ngroups + 1) * sizeof(*x->groups));
+		g = &x->groups[x->ngroups++];
+		*g = (struct rlgroup){ 0 };
+		group_add(g, from);
+	}
+	group_add(g, to);
+}
+
+/* A rename: what it replaces leaves its group; the name moves (exchanges: both leave). */
+static void group_rename(struct rprefix *x, const char *from, const char *to, bool exchange)
+{
+	size_t at;
+	struct rlgroup *g;
+
+	group_drop(x, to);
+	if (exchange || !(g = group_of(x, from, &at))) {
+		group_drop(x, from);	/* a directory's linked names below: judged alone */
+		return;
+	}
+	free(g->names[at]);
+	g->names[at] = xstrdup(to);
+}
+
 /*
  * New values are computed from the old before any is set (later changes
  * in the list win).
@@ -291,6 +358,11 @@ void rprefix_note(struct rprefix *x, const struct rrec *r, size_t p)
 		pchange_add(&pc, r->path, (struct pval){ .kind = PV_FILE, .size = r->size,
 							  .format = r->format });
 		snprintf(pc.c[0].v.xxh3, sizeof(pc.c[0].v.xxh3), "%s", r->xxh3 ? r->xxh3 : "");
+		/* The file's other names, linked earlier in the batch, show it too. */
+		struct rlgroup *g = group_of(x, r->path, NULL);
+		for (size_t i = 0; g && i < g->n; i++)
+			if (strcmp(g->names[i], r->path))
+				pchange_add(&pc, g->names[i], pc.c[0].v);
 		ancestors_exist(&pc, r->path);
 	} else if (!strcmp(t, "mkdir")) {
 		pchange_kind(&pc, r->path, PV_DIR);
@@ -310,7 +382,9 @@ void rprefix_note(struct rprefix *x, const struct rrec *r, size_t p)
 		ancestors_exist(&pc, r->path);
 	} else if (!strcmp(t, "unlink") || !strcmp(t, "rmdir")) {
 		pchange_kind(&pc, r->path, PV_ABSENT);	/* a file, or an empty directory */
+		group_drop(x, r->path);
 	} else if (!strcmp(t, "link") && r->to) {
+		group_link(x, r->path, r->to);
 		struct pval v = pval_now(x, r->path);
 		if (v.kind == PV_UNKNOWN || v.kind == PV_ABSENT)
 			v = (struct pval){ .kind = PV_PRESENT };
@@ -319,6 +393,7 @@ void rprefix_note(struct rprefix *x, const struct rrec *r, size_t p)
 		pchange_add(&pc, r->to, v);
 		ancestors_exist(&pc, r->to);
 	} else if (!strcmp(t, "rename") && r->to && strcmp(r->path, r->to)) {
+		group_rename(x, r->path, r->to, r->exchange);
 		paths_under(x, r->path, &a);
 		if (r->exchange)
 			paths_under(x, r->to, &b);
@@ -596,4 +671,12 @@ void rprefix_free(struct rprefix *x)
 			free(h);
 		}
 	strmap_destroy(&x->paths);
+	for (size_t g = 0; g < x->ngroups; g++) {
+		for (size_t i = 0; i < x->groups[g].n; i++)
+			free(x->groups[g].names[i]);
+		free(x->groups[g].names);
+	}
+	free(x->groups);
+	x->groups = NULL;
+	x->ngroups = 0;
 }

@@ -255,6 +255,32 @@ static void stale_link(struct mlog *l)
 	ml_file(l, "b", "B", false);
 }
 
+/*
+ * A hard link made and its source rewritten in one batch, then a marker:
+ * the new name shows the new version (the daemon relinked it), which the
+ * judgement must expect of it (it expected the old bytes, found the first
+ * prefix the only one b shows, voided what was applied and reported the
+ * files lost).
+ */
+static void link_rewrite(struct mlog *l, bool applied)
+{
+	ml_file(l, "a", "AAAA", true);
+	ml_durable(l);
+	ml_link(l, "a", "b", applied);
+	ml_file(l, "a", "BBBBBB", applied);	/* in place: b holds it too */
+	ml_file(l, "latest", "1", applied);
+}
+
+static void link_rewrite_applied(struct mlog *l)
+{
+	link_rewrite(l, true);
+}
+
+static void link_rewrite_none(struct mlog *l)
+{
+	link_rewrite(l, false);
+}
+
 /* A symlink marker swapped the way `ln -s T tmp; mv -T tmp latest` does. */
 static void symlink_swap(struct mlog *l, bool applied)
 {
@@ -427,6 +453,10 @@ static const struct evcase {
 	  "a shard not applied, its lookup failing with EIO", "op=stat,name=eioshard,err=EIO" },
 	{ "eio-lookup-applied", shard_applied, NULL, 1, "OK base\nUNTRACKED ck/eioshard\n",
 	  "a shard applied, its lookup failing with EIO", "op=stat,name=eioshard,err=EIO" },
+	{ "link-rewrite", link_rewrite_applied, NULL, 4, "OK a\nOK b\nOK latest\n",
+	  "a hard link and its source rewritten in one batch, then a marker, all applied", NULL },
+	{ "link-rewrite-none", link_rewrite_none, NULL, 1, "OK a\n",
+	  "the same, none of it applied", NULL },
 	{ "eio-read", replace_not_applied, NULL, 1, "OK last\n",
 	  "a same-size file renamed over another, not applied, its bytes unreadable",
 	  "op=openat,name=last,err=EIO" },
