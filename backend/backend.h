@@ -95,6 +95,8 @@ struct bnode {
 	 * attribute changes until a later version of it is published.
 	 */
 	atomic_uint_least64_t skipped_seq;
+	/* The last of its operations of any kind an administrator skipped, 0 if none. */
+	atomic_uint_least64_t cancel_seq;
 	int dfd;		/* directories: an open fd, lazily; -1 until then or
 				 * once closed for room (be->dfd_lock) */
 	uint32_t dfd_users;	/* holders of dfd (bnode_dirfd .. bnode_dirfd_put) */

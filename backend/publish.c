@@ -533,6 +533,8 @@ static void skip_note_locked(struct backend *be, struct op *op)
 		if ((op->kind == OP_VERSION || op->kind == OP_MKDIR || op->kind == OP_SYMLINK ||
 		     op->kind == OP_MKNOD) && op->seq > atomic_load(&op->node->skipped_seq))
 			atomic_store(&op->node->skipped_seq, op->seq);
+		if (op->seq > atomic_load(&op->node->cancel_seq))
+			atomic_store(&op->node->cancel_seq, op->seq);
 		atomic_store(&op->node->sticky_err, ECANCELED);
 	}
 }
@@ -609,7 +611,8 @@ long backend_skip(struct backend *be, uint64_t seq, struct strbuf *report)
 			if (!op_is_attrs(op))
 				fpset_add_op(&gone, op, NULL);
 			skip_note_locked(be, op);
-			if (!loser) {
+			/* (Another user's attribute change is no part of their checkpoint.) */
+			if (!loser && (op == first || !op_is_attrs(op))) {
 				losers = xrealloc(losers, (nlosers + 1) * sizeof(*losers));
 				losers[nlosers++] = op->actor;
 			}
@@ -643,9 +646,11 @@ static void op_published(struct backend *be, struct op *op, struct cfd_bin *late
 	 * administrator gave up: its contents are still not on the backend).
 	 */
 	if (op->node) {
+		pthread_mutex_lock(&be->lock);	/* against a skip's marks (skip_note_locked) */
 		if (op->kind == OP_VERSION && op->seq > atomic_load(&op->node->skipped_seq))
 			atomic_store(&op->node->skipped_seq, 0);
 		atomic_store(&op->node->sticky_err, atomic_load(&op->node->skipped_seq) ? ECANCELED : 0);
+		pthread_mutex_unlock(&be->lock);
 	}
 	if (op->kind != OP_VERSION)
 		return;
@@ -718,9 +723,8 @@ static void skipped_drop(struct backend *be, struct list *gone)
 		log_warn("operation %llu (%s of '%s', uid %u) skipped by the administrator: "
 			 "it will never reach the backend", (unsigned long long)op->seq,
 			 op_kind_name(op->kind), op->name ? op->name : "", (unsigned)op->actor);
+		/* (Its node was marked at the skip: a version published since has cleared it.) */
 		record_void(be, op, "skipped by the administrator");
-		if (op->node)
-			atomic_store(&op->node->sticky_err, ECANCELED);
 		if (op->kind == OP_MKDIR && op->node && nmk < CKPT_ARRAY_LEN(mkdirs))
 			mkdirs[nmk++] = bnode_get(op->node);	/* its stage: once its files are closed */
 		else if (op->kind == OP_MKDIR && op->node)

@@ -142,9 +142,39 @@ static int rescue_version(int base, int files, const char *files_name, int *vers
 	return r;
 }
 
+/* Where the queued operations put directories, in sequence order (not on the backend yet). */
+struct planned {
+	struct { struct bnode *node; char *path; } *v;
+	size_t n;
+};
+
+/*
+ * The backend path of `name` in `dir`: where an earlier queued operation
+ * puts dir (a directory made, or renamed, by the operations being
+ * rescued), or else where the backend has it.  0, or -1.
+ */
+static int rescue_path(struct backend *be, const struct planned *pl, struct bnode *dir,
+		       const char *name, char *out, size_t len)
+{
+	if (!dir || !name)
+		return -1;
+	for (size_t i = pl->n; i-- > 0;)	/* made or moved by the queue: there, then */
+		if (pl->v[i].node == dir)
+			return snprintf(out, len, "%s/%s", pl->v[i].path, name) < (int)len ? 0 : -1;
+	return bnode_path(be, dir, name, out, len) == 0 ? 0 : -1;
+}
+
+static void planned_add(struct planned *pl, struct bnode *node, const char *path)
+{
+	pl->v = xrealloc(pl->v, (pl->n + 1) * sizeof(*pl->v));
+	pl->v[pl->n].node = node;
+	pl->v[pl->n++].path = xstrdup(path);
+}
+
 long backend_rescue(struct backend *be, const char *dir, const struct rescue_item *partial,
 		    unsigned npartial, char *where, size_t wlen)
 {
+	struct planned pl = { 0 };
 	char host[256] = "localhost", name[300], why[512];
 	int top, base, files, mf, pfiles = -1, versions = -1;
 	long saved = 0;
@@ -179,16 +209,21 @@ long backend_rescue(struct backend *be, const char *dir, const struct rescue_ite
 		struct strbuf b = { 0 };
 		char path[4096], to[4096] = "";
 
-		if (op->dir && bnode_path(be, op->dir, op->name, path, sizeof(path)) == 0)
+		if (rescue_path(be, &pl, op->dir, op->name, path, sizeof(path)) == 0)
 			;
-		else if (op->path_hint && op->path_hint[0])	/* in a directory still queued */
+		else if (op->path_hint && op->path_hint[0])	/* where the mount had it */
 			snprintf(path, sizeof(path), "%s", op->path_hint);
 		else if (op->name)
 			snprintf(path, sizeof(path), "unplaced/%llu-%s", (unsigned long long)op->seq, op->name);
 		else
 			snprintf(path, sizeof(path), "unplaced/%llu", (unsigned long long)op->seq);
-		if (op->dir2 && bnode_path(be, op->dir2, op->name2, to, sizeof(to)) < 0)
-			snprintf(to, sizeof(to), "unplaced/%s", op->name2);
+		if (op->dir2 && rescue_path(be, &pl, op->dir2, op->name2, to, sizeof(to)) < 0)
+			snprintf(to, sizeof(to), "unplaced/%llu-%s", (unsigned long long)op->seq,
+				 op->name2);
+		if (op->kind == OP_MKDIR && op->node)
+			planned_add(&pl, op->node, path);
+		else if (op->kind == OP_RENAME && op->node && op->node->is_dir && op->dir2)
+			planned_add(&pl, op->node, to);
 		sb_printf(&b, "{\"seq\": %llu, \"op\": \"%s\", ", (unsigned long long)op->seq,
 			  op_record_type(op->kind));
 		sb_json_paths(&b, path, to);
@@ -246,6 +281,9 @@ long backend_rescue(struct backend *be, const char *dir, const struct rescue_ite
 	}
 	D.fsync(base);
 	D.close(base);
+	for (size_t i = 0; i < pl.n; i++)
+		free(pl.v[i].path);
+	free(pl.v);
 	struct strbuf rec = { 0 };
 	sb_printf(&rec, "{\"t\": \"rescued\", \"m\": \"%s\", \"count\": %ld, \"where\": ",
 		  be->mount_id, saved);

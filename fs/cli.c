@@ -199,30 +199,45 @@ char *cli_exchange_ctl(const char *prog, const char *mnt, const char *name, cons
 		_exit(read_child(prog, path, msg, p[1]));
 	}
 	close(p[1]);
-	/* 0: as long as it takes while the daemon is alive (not for the stats that tell it). */
+	/*
+	 * 0: as long as it takes while the daemon is alive (not for the stats
+	 * that tell it).  Polls of at most 250 ms: a signal that sets the
+	 * cancel flag just before one is seen at the next (poll(2) is never
+	 * restarted, but a signal between the look and the poll is missed).
+	 */
 	bool probe = timeout_s <= 0 && strcmp(name, "stats") != 0;
+	uint64_t start = now_ns(), deadline = timeout_s > 0 ? start + (uint64_t)(timeout_s * 1e9) : 0;
+	uint64_t probe_at = start + CLI_LIVE_CHECK_S * 1000000000ull;
 	for (;;) {
 		struct pollfd pf = { .fd = p[0], .events = POLLIN };
-		int r = cancelled() ? -1 : poll(&pf, 1, timeout_s > 0 ? (int)(timeout_s * 1000) :
-						   probe ? CLI_LIVE_CHECK_S * 1000 : -1);
-		if (r < 0 && (cancelled() || errno == EINTR)) {
-			if (!cancelled())
-				continue;
-			timed_out = interrupted = true;	/* poll(2) is never restarted */
-			kill(pid, SIGKILL);
-			break;
-		}
-		if (r == 0 && probe) {
+		uint64_t now = now_ns();
+		if (!cancelled() && deadline && now >= deadline) {
+			timed_out = true;
+		} else if (!cancelled() && probe && now >= probe_at) {
 			char *st = cli_read_ctl(prog, mnt, "stats", CLI_LIVE_ANSWER_S);
 			free(st);
-			if (st)
+			if (st) {
+				probe_at = now_ns() + CLI_LIVE_CHECK_S * 1000000000ull;
 				continue;
-		}
-		if (r == 0) {
+			}
 			timed_out = true;
+		}
+		if (cancelled())
+			timed_out = interrupted = true;
+		if (timed_out) {
 			kill(pid, SIGKILL);
 			break;
 		}
+		uint64_t until = deadline ? deadline : probe ? probe_at : now + 250000000ull;
+		int ms = (int)CKPT_MIN((until - now) / 1000000 + 1, 250);
+		int r = poll(&pf, 1, ms);
+		if (r < 0 && errno != EINTR) {
+			timed_out = true;	/* (cannot happen on a pipe: never wait on the child) */
+			kill(pid, SIGKILL);
+			break;
+		}
+		if (r <= 0)
+			continue;	/* (EINTR: the flag is looked at first) */
 		ssize_t n = read(p[0], chunk, sizeof(chunk));
 		if (n < 0 && errno == EINTR)
 			continue;

@@ -166,6 +166,10 @@ static int cmd_flush(int argc, char **argv)
 		fprintf(stderr, "%s: flush needs MOUNT and PATH\n", prog);
 		return CLI_USAGE;
 	}
+	if (strchr(argv[1], '\n')) {	/* one line per command to the control file */
+		fprintf(stderr, "%s: flush: a PATH with a newline cannot be named\n", prog);
+		return CLI_USAGE;
+	}
 	if ((r = cli_mount(prog, argv[0], mnt, sizeof(mnt), NULL, 0)))
 		return r;
 	const char *rel = argv[1];
@@ -188,7 +192,11 @@ static int cmd_flush(int argc, char **argv)
 				fprintf(stderr, "%s: '%s' is not a file inside %s\n", prog, rel, mnt);
 				return CLI_USAGE;
 			}
-			if (n && !(n == 1 && c[0] == '.') && k + n + 2 < sizeof(real)) {
+			if (n && !(n == 1 && c[0] == '.')) {
+				if (k + n + 2 >= sizeof(real)) {
+					fprintf(stderr, "%s: flush: PATH is too long\n", prog);
+					return CLI_USAGE;
+				}
 				k += (size_t)snprintf(real + k, sizeof(real) - k, "%s%.*s", k ? "/" : "",
 						      (int)n, c);
 			}

@@ -1226,8 +1226,8 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 */
 	if (r == 0 && h->writable)
 		r = -atomic_load(&n->b->sticky_err);
-	if (r == -ECANCELED && sealed)
-		r = 0;
+	if (r == -ECANCELED && (sealed || n->seal_seq > atomic_load(&n->b->cancel_seq)))
+		r = 0;	/* a version sealed since the skip is what is pending now */
 	if (r == 0 && h->writable && n->seal_seq)
 		r = backend_actor_error(&fs->be, n->seal_actor, n->seal_seq);
 	pthread_mutex_unlock(&fs->ns);
@@ -1365,13 +1365,15 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	/* Its contents wait in the order of whoever sealed its last version. */
 	uid_t actor = n->seal_seq ? n->seal_actor : actor_of(req);
 	struct bnode *b = bnode_get(n->b);
-	pthread_mutex_unlock(&fs->ns);
 	/*
 	 * A skipped version is told after the wait (fsync_done): a version
-	 * sealed since, if any, is what this fsync waits for.
+	 * sealed since, if any, is what this fsync waits for (with fsync=lazy,
+	 * one sealed since is what it answers for).
 	 */
-	if (sticky == -ECANCELED && !fs->opt.fsync_lazy)
+	if (sticky == -ECANCELED &&
+	    (!fs->opt.fsync_lazy || n->seal_seq > atomic_load(&n->b->cancel_seq)))
 		sticky = 0;
+	pthread_mutex_unlock(&fs->ns);
 	if (r < 0) {
 		fuse_reply_err(req, -r);
 		bnode_put(b);

@@ -531,7 +531,12 @@ static void walk(int dfd, const char *rel, struct pmap *m, struct work *w)
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
 		    !strncmp(de->d_name, ".ckptfs.", 8) || (!*rel && !strcmp(de->d_name, ".ckptfs")))
 			continue;
-		snprintf(child, sizeof(child), "%s%s%s", rel, *rel ? "/" : "", de->d_name);
+		if ((size_t)snprintf(child, sizeof(child), "%s%s%s", rel, *rel ? "/" : "",
+				     de->d_name) >= sizeof(child)) {
+			fprintf(stderr, "%s: warning: a path below '%s' is longer than %d bytes; not "
+				"checked\n", prog, rel, PATH_MAX - 1);
+			continue;
+		}
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
 		if (S_ISDIR(st.st_mode)) {

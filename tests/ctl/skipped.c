@@ -19,6 +19,12 @@
  *           wrote a shard into it and then B's marker `job/latest`: the
  *           skip takes B's shard and B's marker (before: B's marker was
  *           published, naming a shard the backend never got).
+ *  lazy     with fsync=lazy, a file whose rename was skipped, written
+ *           again: its fsync and close say 0 (the new version is what is
+ *           pending; both said ECANCELED).
+ *  stale    a version skipped while its flush is held, then a newer one
+ *           published: when the held flush ends, the file stays durable
+ *           (the skipped version's drop put ECANCELED back on it).
  *  attrs    `mkdir job/a_dir` is refused; root then touches job, and
  *           writes job/b_shard: the skip of the mkdir takes root's touch
  *           but not the shard, which is published (before: the touch
@@ -150,6 +156,74 @@ static void marker_case(void)
 	tm_stop(&m);
 	tm_cleanup(&m);
 	printf("marker: a skipped file renamed over the marker is not reported durable\n");
+}
+
+static void lazy_case(void)
+{
+	struct tmount m;
+	char flag[PATH_MAX], env[PATH_MAX + 256], from[PATH_MAX];
+
+	tm_init(&m, "skipped-lazy");
+	snprintf(flag, sizeof(flag), "%s/fault-flag", m.root);
+	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=rename,err=EACCES,name=renamedZ,while=%s", flag);
+	tm_mount(&m, "fsync=lazy", (const char *const[]){ env, NULL });
+	ASSERT_EQ(put(tm_path(&m, "fileA"), "v0"), 0);
+	tm_sync(&m);
+	ct_touch(flag);
+	snprintf(from, sizeof(from), "%s", tm_path(&m, "fileA"));
+	CHECK_SYS(rename(from, tm_path(&m, "renamedZ")));
+	free(skip_blocked(&m));
+	unlink(flag);
+	int fd = CHECK_SYS(open(tm_path(&m, "renamedZ"), O_WRONLY | O_TRUNC));
+	ASSERT_EQ(write(fd, "new", 3), 3);
+	ASSERT_EQ(fsync(fd) < 0 ? -errno : 0, 0);
+	ASSERT_EQ(close(fd) < 0 ? -errno : 0, 0);
+	struct ct_result r;	/* (fsync of the root is lazy too) */
+	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "drain", m.mnt, NULL });
+	ct_expect_status(&r, 0, "ckptfs-ctl drain");
+	ct_result_free(&r);
+	expect_backend(&m, "renamedZ", "new");
+	tm_stop(&m);
+	tm_cleanup(&m);
+	printf("lazy: a new version after a skip: its fsync and close say 0\n");
+}
+
+static void stale_case(void)
+{
+	struct tmount m;
+	char flag[PATH_MAX], hold[PATH_MAX], env[PATH_MAX * 3 + 256], from[PATH_MAX];
+
+	tm_init(&m, "skipped-stale");
+	snprintf(flag, sizeof(flag), "%s/fault-flag", m.root);
+	snprintf(hold, sizeof(hold), "%s/hold", m.root);
+	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=rename,err=EACCES,name=renamedZ,while=%s;"
+		 "op=fdatasync|fsync,hold=%s,while=%s,count=1,name=.ckptfs.", flag, hold, hold);
+	tm_mount(&m, "io=pwrite", (const char *const[]){ env, NULL });
+	ASSERT_EQ(put(tm_path(&m, "fileA"), "v0"), 0);
+	tm_sync(&m);
+	ct_touch(flag);
+	snprintf(from, sizeof(from), "%s", tm_path(&m, "fileA"));
+	CHECK_SYS(rename(from, tm_path(&m, "renamedZ")));
+	for (uint64_t t0 = mono_ms(); !ct_stat(&m, "blocked_ops"); usleep(20 * 1000))
+		if (mono_ms() - t0 > 10000)
+			FAILF("%s", "the rename was never blocked");
+	ct_touch(hold);
+	put(tm_path(&m, "renamedZ"), "v1");	/* its flush is held */
+	usleep(500 * 1000);
+	free(skip_blocked(&m));		/* the rename, and v1 with it */
+	unlink(flag);
+	ASSERT_EQ(put(tm_path(&m, "renamedZ"), "v2"), 0);
+	ASSERT_EQ(fsync_path(tm_path(&m, "renamedZ")), 0);
+	expect_backend(&m, "renamedZ", "v2");
+	unlink(hold);			/* v1's flush ends; the publisher drops it */
+	usleep(1500 * 1000);
+	tm_sync(&m);
+	expect_state(&m, "renamedZ", "durable");
+	ASSERT_EQ(fsync_path(tm_path(&m, "renamedZ")), 0);
+	expect_backend(&m, "renamedZ", "v2");
+	tm_stop(&m);
+	tm_cleanup(&m);
+	printf("stale: a skipped version's late drop leaves a newer durable one durable\n");
 }
 
 struct put_arg {
@@ -288,5 +362,9 @@ int main(int argc, char **argv)
 		users_case();
 	if (!only || !strcmp(only, "attrs"))
 		attrs_case();
+	if (!only || !strcmp(only, "lazy"))
+		lazy_case();
+	if (!only || !strcmp(only, "stale"))
+		stale_case();
 	return 0;
 }

@@ -23,7 +23,8 @@
  * ckpt-step1, then written again and renamed to ckpt-step2 (the second
  * save replaced the first before); and a file x renamed away before x
  * became a directory holding x/y (whose save failed).  Each version's line
- * says where its copy is ("file").  The rescue directory's path is long
+ * says where its copy is ("file"); a directory made in one still queued
+ * is named by its path (it was "unplaced").  The rescue directory's path is long
  * (over 512 bytes): the backend's "rescued" record names it whole (it was
  * cut in a fixed buffer, and read past its end).
  */
@@ -110,6 +111,8 @@ static void check_rescued(const char *where)
 		if (!it_has_pattern(file, w->seed, w->size))
 			FAILF("the copy of version %zu of %s (%s) does not hold it", i, w->rel, file);
 	}
+	if (!jsonl_find(text, "mkdir", "q") || !jsonl_find(text, "mkdir", "q/r"))
+		FAILF("the mkdirs of q and q/r are not named by their paths in %s:\n%s", mf, text);
 	if (!(line = jsonl_find(text, "rename", "c.tmp")) || !it_json_get(line, "to", v, sizeof(v)))
 		FAILF("the rename c.tmp -> c is not in %s:\n%s", mf, text);
 	ASSERT_STR_EQ(v, "c");
@@ -148,6 +151,8 @@ int main(void)
 	tm_mount(&m, opts, env);
 	it_write_files(&m, unpersisted, NVER, EIO);	/* close may see its own failure */
 	CHECK_SYS(rename(tm_path(&m, "c.tmp"), tm_path(&m, "c")));
+	CHECK_SYS(mkdir(tm_path(&m, "q"), 0755));	/* directories queued in queued ones */
+	CHECK_SYS(mkdir(tm_path(&m, "q/r"), 0755));
 	for (size_t i = 0; i < NAGAIN; i++) {
 		if (!strcmp(again[i].rel, "x/y"))
 			CHECK_SYS(mkdir(tm_path(&m, "x"), 0755));
