@@ -65,7 +65,8 @@ static void usage(FILE *f)
 "                             recompute the digest of backend files and compare\n"
 "                             with the manifest; PATH is a backend directory or\n"
 "                             file (no daemon needed) or one in a ckptfs mount\n"
-"  hash [--format N] FILE...  print each file's digest as the manifest records it\n"
+"  hash [--format N] [--] FILE...\n"
+"                             print each file's digest as the manifest records it\n"
 "                             (N=2, the default: block-run XXH3-128, holes not\n"
 "                             read; N=1: XXH3-128 of the whole file, as format-1\n"
 "                             manifests did); FILE - is standard input\n"
@@ -235,9 +236,14 @@ static int cmd_flush(int argc, char **argv)
 static int cmd_hash(int argc, char **argv)
 {
 	enum digest_kind kind = DIGEST_RUNS;
-	int nfiles = 0, rc = 0;
+	int nfiles = 0, rc = 0, first = argc;	/* argv[first..] are files, options or not */
 
 	for (int i = 0; i < argc; i++) {
+		if (!strcmp(argv[i], "--")) {
+			first = i + 1;
+			nfiles += argc - first;
+			break;
+		}
 		if (!strcmp(argv[i], "--format") || !strncmp(argv[i], "--format=", 9)) {
 			const char *v = argv[i][8] == '=' ? argv[i] + 9 : (i + 1 < argc ? argv[++i] : "");
 			if (strcmp(v, "1") && strcmp(v, "2")) {
@@ -264,11 +270,15 @@ static int cmd_hash(int argc, char **argv)
 		char hex[33];
 		int fd, r;
 
-		if (!strcmp(f, "--format")) {
+		if (i < first && !strcmp(f, "--")) {
+			first = i + 1;
+			continue;
+		}
+		if (i < first && !strcmp(f, "--format")) {
 			i++;
 			continue;
 		}
-		if (!strncmp(f, "--format=", 9))
+		if (i < first && !strncmp(f, "--format=", 9))
 			continue;
 		fd = strcmp(f, "-") ? open(f, O_RDONLY | O_CLOEXEC) : STDIN_FILENO;
 		if (fd < 0 || fstat(fd, &st) < 0) {

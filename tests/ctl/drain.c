@@ -212,6 +212,7 @@ static void usage_errors(void)
 		{ { "drain", "/", "-t", "5" }, 2, "unknown option '-t'" },
 		{ { "drain", "/", "--timeout", "1e2" }, 2, "'1e2'" },	/* decimal only */
 		{ { "skip", "/", "0" }, 2, "not '0'" },
+		{ { "hash", "--" }, 2, "at least one FILE" },
 		{ { "skip", "/", "18446744073709551616" }, 2, "not '18446744073709551616'" },
 	};
 	struct ct_result r;
