@@ -48,10 +48,10 @@ ckptfs_is_uint() {
 	[ ${#1} -le 12 ]
 }
 
-# ckptfs_abs_path PATH: PATH absolute,
-# its parent's symlinks resolved, PATH itself never looked at (a stuck
-# daemon's mount point would hang stat(2)): for `umount -c`, which would
-# otherwise canonicalize it by looking.
+# ckptfs_abs_path PATH: PATH absolute, its parent's symlinks resolved,
+# PATH itself never looked at (a stuck daemon's mount point would hang
+# stat(2)): for `umount -c`, which would otherwise canonicalize it by
+# looking.
 ckptfs_abs_path() {
 	_ap=$(realpath -m -- "$(dirname -- "$1")")
 	_ab=$(basename -- "$1")
