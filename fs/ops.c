@@ -688,7 +688,12 @@ static int rename_locked(struct ckptfs *fs, uid_t actor, fuse_ino_t parent, cons
 	op->name = xstrdup(name);
 	op->dir2 = bnode_get(np->b);
 	op->name2 = xstrdup(newname);
-	op->flags = exchange ? RENAME_EXCHANGE : 0;
+	/*
+	 * RENAME_NOREPLACE goes to the backend too: a name another node or
+	 * tool made there since this mount looked is refused (EEXIST, the
+	 * operation blocked and reported), never replaced.
+	 */
+	op->flags = flags & (RENAME_EXCHANGE | RENAME_NOREPLACE);
 	op->victim = dn ? bnode_get(dn->b) : NULL;
 	pthread_mutex_lock(&sn->alock);
 	op->owner = sn->uid;	/* who owns what is moved, as the mount knows it */
