@@ -325,12 +325,13 @@ static void layers_append(struct cfile *cf, struct clayer *l)
 	cf->layers[cf->nlayers++] = l;
 }
 
-void cfile_set_base_lazy(struct cfile *cf, uint64_t len, uint64_t ver)
+void cfile_set_base_lazy(struct cfile *cf, uint64_t len, uint64_t ver, uint64_t ino)
 {
 	pthread_mutex_lock(&cf->lock);
 	if (len) {
 		struct clayer *l = layer_new(NULL, ver ? ver : 1);
 		l->base = true;
+		l->listed_ino = ino;
 		layer_add(l, 0, len);
 		layers_append(cf, l);
 		cf->base_lazy = true;
@@ -339,18 +340,28 @@ void cfile_set_base_lazy(struct cfile *cf, uint64_t len, uint64_t ver)
 	pthread_mutex_unlock(&cf->lock);
 }
 
-void cfile_set_base_fd(struct cfile *cf, int fd)
+int cfile_set_base_fd(struct cfile *cf, int fd, uint64_t ino)
 {
+	int r = 0;
+
 	pthread_mutex_lock(&cf->lock);
 	if (cf->base_lazy && cf->nlayers && !cf->layers[cf->nlayers - 1]->f) {
 		struct clayer *l = cf->layers[cf->nlayers - 1];
-		l->f = cfd_new(fd);	/* another file than the one published, maybe: see base_f */
+		uint64_t want = l->ino ? l->ino : l->listed_ino;
+		if (want && ino && ino != want) {
+			r = -ESTALE;	/* stays lazy: the name is looked at again */
+			pthread_mutex_unlock(&cf->lock);
+			close(fd);
+			return r;
+		}
+		l->f = cfd_new(fd);
 		fd = -1;
 	}
 	cf->base_lazy = false;
 	pthread_mutex_unlock(&cf->lock);
 	if (fd >= 0)
 		close(fd);
+	return r;
 }
 
 int cfile_base_peek(struct cfile *cf, struct cfd **ref, uint64_t *ino)
@@ -385,13 +396,27 @@ bool cfile_base_lazy(struct cfile *cf)
 	return atomic_load(&cf->base_lazy);	/* no lock: see struct cfile */
 }
 
+/*
+ * Does every cached chunk of cf hold what its base holds (lock held)?  A
+ * skipped version's chunks go back to the map dirty with the file not
+ * dirty (cver_discard): the file reads them, so the base file alone does
+ * not show what the file reads.
+ */
+static bool map_clean_locked(const struct cfile *cf)
+{
+	for (uint32_t i = 0; i < cf->nmap; i++)
+		if (cf->map[i].ch->state != CH_CLEAN)
+			return false;
+	return true;
+}
+
 struct cfd *cfile_clean_base(struct cfile *cf)
 {
 	struct cfd *f = NULL;
 
 	pthread_mutex_lock(&cf->lock);
 	if (!cf->dirty && list_empty(&cf->versions) && !cf->base_lazy && cf->nlayers == 1 &&
-	    cf->size) {
+	    cf->size && map_clean_locked(cf)) {
 		struct clayer *l = cf->layers[0];
 		if (l->f && l->next == 1 && l->ext[0].lo == 0 && l->ext[0].hi == cf->size)
 			f = cfd_get(l->f);

@@ -138,6 +138,7 @@ struct clayer {
 	bool base;		/* the published file (reopened by name when f is NULL) */
 	struct cleaves *leaves;	/* base: its block digests, or NULL */
 	uint64_t ino;		/* base published here: its backend inode (0: unknown) */
+	uint64_t listed_ino;	/* base loaded from a listing: the inode listed (0: unknown) */
 };
 
 enum cseg_kind { CSEG_MEM, CSEG_FD, CSEG_ZERO };
@@ -218,11 +219,16 @@ struct cfile *cfile_tryget(struct cfile *cf);
 void cfile_put(struct cfile *cf);
 
 /*
- * Give a file loaded from the backend its base: `len` bytes in a file that
- * is opened later (base_lazy) or now (fd >= 0, ownership passes).
+ * Give a file loaded from the backend its base: `len` bytes of the file
+ * listed as inode `ino` (0: not known), opened later (base_lazy).
+ * cfile_set_base_fd gives a lazy base the file just opened at its name,
+ * inode `ino` (ownership of fd passes): 0, or -ESTALE if it is not the inode
+ * the base is (its name was given to another file since; fd is closed).
+ * A reopen by name never serves one file's cached chunks around another
+ * file's bytes, nor a file someone else put at the name.
  */
-void cfile_set_base_lazy(struct cfile *cf, uint64_t len, uint64_t ver);
-void cfile_set_base_fd(struct cfile *cf, int fd);
+void cfile_set_base_lazy(struct cfile *cf, uint64_t len, uint64_t ver, uint64_t ino);
+int cfile_set_base_fd(struct cfile *cf, int fd, uint64_t ino);
 /*
  * The base file of a clean file with nothing pending (the version loaded or
  * last published): *ref gets it as a reference (NULL if none is open) and
@@ -344,8 +350,8 @@ bool cfile_dirty(struct cfile *cf);
 bool cfile_base_lazy(struct cfile *cf);
 /*
  * The backend file that holds exactly this file's contents, referenced:
- * nothing dirty, no version pending, one layer (the published base) over
- * [0, size).  NULL otherwise (and for a base not opened yet, or size 0).
+ * nothing dirty, no version pending, every cached chunk clean (a skipped
+ * version's are not), one layer (the published base) over [0, size).  NULL otherwise (and for a base not opened yet, or size 0).
  */
 struct cfd *cfile_clean_base(struct cfile *cf);
 

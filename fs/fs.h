@@ -108,6 +108,7 @@ struct fsnode {
 	uint64_t loaded_size;	/* size on the backend when loaded (cf == NULL) */
 	struct bstamp bid;	/* the backend object as last seen in a listing (ns) */
 	bool bknown;		/* bid is set */
+	atomic_bool base_stale;	/* its published file was found replaced (node_open_base) */
 	char *symlink;
 	dev_t rdev;		/* device nodes */
 	struct xattr *xattrs;	/* alock */

@@ -149,7 +149,7 @@ struct cfile *node_cfile(struct ckptfs *fs, struct fsnode *n)
 	if (!n->cf) {
 		n->cf = cfile_new(&fs->cache, n);
 		if (n->ever_sealed && n->loaded_size)
-			cfile_set_base_lazy(n->cf, n->loaded_size, 1);
+			cfile_set_base_lazy(n->cf, n->loaded_size, 1, n->bknown ? n->bid.ino : 0);
 	}
 	return n->cf;
 }
@@ -873,13 +873,17 @@ struct open_call {
 	struct ckptfs *fs;
 	struct bnode *b;
 	int fd;
+	uint64_t ino;		/* what it opened (0: not known) */
 };
 
 static int open_run(struct bcall *c)
 {
 	struct open_call *o = CKPT_CONTAINER_OF(c, struct open_call, c);
+	struct stat st;
 
 	o->fd = bnode_open(&o->fs->be, o->b, O_RDONLY);
+	if (o->fd >= 0 && fstat(o->fd, &st) == 0)
+		o->ino = st.st_ino;
 	return o->fd < 0 ? o->fd : 0;
 }
 
@@ -905,13 +909,25 @@ int node_open_base(struct ckptfs *fs, struct fsnode *n)
 	if ((r = bcall_run(fs, &o->c, &err)) == BCALL_GONE)
 		return err;
 	int fd = o->fd;
+	uint64_t ino = o->ino;
 	bnode_put(o->b);
 	free(o);
 	if (r < 0)
 		return r;
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);	/* restores read whole files */
-	cfile_set_base_fd(n->cf, fd);
-	return 0;
+	if ((r = cfile_set_base_fd(n->cf, fd, ino)) < 0) {
+		/*
+		 * Another file has its name now: another node's version, or
+		 * one a user put there.  Neither is served as this file's; the
+		 * next lookup revalidates the directory (node_lookup_stale).
+		 */
+		static struct ckpt_ratelimit told;
+		atomic_store(&n->base_stale, true);
+		ckpt_log_limited(&told, 10ull * 1000000000ull, LOG_WARNING, "backend: a published file was replaced by another "
+				 "(inode %llu now); not read as the file this mount knows: ESTALE "
+				 "until its directory is looked at again", (unsigned long long)ino);
+	}
+	return r;
 }
 
 struct bnode *fs_stage_dir(void *arg, struct cfile *cf)

@@ -221,6 +221,16 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	r = CKPT_MIN(dir_ready_fresh(fs, p), 0);
 	if (r == 0 && !backend_name_reserved(name, p == fs->root))
 		d = dent_find(fs, p, name);
+	if (d && atomic_exchange(&d->node->base_stale, false)) {
+		/*
+		 * Its published file was found replaced (node_open_base: the open
+		 * got ESTALE, and the kernel looks the name up again): what the
+		 * name holds now is read from the backend, not the old node.
+		 */
+		p->valid_ns = 0;
+		r = CKPT_MIN(dir_ready_fresh(fs, p), 0);
+		d = r == 0 ? dent_find(fs, p, name) : NULL;
+	}
 	if (r == 0 && p == fs->root && strcmp(name, CKPTFS_META_DIR) == 0) {
 		fill_entry(fs, fs->ctl_dir, &e);	/* reachable by name, never listed */
 	} else if (r == 0 && d) {
@@ -915,6 +925,19 @@ static bool handle_changes(const struct fshandle *h)
 	return h->writable || (h->flags & O_TRUNC);
 }
 
+/* Drop a handle the kernel never got (ns not held). */
+static void open_undo(struct ckptfs *fs, struct fshandle *h)
+{
+	struct pt_drop drop;
+
+	pthread_mutex_lock(&fs->ns);
+	h->refreshes = false;	/* the kernel never opened it: it dropped no page cache */
+	handle_drop(fs, h, &drop);
+	pthread_mutex_unlock(&fs->ns);
+	pt_drop_finish(&drop);
+	handle_free(h);
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ckptfs *fs = FS(req);
@@ -966,8 +989,12 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * (cfile_opened): take one now, off the lock, so the handle reads its
 	 * file even if the name is unlinked meanwhile.
 	 */
-	if (!n->ctl && !(fi->flags & O_TRUNC) && cfile_base_lazy(n->cf))
-		node_open_base(fs, n);	/* on failure, a read retries and reports it */
+	if (!n->ctl && !(fi->flags & O_TRUNC) && cfile_base_lazy(n->cf) &&
+	    node_open_base(fs, n) == -ESTALE) {	/* other failures: a read retries, reports */
+		open_undo(fs, h);	/* another file has its name: the kernel looks again */
+		fuse_reply_err(req, ESTALE);
+		return;
+	}
 	handle_setup(h, fi);
 	if (n->ctl) {		/* generated contents: no size, no page cache */
 		fi->direct_io = 1;
@@ -975,15 +1002,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	int rr = fuse_reply_open(req, fi);
 	devio_open_patch_clear();
-	if (rr == -ENOENT) {	/* the opener was interrupted */
-		struct pt_drop drop;
-		pthread_mutex_lock(&fs->ns);
-		h->refreshes = false;	/* the kernel never opened it: it dropped no page cache */
-		handle_drop(fs, h, &drop);
-		pthread_mutex_unlock(&fs->ns);
-		pt_drop_finish(&drop);
-		handle_free(h);
-	}
+	if (rr == -ENOENT)	/* the opener was interrupted */
+		open_undo(fs, h);
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
@@ -1047,8 +1067,14 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	if (killed)
 		attrs_changed(fs, e.ino);
 	handle_setup(h, fi);
-	fuse_reply_create(req, &e, fi);
+	int rr = fuse_reply_create(req, &e, fi);
 	devio_open_patch_clear();
+	if (rr == -ENOENT) {	/* the creator was interrupted: the kernel has neither */
+		open_undo(fs, h);
+		pthread_mutex_lock(&fs->ns);
+		node_forget(fs, e.ino, 1);
+		pthread_mutex_unlock(&fs->ns);
+	}
 }
 
 /* Copy the next len bytes of a write request into cache memory. */

@@ -25,6 +25,11 @@
  *  stale    a version skipped while its flush is held, then a newer one
  *           published: when the held flush ends, the file stays durable
  *           (the skipped version's drop put ECANCELED back on it).
+ *  readers  a partial rewrite of a published file is refused and skipped:
+ *           two readers, one before and one after something read the
+ *           backend file (its pages cached there), read the same bytes
+ *           (before: the second was given the backend file by
+ *           passthrough, the first the skipped version from the cache).
  *  attrs    `mkdir job/a_dir` is refused; root then touches job, and
  *           writes job/b_shard: the skip of the mkdir takes root's touch
  *           but not the shard, which is published (before: the touch
@@ -226,6 +231,46 @@ static void stale_case(void)
 	printf("stale: a skipped version's late drop leaves a newer durable one durable\n");
 }
 
+static void readers_case(void)
+{
+	struct tmount m;
+	char flag[PATH_MAX], env[PATH_MAX + 256], path[PATH_MAX];
+	static char buf[1 << 20];
+	size_t l1, l2, lb;
+
+	tm_init(&m, "skipped-readers");
+	snprintf(flag, sizeof(flag), "%s/fault-flag", m.root);
+	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=rename,err=EACCES,name=fileR,while=%s", flag);
+	tm_mount(&m, "cache_size=64M", (const char *const[]){ env, NULL });
+	snprintf(path, sizeof(path), "%s", tm_path(&m, "fileR"));
+	int fd = CHECK_SYS(open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644));
+	memset(buf, 'A', sizeof(buf));
+	for (int i = 0; i < 8; i++)
+		ASSERT_EQ(write(fd, buf, sizeof(buf)), (ssize_t)sizeof(buf));
+	CHECK_SYS(close(fd));
+	tm_sync(&m);
+	ct_touch(flag);
+	fd = CHECK_SYS(open(path, O_WRONLY));
+	memset(buf, 'B', sizeof(buf));
+	ASSERT_EQ(pwrite(fd, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	CHECK_SYS(close(fd));
+	free(skip_blocked(&m));
+	unlink(flag);
+	tm_sync(&m);
+	char *r1 = read_file(path, &l1);
+	free(read_file(tm_bpath(&m, "fileR"), &lb));	/* its pages now cached on the backend */
+	char *r2 = read_file(path, &l2);
+	ASSERT_TRUE(r1 && r2);
+	if (l1 != l2 || memcmp(r1, r2, l1))
+		FAILF("two readers of fileR read different bytes: first byte '%c', then '%c'",
+		      r1[0], r2[0]);
+	free(r1);
+	free(r2);
+	tm_stop(&m);
+	tm_cleanup(&m);
+	printf("readers: after a skipped rewrite, every reader reads the same bytes\n");
+}
+
 struct put_arg {
 	const char *path, *text;
 };
@@ -366,5 +411,7 @@ int main(int argc, char **argv)
 		lazy_case();
 	if (!only || !strcmp(only, "stale"))
 		stale_case();
+	if (!only || !strcmp(only, "readers"))
+		readers_case();
 	return 0;
 }
