@@ -787,13 +787,17 @@ bool touched_covers(const struct touched *t, const struct op *op)
 	return true;
 }
 
-/*
- * fsync the manifest and every directory and file the batch touched (P3),
- * directories in the order they were touched, stopping at the first that
- * fails (a rename's source is not synced while its destination is not).
- * On failure the set is kept, to be synced again: the operations are
- * applied already and must not be applied twice.
- */
+/* Sync the backend's whole file system, once per group: it covers them all. */
+static int root_syncfs(struct backend *be, bool *root_synced)
+{
+	if (*root_synced)
+		return 0;
+	if (syncfs(be->root_fd) < 0)
+		return -errno;
+	*root_synced = true;
+	return 0;
+}
+
 /*
  * A directory fsync the file system refused with r: EINVAL (no directory
  * fsync: its whole file system is synced instead), EBADF (an O_PATH
@@ -812,12 +816,26 @@ static int dir_sync_refused(struct backend *be, int fd, int r, bool *root_synced
 		return r;
 	if (bsys.fstatat(fd, "", &st) < 0 || st.st_dev != be->root_dev)
 		return -EACCES;		/* it could not be opened to be synced */
-	if (*root_synced)
-		return 0;		/* once per group covers them all */
-	if (syncfs(be->root_fd) < 0)
-		return -errno;
-	*root_synced = true;
-	return 0;
+	return root_syncfs(be, root_synced);
+}
+
+/*
+ * A changed file the daemon may not open to sync it (a daemon not run by
+ * root, and a mode without read permission, as `chmod a-r` leaves): the
+ * whole backend file system is synced instead, once per group, if it is a
+ * file there.  Retrying the open would stall every user's publication for
+ * good over one file's mode.
+ */
+static int file_sync_refused(struct backend *be, int dfd, const char *name, bool *root_synced)
+{
+	struct stat st;
+	int r = bsys.fstatat(dfd, name, &st);
+
+	if (r < 0)
+		return r;
+	if (!S_ISREG(st.st_mode) || st.st_dev != be->root_dev)
+		return -EACCES;
+	return root_syncfs(be, root_synced);
 }
 
 /*
@@ -835,6 +853,13 @@ static bool left_its_name(int r)
 	       r == -EXDEV;	/* (not ESTALE: an NFS handle gone stale may still name it) */
 }
 
+/*
+ * fsync the manifest and every directory and file the batch touched (P3),
+ * directories in the order they were touched, stopping at the first that
+ * fails (a rename's source is not synced while its destination is not).
+ * On failure the set is kept, to be synced again: the operations are
+ * applied already and must not be applied twice.
+ */
 int sync_touched(struct backend *be, struct touched *t)
 {
 	int err = manifest_sync(&be->man);
@@ -862,9 +887,11 @@ int sync_touched(struct backend *be, struct touched *t)
 		char name[256];
 		if (bnode_locate(be, t->files[i], &at, name, sizeof(name)) == 0) {
 			int d = bnode_dirfd(be, at), fd = d < 0 ? d : bsys.openat(d, name, O_RDONLY | O_NOFOLLOW, 0);
+			int r = fd;	/* gone since (a later unlink): nothing to sync */
+			if (fd == -EACCES || fd == -EPERM)
+				r = file_sync_refused(be, d, name, &root_synced);
 			if (d >= 0)
 				bnode_dirfd_put(be, at);
-			int r = fd;	/* gone since (a later unlink): nothing to sync */
 			if (fd >= 0) {
 				r = bsys.fsync(fd);
 				bsys.close(fd);

@@ -1329,6 +1329,8 @@ int flush_copy_version(struct cver *v, int fd, XXH128_hash_t *digest)
 	return r;
 }
 
+static struct ckpt_ratelimit spill_rl;	/* spiller thread only */
+
 /* Spill ch of cf: -EBUSY if cf's lock stayed held (cfile_spill_begin), else 0. */
 static int spill_one(struct backend *be, struct cfile *cf, struct chunk *ch)
 {
@@ -1355,8 +1357,9 @@ static int spill_one(struct backend *be, struct cfile *cf, struct chunk *ch)
 	r = pwrite_all(job.f->fd, job.mem, job.len, job.off);
 	if (r == 0)
 		atomic_fetch_add(&be->st.written_bytes, job.len);
-	else
-		ckpt_log(LOG_WARNING, "spilling to the backend failed: %s", strerror(-r));
+	else	/* per chunk, round after round while writers wait (a full backend) */
+		ckpt_log_limited(&spill_rl, 10ull * 1000000000ull, LOG_WARNING,
+				 "spilling to the backend failed: %s", strerror(-r));
 	cfile_spill_end(cf, &job, r);
 	return 0;
 }

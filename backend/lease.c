@@ -52,6 +52,8 @@
 #include <unistd.h>
 
 #define LEASE_FILE "lease.json"
+#define LEASE_READ_TRIES 6		/* a record that cannot be read, asked again ... */
+#define LEASE_READ_GAP_US 500000	/* ... this far apart (3 s in all) */
 #define LOCK_FILE "lock"
 #define RACE_SETTLE_US (200 * 1000)	/* without a lock for every client: read our lease back after this */
 
@@ -331,7 +333,26 @@ int lease_acquire(struct nodes *nd, const char *mount_id)
 	nd->flock_held = r == 0;
 	nd->flock_ok = nd->flock_held && !nd->opt.flock_local[0];
 	int flock_err = r;
-	if (lease_read(nd, &cur) == 0 && !cur.released && strcmp(cur.mount_id, mount_id) != 0) {
+	/*
+	 * Where the lock keeps other clients out, a record that cannot be read
+	 * is no holder.  Where it does not, it may be a live holder's record
+	 * read at a bad moment (ESTALE as its heartbeat renamed a new one in,
+	 * an EIO): asked again; taken as no holder only if it is not there.
+	 */
+	int lr = lease_read(nd, &cur);
+	for (int tries = 0; !nd->flock_ok && lr < 0 && lr != -ENOENT && tries < LEASE_READ_TRIES;
+	     tries++) {
+		usleep(LEASE_READ_GAP_US);
+		lr = lease_read(nd, &cur);
+	}
+	if (!nd->flock_ok && lr < 0 && lr != -ENOENT) {
+		fprintf(stderr, "ckptfs: node '%s': its lease record cannot be read (%s) and the "
+			"backend's flock does not keep other clients out, so a live daemon may hold "
+			"it; if none does, remove %s/%s/" LEASE_FILE " on the backend\n", nd->node,
+			lr == -EBADMSG ? "damaged" : strerror(-lr), MANIFEST_NODES_DIR, nd->node);
+		return -EADDRINUSE;
+	}
+	if (lr == 0 && !cur.released && strcmp(cur.mount_id, mount_id) != 0) {
 		if (!holder_dead(nd, &cur, why, sizeof(why))) {
 			refuse_line(nd, &cur, "");
 			return -EADDRINUSE;

@@ -452,7 +452,7 @@ bool err_transient(int err)
 {
 	switch (-err) {
 	case EIO: case ENOSPC: case EDQUOT: case EAGAIN: case EINTR: case ETIMEDOUT:
-	case ESTALE: case ENOMEM: case EROFS: case EBUSY: case ENOLCK: case ECONNRESET:
+	case ESTALE: case ENOMEM: case EBUSY: case ENOLCK: case ECONNRESET:
 	case ECONNREFUSED: case EHOSTDOWN: case ENETDOWN: case ENFILE: case EMFILE:
 		return true;
 	default:

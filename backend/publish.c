@@ -29,6 +29,7 @@
  */
 #include "backend/pub.h"
 #include "backend/bsys.h"
+#include "backend/nodes.h"
 #include "cache/log.h"
 
 #include <errno.h>
@@ -771,9 +772,10 @@ static void blocked_log(struct backend *be)
  *     before an earlier one in another;
  *  3. an operation that fails stays behind with its dependants and its
  *     actor's later operations; their records are voided.
- * Returns how many were applied (moved to the front of batch); the caller
- * syncs what remains touched.  A sync failing in between stops the batch
- * there; the caller retries it before anything else.
+ * Returns how many were applied (moved to the front of batch, in order; the
+ * rest behind them); the caller syncs what remains touched.  A sync failing
+ * in between stops the batch there; the caller retries it before anything
+ * else.
  */
 static unsigned batch_apply(struct backend *be, struct op **batch, unsigned n, struct touched *t,
 			    struct op **failed, int *ferr, unsigned *nfailed)
@@ -825,8 +827,25 @@ static unsigned batch_apply(struct backend *be, struct op **batch, unsigned n, s
 				void_attempt(be, batch[k], 0);
 			break;
 		}
+		if (!after_failure && be->nodes && !lease_valid(be->nodes)) {
+			/*
+			 * N2 per operation, not per pass: a backend that stalled
+			 * past the lease's ttl mid-batch may have let another
+			 * daemon take the node and recover it; nothing more is
+			 * applied (its hold keeps them queued).
+			 */
+			for (unsigned k = i; k < nrec; k++)
+				void_attempt(be, batch[k], 0);
+			break;
+		}
 		int err = after_failure ? 1 : apply_op(be, op, t);
 		if (err == 0) {
+			/*
+			 * Swapped, not overwritten: the ones not applied stay in
+			 * batch too, for the caller's clearing of in_batch (else a
+			 * blocked one kept it, and a skip of it was refused).
+			 */
+			batch[i] = batch[applied];
 			batch[applied++] = op;
 			continue;
 		}

@@ -445,6 +445,20 @@ static int load_manifests(const char *root, struct pmap *m)
 		close(meta);
 		return -1;
 	}
+	/*
+	 * Made by a daemon run by root or by whoever runs verify: a user who
+	 * may write the backend's root could otherwise put a directory of
+	 * their own there, with a history of their choosing.
+	 */
+	if (meta_st.st_uid != 0 && meta_st.st_uid != geteuid()) {
+		char why[160];
+		snprintf(why, sizeof(why), "owned by uid %u, neither root nor you; its manifests "
+			 "are not trusted (run verify as that user if its daemon ran as them)",
+			 (unsigned)meta_st.st_uid);
+		warn_path(dir, NULL, why);
+		close(meta);
+		return -1;
+	}
 	nodes = open_trusted(meta, "nodes", O_RDONLY | O_DIRECTORY, meta_st.st_uid, dir, false, &st);
 	close(meta);
 	if (nodes < 0)

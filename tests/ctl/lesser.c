@@ -36,6 +36,12 @@
  *   sync     a chmod is applied, but the file cannot be opened for its
  *            fsync (openat EIO): fsync and drain fail instead of saying
  *            durable; then they succeed.
+ *   unread   a chmod is applied, and the file cannot be opened for its
+ *            fsync for want of permission (openat EACCES, as a daemon not
+ *            run by root meets after `chmod a-r`): the whole backend file
+ *            system is synced instead, so fsync and drain succeed and
+ *            another file is published (before: every user's publication
+ *            stalled behind the retried open, with nothing to skip).
  *   relink   a hard-linked file is rewritten; its own name takes the new
  *            version but its other name's relink is refused (EACCES):
  *            `ckptfs-ctl skip` of that version is refused (it is on the
@@ -340,6 +346,33 @@ static void sync_case(void)
 	printf("sync: the chmod-ed file cannot be opened for its fsync -> fsync EIO, drain 1\n");
 }
 
+static void unreadable_case(void)
+{
+	struct tmount m;
+	char flag[PATH_MAX];
+	struct stat st;
+
+	ct_mount_flagged(&m, "lesser-unread", "op=openat,err=EACCES,name=victim", flag);
+	ct_write_seeded(tm_path(&m, "victim"), 4096, 3);
+	ASSERT_EQ(fsync_path(tm_path(&m, "victim")), 0);
+	ct_touch(flag);
+	CHECK_SYS(chmod(tm_path(&m, "victim"), 0200));
+	ASSERT_EQ(fsync_path(tm_path(&m, "victim")), 0);
+	ct_write_seeded(tm_path(&m, "other"), 4096, 4);
+	ASSERT_EQ(fsync_path(tm_path(&m, "other")), 0);
+	struct ct_result r;
+	ctl(&r, &m, "drain", "--timeout", "5");
+	ct_expect_status(&r, 0, "drain with a file the daemon may not open");
+	ct_result_free(&r);
+	CHECK_SYS(stat(tm_bpath(&m, "victim"), &st));
+	ASSERT_EQ(st.st_mode & 07777, 0200);
+	ct_check_seeded(tm_bpath(&m, "other"), 4096, 4);
+	unlink(flag);
+	tm_stop(&m);
+	tm_cleanup(&m);
+	printf("unread: a changed file the daemon may not open is synced with its file system\n");
+}
+
 static void relink_case(void)
 {
 	struct tmount m;
@@ -384,6 +417,7 @@ int main(void)
 	skip_empty_case();
 	deep_case();
 	sync_case();
+	unreadable_case();
 	relink_case();
 	printf("ok\n");
 	return 0;

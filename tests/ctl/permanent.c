@@ -246,6 +246,11 @@ static void run_case(const struct pcase *c)
 	ct_expect_in(r.err, "blocked at seq", "ckptfs-ctl drain");
 	ct_expect_in(r.err, strerror(c->err), "ckptfs-ctl drain");
 	ct_result_free(&r);
+	size_t loglen;
+	char *log = read_file(m.log, &loglen);
+	ASSERT_TRUE(log != NULL);
+	ct_expect_in(log, "retrying slowly: fix the cause", "the daemon log (a permanent class)");
+	free(log);
 
 	/* Retried slowly, never skipped: still exactly there after a retry. */
 	usleep(2500 * 1000);

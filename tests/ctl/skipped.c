@@ -30,6 +30,11 @@
  *           backend file (its pages cached there), read the same bytes
  *           (before: the second was given the backend file by
  *           passthrough, the first the skipped version from the cache).
+ *  batch    user A's version is refused in the same batch as user B's,
+ *           which is applied: A's is blocked and its skip is taken at once
+ *           (before: its place in the batch was taken by B's and it stayed
+ *           marked as being applied, so skip said "not blocked" until a
+ *           retry ran it alone).
  *  attrs    `mkdir job/a_dir` is refused; root then touches job, and
  *           writes job/b_shard: the skip of the mkdir takes root's touch
  *           but not the shard, which is published (before: the touch
@@ -66,6 +71,22 @@ static int put(const char *path, const char *text)
 		return -e;
 	}
 	return close(fd) < 0 ? -errno : 0;
+}
+
+struct put_arg {
+	const char *path, *text;
+};
+
+static int put_as(void *arg)
+{
+	const struct put_arg *a = arg;
+	return -put(a->path, a->text);
+}
+
+static int mkdir_as(void *arg)
+{
+	const char *path = arg;
+	return mkdir(path, 0777) < 0 ? errno : 0;
 }
 
 static void expect_backend(struct tmount *m, const char *rel, const char *text)
@@ -231,6 +252,49 @@ static void stale_case(void)
 	printf("stale: a skipped version's late drop leaves a newer durable one durable\n");
 }
 
+static void batch_case(void)
+{
+	struct tmount m;
+	char hold[PATH_MAX], env[3 * PATH_MAX], a[PATH_MAX], b[PATH_MAX], seq[32];
+	struct ct_result r;
+
+	tm_init(&m, "skipped-batch");
+	CHECK_SYS(chmod(m.root, 0755));
+	CHECK_SYS(mkdir(tm_bpath(&m, "ua"), 0755));
+	CHECK_SYS(chown(tm_bpath(&m, "ua"), UA, UA));
+	CHECK_SYS(mkdir(tm_bpath(&m, "ub"), 0755));
+	CHECK_SYS(chown(tm_bpath(&m, "ub"), UB, UB));
+	CHECK_SYS(mkdir(tm_bpath(&m, "w"), 0755));
+	snprintf(hold, sizeof(hold), "%s/hold", m.root);
+	/* A's rename refused; the sync of w/ held, so that A's and B's files meet in one batch. */
+	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=rename,err=EACCES,name=afile;"
+		 "op=fsync,hold=%s,name=%s", hold, tm_bpath(&m, "w"));
+	tm_mount(&m, "allow_other", (const char *const[]){ env, NULL });
+	CHECK_SYS(chmod(m.mnt, 0755));
+	ct_touch(hold);
+	ASSERT_EQ(put(tm_path(&m, "w/warm"), "w"), 0);
+	usleep(300 * 1000);	/* the publisher waits in w/'s sync */
+	snprintf(a, sizeof(a), "%s", tm_path(&m, "ua/afile"));
+	snprintf(b, sizeof(b), "%s", tm_path(&m, "ub/bfile"));
+	tm_as_user(UA, UA, put_as, &(struct put_arg){ a, "A" });
+	tm_as_user(UB, UB, put_as, &(struct put_arg){ b, "B" });
+	usleep(500 * 1000);	/* both flushed, queued behind the sync */
+	unlink(hold);
+	for (uint64_t t0 = mono_ms(); !ct_stat(&m, "blocked_ops"); usleep(10 * 1000))
+		if (mono_ms() - t0 > 10000)
+			FAILF("%s", "A's version was never blocked");
+	ct_blocked_seq(&m, seq);
+	ct_run(&r, (const char *[]){ ct_tool("ckptfs-ctl"), "skip", m.mnt, seq, NULL });
+	ct_expect_status(&r, 0, "ckptfs-ctl skip of a version blocked in a shared batch");
+	ct_result_free(&r);
+	tm_sync(&m);
+	expect_backend(&m, "ub/bfile", "B");
+	expect_backend(&m, "ua/afile", NULL);
+	tm_stop(&m);
+	tm_cleanup(&m);
+	printf("batch: a version blocked in a batch another user's file shared: skipped at once\n");
+}
+
 static void readers_case(void)
 {
 	struct tmount m;
@@ -269,22 +333,6 @@ static void readers_case(void)
 	tm_stop(&m);
 	tm_cleanup(&m);
 	printf("readers: after a skipped rewrite, every reader reads the same bytes\n");
-}
-
-struct put_arg {
-	const char *path, *text;
-};
-
-static int put_as(void *arg)
-{
-	const struct put_arg *a = arg;
-	return -put(a->path, a->text);
-}
-
-static int mkdir_as(void *arg)
-{
-	const char *path = arg;
-	return mkdir(path, 0777) < 0 ? errno : 0;
 }
 
 static void race_case(void)
@@ -413,5 +461,7 @@ int main(int argc, char **argv)
 		stale_case();
 	if (!only || !strcmp(only, "readers"))
 		readers_case();
+	if (!only || !strcmp(only, "batch"))
+		batch_case();
 	return 0;
 }

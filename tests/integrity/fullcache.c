@@ -7,7 +7,8 @@
  * on it, with drain_timeout short:
  *  1. dead backend, every data write fails with ENOSPC: the writer's write
  *     fails with ENOSPC — the backend's own error — no sooner than
- *     drain_timeout after it began and not much later; the file keeps
+ *     drain_timeout after it began and not much later (the spiller's
+ *     failures meanwhile logged once, not per chunk); the file keeps
  *     exactly the bytes written before (no partial write), and once the
  *     backend recovers everything, that file included, is published;
  *  2. hung backend, every data write takes 4 s (one flusher): no progress
@@ -57,6 +58,11 @@ static void stalled(const char *name, const char *opts, const char *rule, int wa
 	ASSERT_LE(took, DRAIN_S * 1000 + 5000);
 	ASSERT_TRUE(bw_reap(&w, 10000, &st));
 	ASSERT_GE(cu_stat(&m, "backpressure_waits"), 1);
+	/* Each chunk's failed spill, round after round, is one line per 10 s. */
+	int lines = it_log_count(&m, "spilling to the backend failed");
+	if (lines > 2)
+		FAILF("%s: %d log lines of failed spills in %llu ms", name, lines,
+		      (unsigned long long)took);
 
 	/* The backend comes back: everything is published, the failed write nowhere. */
 	bw_recover(&m, gate);

@@ -176,6 +176,17 @@ static void verify_skips_foreign_node(struct tmount *m)
 	free(out);
 	const char *rm[] = { "rm", "-rf", dir, NULL };
 	tm_run(rm, NULL);
+	/* .ckptfs made by another user (one who may write the backend's root): not read. */
+	char who[32];
+	snprintf(who, sizeof(who), "%d:%d", OTHER_UID, OTHER_UID);
+	const char *chown_other[] = { "chown", "-R", who, meta(m, ""), NULL };
+	ASSERT_EQ(tm_run(chown_other, NULL), 0);
+	ASSERT_NE(it_verify(m->backend, 0, &out), 0);
+	if (!strstr(out, "owned by uid 4242, neither root nor you"))
+		FAILF("verify read a .ckptfs another user made: %s", out);
+	free(out);
+	const char *chown_back[] = { "chown", "-R", "0:0", meta(m, ""), NULL };
+	ASSERT_EQ(tm_run(chown_back, NULL), 0);
 	/* A symlink at .ckptfs: verify does not follow it. */
 	char real[PATH_MAX + 8];
 	snprintf(real, sizeof(real), "%s.real", meta(m, ""));
@@ -187,7 +198,7 @@ static void verify_skips_foreign_node(struct tmount *m)
 	CHECK_SYS(unlink(meta(m, "")));
 	CHECK_SYS(rename(real, meta(m, "")));
 	printf("verify: another user's node directory and a group-writable one are skipped, "
-	       "a symlinked .ckptfs is not read\n");
+	       "another user's or a symlinked .ckptfs is not read\n");
 }
 
 int main(void)

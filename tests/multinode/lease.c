@@ -11,7 +11,8 @@
  *  - a node whose daemon was SIGKILLed is taken over at once (same host,
  *    the lock went with the process), and recovery runs;
  *  - without a working flock (CKPTFS_FAULT op=flock,err=ENOLCK) the lease
- *    alone refuses a second daemon; and a daemon stopped past its lease's
+ *    alone refuses a second daemon, also when its first read of the lease
+ *    fails (asked again) or every read does (refused, saying so); and a daemon stopped past its lease's
  *    ttl, whose node another daemon took over, finds its lease lost when it
  *    resumes: it says so and publishes nothing more; the same when nobody
  *    took it, and when it ran all along but the backend refused its
@@ -222,6 +223,16 @@ int main(void)
 	ASSERT_STR_EQ(mn_stat(&c, 0, "node_flock"), "false");
 	st = second(&c, 1, "node=z,lease_ttl=4", noflock, out, sizeof(out));
 	expect_refused(st, out, "node 'z' is held by a live daemon", "no flock, a live lease");
+	/* Its record read at a bad moment (ESTALE once): asked again, and refused. */
+	st = second(&c, 1, "node=z,lease_ttl=4",
+		    "CKPTFS_FAULT='op=flock,err=ENOLCK;op=openat,err=ESTALE,name=lease.json,count=1'",
+		    out, sizeof(out));
+	expect_refused(st, out, "node 'z' is held by a live daemon", "no flock, a lease read once failing");
+	/* Never readable: refused, and the line says why (it used to take the node). */
+	st = second(&c, 1, "node=z,lease_ttl=4",
+		    "CKPTFS_FAULT='op=flock,err=ENOLCK;op=openat,err=EIO,name=lease.json'", out, sizeof(out));
+	expect_refused(st, out, "its lease record cannot be read (Input/output error)",
+		       "no flock, an unreadable lease");
 
 	/* Stopped past the ttl: another daemon takes the node; the first finds it lost. */
 	taken_while_stopped(&c, "node=z,lease_ttl=4", env, "after-loss");
@@ -300,6 +311,45 @@ int main(void)
 	ASSERT_STR_EQ(mn_stat(&c, 1, "lease"), "lost");
 	if (file_exists(mn_bpath(&c, "after-refusal")))
 		FAILF("a daemon whose heartbeats were refused past the ttl still published");
+	mn_kill(&c, 1);
+
+	/*
+	 * The lease runs out in the middle of a batch: three files in one
+	 * batch (the publisher held in w/'s sync while they are flushed), the
+	 * first one's rename held while the heartbeats are refused past the
+	 * ttl.  Once the rename goes on, nothing after it is applied (before:
+	 * the rest of the batch was, the lease being asked once per pass).
+	 */
+	char hold[PATH_MAX], hold1[PATH_MAX], benv[6 * PATH_MAX];
+	snprintf(hold, sizeof(hold), "%s/hold-sync", c.node[1].m.root);
+	snprintf(hold1, sizeof(hold1), "%s/hold-batch1", c.node[1].m.root);
+	CHECK_SYS(mkdir(mn_bpath(&c, "w"), 0755));
+	snprintf(benv, sizeof(benv), "CKPTFS_FAULT=op=flock,err=ENOLCK;"
+		 "op=rename,err=EIO,name=lease.json,while=%s;op=fsync,hold=%s,name=%s;"
+		 "op=rename,hold=%s,name=batch1", refuse, hold, mn_bpath(&c, "w"), hold1);
+	const char *const benv_list[] = { benv, NULL };
+	mn_mount_raw(&c, 1, "node=q,lease_ttl=4", benv_list);
+	cu_write_text(hold, "");
+	cu_write_text(hold1, "");
+	cu_write_text(mn_path(&c, 1, "w/warm"), "x");
+	usleep(300 * 1000);	/* the publisher waits in w/'s sync */
+	cu_write_text(mn_path(&c, 1, "batch1"), "1");
+	cu_write_text(mn_path(&c, 1, "batch2"), "2");
+	cu_write_text(mn_path(&c, 1, "batch3"), "3");
+	usleep(500 * 1000);	/* flushed, queued behind the sync */
+	unlink(hold);		/* one batch of the three; batch1's rename waits */
+	usleep(300 * 1000);
+	cu_write_text(refuse, "");	/* heartbeats refused from now on */
+	if (!wait_lease_lost(&c, 1, 15000))
+		FAILF("%s", "node q's lease was not lost while its heartbeats were refused");
+	unlink(hold1);		/* batch1's rename goes on */
+	usleep(1500 * 1000);
+	if (!file_exists(mn_bpath(&c, "batch1")))
+		FAILF("%s", "batch1's rename, under way when the lease ran out, was not applied: "
+		      "the case did not hold the batch where it meant to");
+	if (file_exists(mn_bpath(&c, "batch2")) || file_exists(mn_bpath(&c, "batch3")))
+		FAILF("%s", "a daemon that lost its lease mid-batch applied the rest of the batch");
+	unlink(refuse);
 	mn_kill(&c, 1);
 	mn_cleanup(&c);
 	return 0;
