@@ -270,6 +270,24 @@ static int relink_others(struct backend *be, struct bnode *b, int dfd, const cha
 	return 0;
 }
 
+/*
+ * A backend whose rename takes no flags (NFS, Lustre, CephFS, a FUSE file
+ * system without RENAME2: EINVAL): the name is looked at, then the rename
+ * made without the flag.  A name another node makes between the two is
+ * replaced, as every rename did before the flag was passed on.
+ */
+static int rename_noreplace_by_look(int dfd, const char *name, int d2, const char *name2)
+{
+	struct stat st;
+	int r = bsys.fstatat(d2, name2, &st);
+
+	if (r == 0)
+		return -EEXIST;
+	if (r != -ENOENT)
+		return r;
+	return bsys.renameat2(dfd, name, d2, name2, 0);
+}
+
 static int apply_version(struct backend *be, struct op *op, struct touched *t)
 {
 	struct bnode *tdir = NULL;
@@ -326,6 +344,7 @@ static int apply_version(struct backend *be, struct op *op, struct touched *t)
 		op->node->digest = op->digest;
 		atomic_store(&op->node->has_digest, true);
 		op->node->published_seq = op->seq;
+		atomic_store(&op->node->published_ino, op->out_ino);
 		pthread_rwlock_unlock(&be->bt_lock);
 	}
 	pthread_rwlock_unlock(&be->mv_lock);
@@ -564,6 +583,8 @@ static int apply_change_at(struct backend *be, struct op *op, struct touched *t,
 		if (be->opt.chown && op->owner_known)
 			bsys_owner_guard(op->owner);
 		r = bsys.renameat2(dfd, op->name, d2, op->name2, op->flags);
+		if (r == -EINVAL && (op->flags & RENAME_NOREPLACE))
+			r = rename_noreplace_by_look(dfd, op->name, d2, op->name2);
 		bsys_owner_guard_off();
 		if (r == -ENOENT && !atomic_load(&op->node->present))
 			r = 0;		/* never published: nothing to move */
@@ -888,7 +909,7 @@ int sync_touched(struct backend *be, struct touched *t)
 		if (bnode_locate(be, t->files[i], &at, name, sizeof(name)) == 0) {
 			int d = bnode_dirfd(be, at), fd = d < 0 ? d : bsys.openat(d, name, O_RDONLY | O_NOFOLLOW, 0);
 			int r = fd;	/* gone since (a later unlink): nothing to sync */
-			if (fd == -EACCES || fd == -EPERM)
+			if (d >= 0 && (fd == -EACCES || fd == -EPERM))
 				r = file_sync_refused(be, d, name, &root_synced);
 			if (d >= 0)
 				bnode_dirfd_put(be, at);

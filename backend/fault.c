@@ -20,6 +20,8 @@
  *                      the test lets go by removing PATH)
  *   name=SUBSTR        only calls whose file name contains SUBSTR (fsync and
  *                      fdatasync: the fd's path, as /proc/self/fd shows it)
+ *   flagged=1          renames that pass flags (RENAME_NOREPLACE, ...) only:
+ *                      with err=EINVAL, a backend without renameat2 flags
  * Example: CKPTFS_FAULT='op=pwrite,err=ENOSPC,while=/tmp/full'
  *
  * Used by the test suite; harmless and inert when the variable is unset.
@@ -50,6 +52,7 @@ struct fault_rule {
 	char *while_path;
 	char *hold_path;
 	char *name;
+	bool flagged;	/* renames with flags only */
 };
 
 static struct fault_rule *rules;
@@ -61,7 +64,7 @@ static const struct { const char *name; int err; } errnames[] = {
 	{ "EACCES", EACCES }, { "EPERM", EPERM }, { "ENOENT", ENOENT }, { "EAGAIN", EAGAIN },
 	{ "EINTR", EINTR }, { "ESTALE", ESTALE }, { "ETIMEDOUT", ETIMEDOUT },
 	{ "ENAMETOOLONG", ENAMETOOLONG }, { "ELOOP", ELOOP },
-	{ "EXDEV", EXDEV }, { "EOPNOTSUPP", EOPNOTSUPP }, { "ENOLCK", ENOLCK },
+	{ "EXDEV", EXDEV }, { "EOPNOTSUPP", EOPNOTSUPP }, { "ENOLCK", ENOLCK }, { "EINVAL", EINVAL },
 };
 
 static uint32_t parse_ops(const char *s)
@@ -133,6 +136,8 @@ static int parse_rule(char *spec, struct fault_rule *r)
 			r->hold_path = xstrdup(eq);
 		} else if (!strcmp(kv, "name")) {
 			r->name = xstrdup(eq);
+		} else if (!strcmp(kv, "flagged")) {
+			r->flagged = strcmp(eq, "0") != 0;
 		} else {
 			return -EINVAL;
 		}
@@ -141,13 +146,13 @@ static int parse_rule(char *spec, struct fault_rule *r)
 }
 
 /* The error to inject for this call (0: none, FAULT_SHORT), after any delay. */
-static int fault_check(enum bsys_op op, const char *name)
+static int fault_check_flags(enum bsys_op op, const char *name, unsigned flags)
 {
 	int inject = 0;
 
 	for (unsigned i = 0; i < nrules; i++) {
 		struct fault_rule *r = &rules[i];
-		if (!(r->ops & (1u << op)))
+		if (!(r->ops & (1u << op)) || (r->flagged && !flags))
 			continue;
 		if (r->name && (!name || !strstr(name, r->name)))
 			continue;
@@ -167,6 +172,11 @@ static int fault_check(enum bsys_op op, const char *name)
 			inject = r->err;
 	}
 	return inject;
+}
+
+static int fault_check(enum bsys_op op, const char *name)
+{
+	return fault_check_flags(op, name, 0);
 }
 
 #define CHECK(op, name)                                              \
@@ -215,7 +225,9 @@ static int f_fdatasync(int fd)
 static int f_ftruncate(int fd, off_t l) { CHECK(BOP_FTRUNCATE, NULL); return real.ftruncate(fd, l); }
 static int f_renameat2(int od, const char *on, int nd, const char *nn, unsigned fl)
 {
-	CHECK(BOP_RENAMEAT2, nn);
+	int f_ = fault_check_flags(BOP_RENAMEAT2, nn, fl);
+	if (f_ > 0)
+		return -f_;
 	return real.renameat2(od, on, nd, nn, fl);
 }
 static int f_unlinkat(int d, const char *n, int fl) { CHECK(BOP_UNLINKAT, n); return real.unlinkat(d, n, fl); }

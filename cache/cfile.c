@@ -340,7 +340,7 @@ void cfile_set_base_lazy(struct cfile *cf, uint64_t len, uint64_t ver, uint64_t 
 	pthread_mutex_unlock(&cf->lock);
 }
 
-int cfile_set_base_fd(struct cfile *cf, int fd, uint64_t ino)
+int cfile_set_base_fd(struct cfile *cf, int fd, uint64_t ino, uint64_t renamed_ino)
 {
 	int r = 0;
 
@@ -348,7 +348,7 @@ int cfile_set_base_fd(struct cfile *cf, int fd, uint64_t ino)
 	if (cf->base_lazy && cf->nlayers && !cf->layers[cf->nlayers - 1]->f) {
 		struct clayer *l = cf->layers[cf->nlayers - 1];
 		uint64_t want = l->ino ? l->ino : l->listed_ino;
-		if (want && ino && ino != want) {
+		if (want && ino && ino != want && ino != renamed_ino) {
 			r = -ESTALE;	/* stays lazy: the name is looked at again */
 			pthread_mutex_unlock(&cf->lock);
 			close(fd);

@@ -222,13 +222,15 @@ void cfile_put(struct cfile *cf);
  * Give a file loaded from the backend its base: `len` bytes of the file
  * listed as inode `ino` (0: not known), opened later (base_lazy).
  * cfile_set_base_fd gives a lazy base the file just opened at its name,
- * inode `ino` (ownership of fd passes): 0, or -ESTALE if it is not the inode
- * the base is (its name was given to another file since; fd is closed).
+ * inode `ino` (ownership of fd passes): 0, or -ESTALE (fd closed) if it is
+ * neither the inode the base is nor `renamed_ino` (a pending version of
+ * this file, renamed in already, its publication not yet declared: it
+ * holds the base's unchanged bytes), so another file has the name now.
  * A reopen by name never serves one file's cached chunks around another
  * file's bytes, nor a file someone else put at the name.
  */
 void cfile_set_base_lazy(struct cfile *cf, uint64_t len, uint64_t ver, uint64_t ino);
-int cfile_set_base_fd(struct cfile *cf, int fd, uint64_t ino);
+int cfile_set_base_fd(struct cfile *cf, int fd, uint64_t ino, uint64_t renamed_ino);
 /*
  * The base file of a clean file with nothing pending (the version loaded or
  * last published): *ref gets it as a reference (NULL if none is open) and

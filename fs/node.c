@@ -915,7 +915,7 @@ int node_open_base(struct ckptfs *fs, struct fsnode *n)
 	if (r < 0)
 		return r;
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);	/* restores read whole files */
-	if ((r = cfile_set_base_fd(n->cf, fd, ino)) < 0) {
+	if ((r = cfile_set_base_fd(n->cf, fd, ino, atomic_load(&n->b->published_ino))) < 0) {
 		/*
 		 * Another file has its name now: another node's version, or
 		 * one a user put there.  Neither is served as this file's; the

@@ -228,6 +228,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		 * name holds now is read from the backend, not the old node.
 		 */
 		p->valid_ns = 0;
+		memset(&p->stamp, 0, sizeof(p->stamp));	/* listed again, not trusted unchanged */
 		r = CKPT_MIN(dir_ready_fresh(fs, p), 0);
 		d = r == 0 ? dent_find(fs, p, name) : NULL;
 	}
@@ -992,6 +993,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (!n->ctl && !(fi->flags & O_TRUNC) && cfile_base_lazy(n->cf) &&
 	    node_open_base(fs, n) == -ESTALE) {	/* other failures: a read retries, reports */
 		open_undo(fs, h);	/* another file has its name: the kernel looks again */
+		devio_open_patch_clear();	/* no passthrough reply for this open */
 		fuse_reply_err(req, ESTALE);
 		return;
 	}

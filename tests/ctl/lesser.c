@@ -317,17 +317,24 @@ static void deep_case(void)
 	       "unrecorded\n");
 }
 
+/* A durable file `victim`; then its opens fail (rule, while flag) and it is chmod-ed to mode. */
+static void chmod_unopenable(struct tmount *m, const char *name, const char *rule,
+			     char flag[PATH_MAX], mode_t mode)
+{
+	ct_mount_flagged(m, name, rule, flag);
+	ct_write_seeded(tm_path(m, "victim"), 4096, 3);
+	ASSERT_EQ(fsync_path(tm_path(m, "victim")), 0);
+	ct_touch(flag);
+	CHECK_SYS(chmod(tm_path(m, "victim"), mode));
+}
+
 static void sync_case(void)
 {
 	struct tmount m;
 	char flag[PATH_MAX];
 	struct stat st;
 
-	ct_mount_flagged(&m, "lesser-sync", "op=openat,err=EIO,name=victim", flag);
-	ct_write_seeded(tm_path(&m, "victim"), 4096, 3);
-	ASSERT_EQ(fsync_path(tm_path(&m, "victim")), 0);
-	ct_touch(flag);
-	CHECK_SYS(chmod(tm_path(&m, "victim"), 0600));
+	chmod_unopenable(&m, "lesser-sync", "op=openat,err=EIO,name=victim", flag, 0600);
 	/* Applied by name; its fsync needs the file open, which fails. */
 	ASSERT_EQ(fsync_path(tm_path(&m, "victim")), -EIO);
 	struct ct_result r;
@@ -352,11 +359,7 @@ static void unreadable_case(void)
 	char flag[PATH_MAX];
 	struct stat st;
 
-	ct_mount_flagged(&m, "lesser-unread", "op=openat,err=EACCES,name=victim", flag);
-	ct_write_seeded(tm_path(&m, "victim"), 4096, 3);
-	ASSERT_EQ(fsync_path(tm_path(&m, "victim")), 0);
-	ct_touch(flag);
-	CHECK_SYS(chmod(tm_path(&m, "victim"), 0200));
+	chmod_unopenable(&m, "lesser-unread", "op=openat,err=EACCES,name=victim", flag, 0200);
 	ASSERT_EQ(fsync_path(tm_path(&m, "victim")), 0);
 	ct_write_seeded(tm_path(&m, "other"), 4096, 4);
 	ASSERT_EQ(fsync_path(tm_path(&m, "other")), 0);

@@ -12,7 +12,11 @@
  * writer's file); the other writer's bytes stay at the name and ours at the
  * old one; an fsync of the renamed file reports the error, never success;
  * after `ckptfs-ctl skip` the mount drains and both files are still as
- * they were.  A rename with no flag afterwards replaces, as asked.
+ * they were.  A rename with no flag afterwards replaces, as asked.  The
+ * same over a backend whose rename takes no flags (EINVAL, as NFS and
+ * Lustre answer): the name is looked at first; and RENAME_NOREPLACE to a
+ * new name (what mv(1) sends) is published there too (it was blocked for
+ * good with EINVAL).
  */
 #include "tests/ctl/ctl_util.h"
 
@@ -22,17 +26,23 @@
 
 #define SIZE (1 * MiB)
 
-int main(void)
+/* rules: the fault rules before the hold on renames to "final*" (hold= is appended). */
+static void run(const char *name, const char *rules)
 {
 	struct tmount m;
-	char hold[PATH_MAX], seq[32];
+	char hold[PATH_MAX], seq[32], from[PATH_MAX];
 	struct ct_result r;
 
-	tm_require_fuse();
-	ct_mount_held(&m, "ctl-noreplace", "op=rename,name=final", hold);
+	ct_mount_held(&m, name, rules, hold);
 
+	/* What mv(1) does for a new name: RENAME_NOREPLACE, published. */
+	ct_write_seeded(tm_path(&m, "moved"), SIZE, 5);
+	snprintf(from, sizeof(from), "%s", tm_path(&m, "moved"));
+	CHECK_SYS(renameat2(AT_FDCWD, from, AT_FDCWD, tm_path(&m, "moved2"), RENAME_NOREPLACE));
 	ct_write_seeded(tm_path(&m, "shard"), SIZE, 1);
 	tm_sync(&m);
+	ASSERT_EQ(ct_stat(&m, "blocked_ops"), 0);
+	ct_check_seeded(tm_bpath(&m, "moved2"), SIZE, 5);
 
 	ct_touch(hold);
 	CHECK_SYS(renameat2(AT_FDCWD, tm_path(&m, "shard"), AT_FDCWD, tm_path(&m, "final"),
@@ -78,6 +88,16 @@ int main(void)
 
 	tm_stop(&m);
 	tm_cleanup(&m);
-	printf("ok: RENAME_NOREPLACE onto a name made on the backend meanwhile is refused there\n");
+	printf("%s: RENAME_NOREPLACE onto a name made on the backend meanwhile is refused there\n",
+	       name);
+}
+
+int main(void)
+{
+	tm_require_fuse();
+	run("ctl-noreplace", "op=rename,name=final");
+	/* A backend whose rename takes no flags (NFS, Lustre): EINVAL for any. */
+	run("ctl-noreplace-noflags", "op=rename,err=EINVAL,flagged=1;op=rename,name=final");
+	printf("ok\n");
 	return 0;
 }

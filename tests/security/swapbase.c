@@ -21,6 +21,8 @@
  *      evicted from the cache and the rest still cached: a read gets one
  *      version or the other whole, never the new file's bytes around the
  *      old file's cached chunks.
+ *   4. This mount's own new version, renamed in before its publication is
+ *      declared: an open in that window takes it (it is not another file).
  */
 #include "tests/security/sec_util.h"
 
@@ -100,6 +102,51 @@ static void swap_and_read(const char *secret, const char *mine, const char *what
 	printf("%s: A read and appended with EACCES; root's file unchanged\n", what);
 }
 
+/*
+ * 4. This mount's own new version, renamed in on the backend while its
+ *    publication is not yet declared (the directory's sync held): an open
+ *    then finds that inode at the name, not the published one's, and must
+ *    take it (it was refused with ESTALE until the sync was done).
+ */
+static void own_window(void)
+{
+	struct tmount w;
+	char hold[PATH_MAX], env[3 * PATH_MAX];
+	struct stat st0, st1;
+	size_t len;
+
+	tm_init(&w, "swapbase-own");
+	CHECK_SYS(mkdir(tm_bpath(&w, "d"), 0755));
+	snprintf(hold, sizeof(hold), "%s/hold", w.root);
+	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=fsync,hold=%s,name=%s", hold, tm_bpath(&w, "d"));
+	tm_mount(&w, NULL, (const char *const[]){ env, NULL });
+	cu_write_text(tm_path(&w, "d/f"), "first\n");
+	tm_sync(&w);
+	CHECK_SYS(stat(tm_bpath(&w, "d/f"), &st0));
+	cu_write_text(hold, "");
+	int fd = cu_open(tm_path(&w, "d/f"), O_WRONLY | O_APPEND);
+	cu_pwrite_all(fd, "second\n", 7, 6);
+	cu_close(fd);
+	st1 = st0;
+	for (uint64_t t0 = mono_ms(); st1.st_ino == st0.st_ino && mono_ms() - t0 < 10000;
+	     usleep(20 * 1000))
+		CHECK_SYS(stat(tm_bpath(&w, "d/f"), &st1));
+	if (st1.st_ino == st0.st_ino)
+		FAILF("%s", "4. the new version was never renamed in");
+	char *text = read_file(tm_path(&w, "d/f"), &len);
+	if (!text)
+		FAILF("4. an open of this mount's own version, renamed in, failed: %s",
+		      strerror(errno));
+	if (len != 13 || memcmp(text, "first\nsecond\n", 13))
+		FAILF("4. read \"%.*s\"", (int)len, text);
+	free(text);
+	unlink(hold);
+	tm_sync(&w);
+	tm_stop(&w);
+	tm_cleanup(&w);
+	printf("4. this mount's own version, renamed in before its sync: opened\n");
+}
+
 int main(void)
 {
 	char opts[256];
@@ -151,6 +198,7 @@ int main(void)
 	printf("3. a replaced file read whole as the %s version\n", as ? "old" : "new");
 
 	tm_stop(&m);
+	own_window();
 	tm_cleanup(&m);
 	printf("ok: a reopened base is the file the mount knows, or the name is looked up again\n");
 	return 0;
