@@ -325,6 +325,8 @@ static int apply_version(struct backend *be, struct op *op, struct touched *t)
 	if (r < 0)
 		goto relink;
 	pthread_rwlock_wrlock(&be->mv_lock);
+	/* Before the rename: an open that finds this inode at the name takes it. */
+	uint64_t was_ino = atomic_exchange(&op->node->published_ino, op->out_ino);
 	r = bsys.renameat2(tfd, tname, dfd, op->name, 0);
 	if (r == 0 && bsys_name_is(dfd, op->name, op->out->fd) == -ESTALE) {
 		/*
@@ -344,9 +346,10 @@ static int apply_version(struct backend *be, struct op *op, struct touched *t)
 		op->node->digest = op->digest;
 		atomic_store(&op->node->has_digest, true);
 		op->node->published_seq = op->seq;
-		atomic_store(&op->node->published_ino, op->out_ino);
 		pthread_rwlock_unlock(&be->bt_lock);
 	}
+	if (r != 0)
+		atomic_store(&op->node->published_ino, was_ino);
 	pthread_rwlock_unlock(&be->mv_lock);
 relink:
 	/* Only the publisher changes links, so reading them unlocked here is safe. */

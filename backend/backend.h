@@ -108,8 +108,9 @@ struct bnode {
 	XXH128_hash_t digest;	/* of the last published version (files) */
 	atomic_bool has_digest;
 	uint64_t published_seq;
-	/* files: the inode its last version renamed in has (0: none or not known), set at
-	   the rename, before the version's publication is declared (node_open_base) */
+	/* files: the inode its last version renamed in has (0: none or not known), set
+	   just before the rename (put back if it fails), before the version's publication
+	   is declared (node_open_base) */
 	atomic_uint_least64_t published_ino;
 	/*
 	 * The last operation submitted on it (a version, rename, link, chmod,

@@ -993,7 +993,6 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (!n->ctl && !(fi->flags & O_TRUNC) && cfile_base_lazy(n->cf) &&
 	    node_open_base(fs, n) == -ESTALE) {	/* other failures: a read retries, reports */
 		open_undo(fs, h);	/* another file has its name: the kernel looks again */
-		devio_open_patch_clear();	/* no passthrough reply for this open */
 		fuse_reply_err(req, ESTALE);
 		return;
 	}
