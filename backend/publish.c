@@ -759,6 +759,13 @@ static void blocked_log(struct backend *be)
 	ckpt_log_limited(&err_rl, 30ull * 1000000000, LOG_WARNING, "still blocked at %s", line);
 }
 
+/* Void the records of batch[from, to): not applied in this round. */
+static void void_rest(struct backend *be, struct op **batch, unsigned from, unsigned to)
+{
+	for (unsigned k = from; k < to; k++)
+		void_attempt(be, batch[k], 0);
+}
+
 /*
  * Apply a batch so that what becomes durable is always a prefix of it
  * (P1, P3, P7), even after a power cut:
@@ -806,8 +813,7 @@ static unsigned batch_apply(struct backend *be, struct op **batch, unsigned n, s
 	}
 	free(plan);
 	if (nrec && (r = manifest_sync(&be->man)) < 0) {
-		for (unsigned i = 0; i < nrec; i++)
-			void_attempt(be, batch[i], 0);
+		void_rest(be, batch, 0, nrec);
 		failed[0] = batch[0];
 		ferr[0] = r;
 		*nfailed = 1;
@@ -823,8 +829,7 @@ static unsigned batch_apply(struct backend *be, struct op **batch, unsigned n, s
 		/* (files too: a chmod's inode is synced before a later mkdir is applied) */
 		if (!after_failure && (t->n || t->nfiles) && !touched_covers(t, op) &&
 		    sync_touched(be, t) < 0) {
-			for (unsigned k = i; k < nrec; k++)	/* the caller retries the sync */
-				void_attempt(be, batch[k], 0);
+			void_rest(be, batch, i, nrec);	/* the caller retries the sync */
 			break;
 		}
 		if (!after_failure && be->nodes && !lease_valid(be->nodes)) {
@@ -834,8 +839,7 @@ static unsigned batch_apply(struct backend *be, struct op **batch, unsigned n, s
 			 * daemon take the node and recover it; nothing more is
 			 * applied (its hold keeps them queued).
 			 */
-			for (unsigned k = i; k < nrec; k++)
-				void_attempt(be, batch[k], 0);
+			void_rest(be, batch, i, nrec);
 			break;
 		}
 		int err = after_failure ? 1 : apply_op(be, op, t);

@@ -350,14 +350,13 @@ int cfile_set_base_fd(struct cfile *cf, int fd, uint64_t ino, uint64_t renamed_i
 		uint64_t want = l->ino ? l->ino : l->listed_ino;
 		if (want && ino && ino != want && ino != renamed_ino) {
 			r = -ESTALE;	/* stays lazy: the name is looked at again */
-			pthread_mutex_unlock(&cf->lock);
-			close(fd);
-			return r;
+		} else {
+			l->f = cfd_new(fd);
+			fd = -1;
 		}
-		l->f = cfd_new(fd);
-		fd = -1;
 	}
-	cf->base_lazy = false;
+	if (!r)
+		cf->base_lazy = false;
 	pthread_mutex_unlock(&cf->lock);
 	if (fd >= 0)
 		close(fd);

@@ -353,7 +353,8 @@ bool cfile_base_lazy(struct cfile *cf);
 /*
  * The backend file that holds exactly this file's contents, referenced:
  * nothing dirty, no version pending, every cached chunk clean (a skipped
- * version's are not), one layer (the published base) over [0, size).  NULL otherwise (and for a base not opened yet, or size 0).
+ * version's are not), one layer (the published base) over [0, size).
+ * NULL otherwise (and for a base not opened yet, or size 0).
  */
 struct cfd *cfile_clean_base(struct cfile *cf);
 

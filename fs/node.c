@@ -919,13 +919,14 @@ int node_open_base(struct ckptfs *fs, struct fsnode *n)
 		/*
 		 * Another file has its name now: another node's version, or
 		 * one a user put there.  Neither is served as this file's; the
-		 * next lookup revalidates the directory (node_lookup_stale).
+		 * next lookup of the name revalidates its directory (op_lookup).
 		 */
 		static struct ckpt_ratelimit told;
 		atomic_store(&n->base_stale, true);
-		ckpt_log_limited(&told, 10ull * 1000000000ull, LOG_WARNING, "backend: a published file was replaced by another "
-				 "(inode %llu now); not read as the file this mount knows: ESTALE "
-				 "until its directory is looked at again", (unsigned long long)ino);
+		ckpt_log_limited(&told, 10ull * 1000000000ull, LOG_WARNING,
+				 "backend: a published file was replaced by another (inode %llu "
+				 "now); not read as the file this mount knows: ESTALE until its "
+				 "directory is looked at again", (unsigned long long)ino);
 	}
 	return r;
 }

@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -296,23 +297,42 @@ void ct_digest_hex(const char *path, char hex[33])
 
 /* ---- the daemon ------------------------------------------------------------- */
 
+void ct_mount_shared(struct tmount *m, const char *opts, const char *const *env, mode_t mnt_mode)
+{
+	char o[512];
+
+	snprintf(o, sizeof(o), "allow_other%s%s", opts ? "," : "", opts ? opts : "");
+	CHECK_SYS(chmod(m->root, 0755));	/* other users must reach the mount */
+	tm_mount(m, o, env);
+	CHECK_SYS(chmod(m->mnt, mnt_mode));
+}
+
 static void mount_with_flag(struct tmount *m, const char *name, const char *rule, const char *key,
-			    char flag[PATH_MAX])
+			    char flag[PATH_MAX], bool shared)
 {
 	char env[PATH_MAX + 256];
 
 	tm_init(m, name);
 	snprintf(flag, PATH_MAX, "%s/fault-flag", m->root);
 	snprintf(env, sizeof(env), "CKPTFS_FAULT=%s,%s=%s", rule, key, flag);
-	tm_mount(m, NULL, (const char *const[]){ env, NULL });
+	if (shared)
+		ct_mount_shared(m, NULL, (const char *const[]){ env, NULL }, 0755);
+	else
+		tm_mount(m, NULL, (const char *const[]){ env, NULL });
 }
 
 void ct_mount_flagged(struct tmount *m, const char *name, const char *rule, char flag[PATH_MAX])
 {
-	mount_with_flag(m, name, rule, "while", flag);
+	mount_with_flag(m, name, rule, "while", flag, false);
+}
+
+void ct_mount_flagged_shared(struct tmount *m, const char *name, const char *rule,
+			     char flag[PATH_MAX])
+{
+	mount_with_flag(m, name, rule, "while", flag, true);
 }
 
 void ct_mount_held(struct tmount *m, const char *name, const char *rule, char flag[PATH_MAX])
 {
-	mount_with_flag(m, name, rule, "hold", flag);
+	mount_with_flag(m, name, rule, "hold", flag, false);
 }

@@ -82,5 +82,13 @@ void ct_digest_hex(const char *path, char hex[33]);
 void ct_mount_flagged(struct tmount *m, const char *name, const char *rule, char flag[PATH_MAX]);
 /* The same with "<rule>,hold=<flag>": matching calls wait while the flag exists. */
 void ct_mount_held(struct tmount *m, const char *name, const char *rule, char flag[PATH_MAX]);
+/*
+ * tm_mount for more users than root: allow_other (before opts, if any), the
+ * scratch directory searchable by all and the mount point given mnt_mode.
+ */
+void ct_mount_shared(struct tmount *m, const char *opts, const char *const *env, mode_t mnt_mode);
+/* ct_mount_flagged on a mount for more users than root (ct_mount_shared, 0755). */
+void ct_mount_flagged_shared(struct tmount *m, const char *name, const char *rule,
+			     char flag[PATH_MAX]);
 
 #endif

@@ -259,7 +259,6 @@ static void batch_case(void)
 	struct ct_result r;
 
 	tm_init(&m, "skipped-batch");
-	CHECK_SYS(chmod(m.root, 0755));
 	CHECK_SYS(mkdir(tm_bpath(&m, "ua"), 0755));
 	CHECK_SYS(chown(tm_bpath(&m, "ua"), UA, UA));
 	CHECK_SYS(mkdir(tm_bpath(&m, "ub"), 0755));
@@ -269,8 +268,7 @@ static void batch_case(void)
 	/* A's rename refused; the sync of w/ held, so that A's and B's files meet in one batch. */
 	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=rename,err=EACCES,name=afile;"
 		 "op=fsync,hold=%s,name=%s", hold, tm_bpath(&m, "w"));
-	tm_mount(&m, "allow_other", (const char *const[]){ env, NULL });
-	CHECK_SYS(chmod(m.mnt, 0755));
+	ct_mount_shared(&m, NULL, (const char *const[]){ env, NULL }, 0755);
 	ct_touch(hold);
 	ASSERT_EQ(put(tm_path(&m, "w/warm"), "w"), 0);
 	usleep(300 * 1000);	/* the publisher waits in w/'s sync */
@@ -351,12 +349,10 @@ static void race_case(void)
 	char flag[PATH_MAX], env[PATH_MAX + 256], slow[PATH_MAX];
 
 	tm_init(&m, "skipped-race");
-	CHECK_SYS(chmod(m.root, 0755));
 	snprintf(flag, sizeof(flag), "%s/fault-flag", m.root);
 	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=mkdir,err=EACCES,name=blkdir,while=%s;"
 		 "op=rename,delay_ms=2000,name=slow", flag);
-	tm_mount(&m, "allow_other", (const char *const[]){ env, NULL });
-	CHECK_SYS(chmod(m.mnt, 0777));
+	ct_mount_shared(&m, NULL, (const char *const[]){ env, NULL }, 0777);
 	tm_sync(&m);
 	ct_touch(flag);
 	CHECK_SYS(mkdir(tm_path(&m, "blkdir"), 0755));
@@ -386,14 +382,9 @@ static void race_case(void)
 static void users_case(void)
 {
 	struct tmount m;
-	char flag[PATH_MAX], env[PATH_MAX + 256], shard[PATH_MAX], latest[PATH_MAX];
+	char flag[PATH_MAX], shard[PATH_MAX], latest[PATH_MAX];
 
-	tm_init(&m, "skipped-users");
-	CHECK_SYS(chmod(m.root, 0755));	/* other users must reach the mount */
-	snprintf(flag, sizeof(flag), "%s/fault-flag", m.root);
-	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=mkdir,err=EACCES,name=shared,while=%s", flag);
-	tm_mount(&m, "allow_other", (const char *const[]){ env, NULL });
-	CHECK_SYS(chmod(m.mnt, 0755));
+	ct_mount_flagged_shared(&m, "skipped-users", "op=mkdir,err=EACCES,name=shared", flag);
 	CHECK_SYS(mkdir(tm_path(&m, "job"), 01777));
 	CHECK_SYS(chmod(tm_path(&m, "job"), 01777));
 	tm_sync(&m);

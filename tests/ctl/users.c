@@ -154,12 +154,10 @@ static void check_isolation(void)
 	char flag[PATH_MAX], env[PATH_MAX * 3];
 
 	tm_init(&m, "ctl-users");
-	CHECK_SYS(chmod(m.root, 0755));	/* other users must reach the mount */
 	snprintf(flag, sizeof(flag), "%s/flag", m.root);
 	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=mkdir,err=EACCES,name=a-step2,while=%s;"
 		 "op=mkdir,err=EACCES,name=jobdir,while=%s", flag, flag);
-	tm_mount(&m, "allow_other", (const char *[]){ env, NULL });
-	CHECK_SYS(chmod(m.mnt, 0755));
+	ct_mount_shared(&m, NULL, (const char *[]){ env, NULL }, 0755);
 	CHECK_SYS(mkdir(tm_path(&m, "ua"), 0755));
 	CHECK_SYS(chown(tm_path(&m, "ua"), UA, UA));
 	CHECK_SYS(mkdir(tm_path(&m, "ub"), 0755));
@@ -257,8 +255,7 @@ static int b_rename_dir(void *arg)
 /* Mount with CKPTFS_FAULT=... (env) for users A and B, with B's pub/D made. */
 static void mount_pub(struct tmount *m, const char *env)
 {
-	tm_mount(m, "allow_other", (const char *[]){ env, NULL });
-	CHECK_SYS(chmod(m->mnt, 0755));
+	ct_mount_shared(m, NULL, (const char *[]){ env, NULL }, 0755);
 	CHECK_SYS(mkdir(tm_path(m, "pub"), 0777));
 	CHECK_SYS(chmod(tm_path(m, "pub"), 0777));
 	ASSERT_EQ(as_user(UB, b_make_dir, m), 0);
@@ -271,7 +268,6 @@ static void check_moved_dir(void)
 	struct ct_result r;
 
 	tm_init(&m, "ctl-moved");
-	CHECK_SYS(chmod(m.root, 0755));
 	snprintf(flag, sizeof(flag), "%s/flag", m.root);
 	ct_touch(flag);
 	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=rename,err=EACCES,name=shard,while=%s", flag);
@@ -341,7 +337,6 @@ static void check_moved_dir_batch(void)
 	char hold_m[PATH_MAX], hold_s[PATH_MAX], env[PATH_MAX * 3];
 
 	tm_init(&m, "ctl-moved-batch");
-	CHECK_SYS(chmod(m.root, 0755));
 	snprintf(hold_m, sizeof(hold_m), "%s/hold-mkdir", m.root);
 	snprintf(hold_s, sizeof(hold_s), "%s/hold-shard", m.root);
 	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=mkdir,hold=%s,name=slow;op=rename,hold=%s,name=shard",
@@ -398,7 +393,6 @@ static void check_moved_link(void)
 	char hold[PATH_MAX], env[PATH_MAX * 2];
 
 	tm_init(&m, "ctl-moved-link");
-	CHECK_SYS(chmod(m.root, 0755));
 	snprintf(hold, sizeof(hold), "%s/hold-temp", m.root);
 	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=openat,hold=%s,name=.ckptfs.t.", hold);
 	mount_pub(&m, env);
@@ -441,14 +435,9 @@ static int a_rename_and_sync(void *arg)
 static void check_fsync_caller_order(void)
 {
 	struct tmount m;
-	char flag[PATH_MAX], env[PATH_MAX + 64], from[PATH_MAX], to[PATH_MAX];
+	char flag[PATH_MAX], from[PATH_MAX], to[PATH_MAX];
 
-	tm_init(&m, "ctl-users-fsync");
-	CHECK_SYS(chmod(m.root, 0755));	/* other users must reach the mount */
-	snprintf(flag, sizeof(flag), "%s/deny", m.root);
-	snprintf(env, sizeof(env), "CKPTFS_FAULT=op=rename,name=renamed-by-a,err=EACCES,while=%s", flag);
-	tm_mount(&m, "allow_other", (const char *[]){ env, NULL });
-	CHECK_SYS(chmod(m.mnt, 0755));
+	ct_mount_flagged_shared(&m, "ctl-users-fsync", "op=rename,name=renamed-by-a,err=EACCES", flag);
 	CHECK_SYS(mkdir(tm_path(&m, "a"), 0755));
 	CHECK_SYS(chown(tm_path(&m, "a"), UA, UA));
 	ASSERT_EQ(put(tm_path(&m, "a/roots"), "root's file\n"), 0);
@@ -523,10 +512,8 @@ static void check_async_drains(void)
 	struct tmount m;
 
 	tm_init(&m, "ctl-users-drains");
-	CHECK_SYS(chmod(m.root, 0755));
-	tm_mount(&m, "allow_other,max_threads=2",
-		 (const char *[]){ "CKPTFS_FAULT=op=rename,delay_ms=8000,name=slow", NULL });
-	CHECK_SYS(chmod(m.mnt, 0755));
+	ct_mount_shared(&m, "max_threads=2",
+			(const char *[]){ "CKPTFS_FAULT=op=rename,delay_ms=8000,name=slow", NULL }, 0755);
 	CHECK_SYS(mkdir(tm_path(&m, "ub"), 0755));
 	CHECK_SYS(chown(tm_path(&m, "ub"), UB, UB));
 	tm_sync(&m);
