@@ -835,7 +835,7 @@ static int dir_sync_refused(struct backend *be, int fd, int r, bool *root_synced
 	struct stat st;
 
 	if (r == -EINVAL)
-		return syncfs(fd) == 0 ? 0 : -errno;
+		return syncfs(fd) == 0 ? 0 : -errno;	/* as bsys_fsync_dir, its fsync made already */
 	if (r != -EBADF)
 		return r;
 	if (bsys.fstatat(fd, "", &st) < 0 || st.st_dev != be->root_dev)

@@ -624,6 +624,15 @@ static ssize_t d_listxattr(int d, const char *n, char *b, size_t l, int at)
 
 static int d_io_result(enum bsys_op op, int fd, size_t len, int res) { return res; }
 
+int bsys_fsync_dir(int fd)
+{
+	int r = bsys.fsync(fd);
+
+	if (r == -EINVAL)
+		r = syncfs(fd) == 0 ? 0 : -errno;
+	return r;
+}
+
 int bsys_open_dir_path(const char *path)
 {
 	char *dup = strdup(path), *save = NULL, *comp;

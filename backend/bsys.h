@@ -152,6 +152,12 @@ extern const struct bsys bsys_direct;
  */
 int bsys_open_dir_path(const char *path);
 /*
+ * fsync a directory through bsys; where the file system refuses that
+ * (EINVAL: some FUSE and network file systems), syncfs of the file system
+ * that holds it instead.  0 or -errno.
+ */
+int bsys_fsync_dir(int fd);
+/*
  * The largest file size the file system of directory dirfd takes: probed
  * with ftruncate on an unnamed file (O_TMPFILE) there, which costs no
  * space; 0 where it cannot tell (no O_TMPFILE: NFS, GlusterFS...).
@@ -205,5 +211,12 @@ int bsys_faults_from_env(void);
  * with a message.
  */
 int bsys_powerloss_from_env(const char *backend);
+/*
+ * For the fault rule lose=1: a sync of fd (an append-only file) failed and
+ * lost what it was to write, as a kernel that marks the pages of a failed
+ * write-back clean does; the recorder keeps those bytes zeros in every later
+ * durable copy of the file.  Nothing when the recorder is not installed.
+ */
+void bsys_powerloss_lose(int fd);
 
 #endif

@@ -43,9 +43,11 @@
  * and must meet a removal after the file it removes, as verify (which sorts
  * by time) does.  It is written to
  * manifest.log.tmp in the node directory, fdatasync'd, renamed over
- * manifest.log, and the directory fsync'd; the temp fd (O_APPEND) becomes
- * the log.  A crash before the rename leaves the old log (and a temp file
- * the next mount removes); after it, the new one.  Every call goes through
+ * manifest.log, and the directory fsync'd (manifest_replace_locked, which
+ * also writes the log anew after a failed sync); the temp fd (O_APPEND)
+ * becomes the log.  Not while such a rewrite is due.  A crash before the
+ * rename leaves the old log (and a temp file the next mount removes);
+ * after it, the new one.  Every call goes through
  * bsys, so tests inject a failure or a crash at each step.
  *
  * m->lock is held throughout: appends wait for the rewrite.
@@ -595,17 +597,10 @@ struct out {
 static void out_flush(struct out *w)
 {
 	size_t done = 0;
+	int r = w->err ? 0 : manifest_write_all(w->fd, w->buf.s, w->buf.len, w->off, &done);
 
-	while (done < w->buf.len && !w->err) {
-		ssize_t n = bsys.append(w->fd, w->buf.s + done, w->buf.len - done,
-					(off_t)(w->off + done));
-		if (n == -EINTR)
-			continue;
-		if (n <= 0)
-			w->err = n < 0 ? (int)n : -EIO;
-		else
-			done += (size_t)n;
-	}
+	if (r < 0)
+		w->err = r;
 	w->off += done;
 	w->buf.len = 0;
 }
@@ -650,9 +645,10 @@ static void compactor_free(struct compactor *c)
 	free(c->cur_mount);
 }
 
-/* Write everything the compactor kept to fd; 0 or -errno. */
-static int write_log(struct compactor *c, int fd, uint64_t *size, uint64_t *records)
+/* Write everything the compactor (arg) kept to fd; 0 or -errno. */
+static int write_log(void *arg, int fd, uint64_t *size, uint64_t *records)
 {
+	struct compactor *c = arg;
 	struct out w = { .fd = fd };
 	struct strbuf hdr = { 0 }, dur = { 0 };
 	struct sent **lv = xmalloc((c->live.map.n + 1) * sizeof(*lv));
@@ -732,14 +728,29 @@ int manifest_compact(struct manifest *m, uint64_t durable_seq)
 {
 	struct compactor c = { .m = m };
 	struct manifest_scan scan;
-	uint64_t size = 0, records = 0, t0 = now_ns(), old_size, old_records;
-	int fd = -1, r;
+	uint64_t t0 = now_ns(), old_size, old_records;
+	int r = 0;
 
 	if (m->fd < 0)
 		return 0;
 	pthread_mutex_lock(&m->lock);
 	old_size = m->size;
 	old_records = m->records;
+	/*
+	 * Read back only what a sync covered: records a failed write-back lost
+	 * could pass for records.  After a failure, manifest_sync first.
+	 */
+	if (!m->resync && m->changes != m->changes_synced && (r = bsys.fdatasync(m->fd)) < 0) {
+		m->resync = true;
+	} else if (!m->resync && m->changes != m->changes_synced) {
+		atomic_fetch_add(&m->syncs, 1);
+		m->changes_synced = m->changes;
+		manifest_synced_to_locked(m, m->size);
+	}
+	if (m->resync) {
+		r = r < 0 ? r : -EAGAIN;
+		goto out;
+	}
 	if ((r = manifest_scan_fd(m->fd, pass1_cb, &c, &scan)) < 0)
 		goto out;
 	c.cur = mnt_of(&c, m->mount_id);
@@ -754,37 +765,15 @@ int manifest_compact(struct manifest *m, uint64_t durable_seq)
 	if ((r = manifest_scan_fd(m->fd, pass2_cb, &c, &scan)) < 0)
 		goto out;
 	k_thin(&c);
-
-	bsys.unlinkat(m->dirfd, MANIFEST_LOG_TMP, 0);
-	fd = bsys.openat(m->dirfd, MANIFEST_LOG_TMP,
-			 O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
-	if (fd < 0) {
-		r = fd;
+	if ((r = manifest_replace_locked(m, write_log, &c)) < 0)
 		goto out;
-	}
-	if ((r = write_log(&c, fd, &size, &records)) < 0 || (r = bsys.fdatasync(fd)) < 0 ||
-	    (r = bsys.renameat2(m->dirfd, MANIFEST_LOG_TMP, m->dirfd, MANIFEST_LOG, 0)) < 0) {
-		bsys.close(fd);
-		bsys.unlinkat(m->dirfd, MANIFEST_LOG_TMP, 0);
-		goto out;
-	}
-	/* The new log is in place: it is the one appends go to from now on. */
-	bsys.close(m->fd);
-	m->fd = fd;
-	m->size = m->base_bytes = size;
-	m->records = m->base_records = records;
-	m->tail_dirty = false;
-	m->changes++;	/* synced above, but another file: the next sync covers it anew */
+	m->base_bytes = m->size;
+	m->base_records = m->records;
 	m->compactions++;
-	if (bsys.fsync(m->dirfd) < 0) {
-		m->dir_unsynced = true;	/* manifest_sync retries it, and fails until it works */
-		ckpt_log(LOG_WARNING, "manifest: %s: directory fsync after compaction failed; "
-			 "retried at the next sync", m->where);
-	}
 	ckpt_log(LOG_INFO, "manifest: compacted %s/" MANIFEST_LOG " from %llu records (%llu bytes) "
 		 "to %llu (%llu bytes) in %.3f s", m->where, (unsigned long long)old_records,
-		 (unsigned long long)old_size, (unsigned long long)records,
-		 (unsigned long long)size, (double)(now_ns() - t0) / 1e9);
+		 (unsigned long long)old_size, (unsigned long long)m->records,
+		 (unsigned long long)m->size, (double)(now_ns() - t0) / 1e9);
 out:
 	pthread_mutex_unlock(&m->lock);
 	compactor_free(&c);

@@ -22,6 +22,12 @@
  *                      fdatasync: the fd's path, as /proc/self/fd shows it)
  *   flagged=1          renames that pass flags (RENAME_NOREPLACE, ...) only:
  *                      with err=EINVAL, a backend without renameat2 flags
+ *   lose=1             fsync and fdatasync of an append-only file (the
+ *                      manifest log): the failure also loses what the sync
+ *                      was to write, as a kernel that marks the pages of a
+ *                      failed write-back clean does — under CKPTFS_POWERLOSS
+ *                      those bytes stay zeros in every later durable copy
+ *                      (powerloss.c, bsys_powerloss_lose)
  * Example: CKPTFS_FAULT='op=pwrite,err=ENOSPC,while=/tmp/full'
  *
  * Used by the test suite; harmless and inert when the variable is unset.
@@ -53,6 +59,7 @@ struct fault_rule {
 	char *hold_path;
 	char *name;
 	bool flagged;	/* renames with flags only */
+	bool lose;	/* a failed sync loses its dirty bytes (powerloss.c) */
 };
 
 static struct fault_rule *rules;
@@ -138,6 +145,8 @@ static int parse_rule(char *spec, struct fault_rule *r)
 			r->name = xstrdup(eq);
 		} else if (!strcmp(kv, "flagged")) {
 			r->flagged = strcmp(eq, "0") != 0;
+		} else if (!strcmp(kv, "lose")) {
+			r->lose = strcmp(eq, "0") != 0;
 		} else {
 			return -EINVAL;
 		}
@@ -145,10 +154,15 @@ static int parse_rule(char *spec, struct fault_rule *r)
 	return r->ops ? 0 : -EINVAL;
 }
 
+/* Whether the error this thread was last given came from a lose=1 rule. */
+static _Thread_local bool injected_lose;
+
 /* The error to inject for this call (0: none, FAULT_SHORT), after any delay. */
 static int fault_check_flags(enum bsys_op op, const char *name, unsigned flags)
 {
 	int inject = 0;
+
+	injected_lose = false;
 
 	for (unsigned i = 0; i < nrules; i++) {
 		struct fault_rule *r = &rules[i];
@@ -168,8 +182,10 @@ static int fault_check_flags(enum bsys_op op, const char *name, unsigned flags)
 			usleep(10 * 1000);
 		if (r->err == FAULT_KILL)
 			raise(SIGKILL);
-		if (r->err && !inject)
+		if (r->err && !inject) {
 			inject = r->err;
+			injected_lose = r->lose;
+		}
 	}
 	return inject;
 }
@@ -210,17 +226,26 @@ static const char *fd_name(int fd, char *buf, size_t len)
 	return buf;
 }
 
-static int f_fsync(int fd)
+/* A sync's injected error; with lose=1 the bytes it was to write are lost too. */
+static int sync_fault(enum bsys_op op, int fd)
 {
 	char p[PATH_MAX];
-	CHECK(BOP_FSYNC, fd_name(fd, p, sizeof(p)));
-	return real.fsync(fd);
+	int f = fault_check(op, fd_name(fd, p, sizeof(p)));
+
+	if (f > 0 && injected_lose)
+		bsys_powerloss_lose(fd);
+	return f > 0 ? -f : 0;
+}
+
+static int f_fsync(int fd)
+{
+	int r = sync_fault(BOP_FSYNC, fd);
+	return r ? r : real.fsync(fd);
 }
 static int f_fdatasync(int fd)
 {
-	char p[PATH_MAX];
-	CHECK(BOP_FDATASYNC, fd_name(fd, p, sizeof(p)));
-	return real.fdatasync(fd);
+	int r = sync_fault(BOP_FDATASYNC, fd);
+	return r ? r : real.fdatasync(fd);
 }
 static int f_ftruncate(int fd, off_t l) { CHECK(BOP_FTRUNCATE, NULL); return real.ftruncate(fd, l); }
 static int f_renameat2(int od, const char *on, int nd, const char *nn, unsigned fl)

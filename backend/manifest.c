@@ -182,6 +182,20 @@ int manifest_scan_fd(int fd, manifest_cb cb, void *arg, struct manifest_scan *re
 	return r;
 }
 
+int manifest_write_all(int fd, const char *buf, size_t len, uint64_t off, size_t *done)
+{
+	*done = 0;
+	while (*done < len) {
+		ssize_t n = bsys.append(fd, buf + *done, len - *done, (off_t)(off + *done));
+		if (n == -EINTR)
+			continue;
+		if (n <= 0)	/* 0: nothing written and no error; retrying at once would spin */
+			return n < 0 ? (int)n : -EIO;
+		*done += (size_t)n;
+	}
+	return 0;
+}
+
 /* Cut the log back to its last whole record; m->lock held. */
 static int tail_cut_locked(struct manifest *m)
 {
@@ -200,28 +214,19 @@ int manifest_append(struct manifest *m, const char *payload, size_t len)
 		return 0;		/* manifest=off */
 	if (len > MANIFEST_REC_MAX)
 		return -EMSGSIZE;
-	if (memchr(payload, '\n', len))
-		return -EINVAL;		/* a record is one line */
+	if (memchr(payload, '\n', len) || memchr(payload, '\0', len))
+		return -EINVAL;		/* a record is one line of text */
 	pthread_mutex_lock(&m->lock);
 	if (m->tail_dirty && (r = tail_cut_locked(m)) < 0)
 		goto out;
 	manifest_frame(&m->rec, payload, len);
 	m->changes++;	/* even a failed write may have left bytes to sync */
 	/* One record, written whole at the end of the log (O_APPEND). */
-	while (done < m->rec.len) {
-		ssize_t n = bsys.append(m->fd, m->rec.s + done, m->rec.len - done,
-					(off_t)(m->size + done));
-		if (n == -EINTR)
-			continue;
-		if (n <= 0) {
-			r = n < 0 ? (int)n : -EIO;
-			break;
-		}
-		done += (size_t)n;
-	}
+	r = manifest_write_all(m->fd, m->rec.s, m->rec.len, m->size, &done);
 	if (r == 0) {
 		m->size += done;
 		m->records++;
+		sb_put(&m->unsynced, m->rec.s, done);	/* until a sync covers it */
 	} else if (done) {
 		tail_cut_locked(m);	/* no record may follow a half one */
 	}
@@ -231,6 +236,45 @@ out:
 		ckpt_log_limited(&append_rl, 5000000000ull, LOG_ERR,
 				 "manifest: appending a record to %s/" MANIFEST_LOG " failed: %s; "
 				 "the operation is not durable", m->where ? m->where : "?", strerror(-r));
+	return r;
+}
+
+void manifest_synced_to_locked(struct manifest *m, uint64_t size)
+{
+	if (size <= m->synced_size)
+		return;
+	size_t k = (size_t)CKPT_MIN(size - m->synced_size, (uint64_t)m->unsynced.len);
+	memmove(m->unsynced.s, m->unsynced.s + k, m->unsynced.len - k);
+	m->unsynced.len -= k;
+	m->synced_size = size;
+	if (m->unsynced.len == 0 && m->unsynced.cap > (1u << 20))
+		sb_free(&m->unsynced);	/* what a long failure grew goes with it */
+}
+
+/* The log as it should be: its synced prefix, read back, and the records since. */
+static int rewrite_fill(void *arg, int fd, uint64_t *size, uint64_t *records)
+{
+	struct manifest *m = arg;
+	char *buf = xmalloc(1u << 20);
+	uint64_t off = 0;
+	size_t done;
+	int r = 0;
+
+	while (off < m->synced_size && r == 0) {
+		ssize_t n = bsys.pread(m->fd, buf, (size_t)CKPT_MIN(m->synced_size - off, 1u << 20),
+				       (off_t)off);
+		if (n == -EINTR)
+			continue;
+		if (n <= 0)
+			r = n < 0 ? (int)n : -EIO;	/* shorter than it was synced at */
+		else if ((r = manifest_write_all(fd, buf, (size_t)n, off, &done)) == 0)
+			off += (uint64_t)n;
+	}
+	free(buf);
+	if (r == 0)
+		r = manifest_write_all(fd, m->unsynced.s, m->unsynced.len, off, &done);
+	*size = off + m->unsynced.len;
+	*records = m->records;
 	return r;
 }
 
@@ -248,26 +292,48 @@ int manifest_sync(struct manifest *m)
 	 * flush the device once more per operation for nothing.
 	 */
 	pthread_mutex_lock(&m->lock);
+	if (m->resync) {
+		/* Not the same file again: its lost pages may read as written. */
+		if ((r = manifest_replace_locked(m, rewrite_fill, m)) == 0 && m->resync)
+			r = -EIO;	/* renamed, but its name not synced: anew next time */
+		if (r < 0) {
+			pthread_mutex_unlock(&m->lock);
+			return r;
+		}
+		atomic_fetch_add(&m->rewrites, 1);
+		ckpt_log(LOG_WARNING, "manifest: %s/" MANIFEST_LOG " written anew (%llu bytes): a "
+			 "sync of it failed, or was not seen to succeed before a stop", m->where,
+			 (unsigned long long)m->size);
+	}
 	fd = m->fd;
 	dir = m->dir_unsynced;
-	uint64_t changes = m->changes;
+	uint64_t changes = m->changes, size = m->size;
 	bool clean = changes == m->changes_synced;
 	pthread_mutex_unlock(&m->lock);
 	if (!clean) {
-		if ((r = bsys.fdatasync(fd)) < 0)
+		if ((r = bsys.fdatasync(fd)) < 0) {
+			pthread_mutex_lock(&m->lock);
+			m->resync = true;
+			pthread_mutex_unlock(&m->lock);
 			return r;
+		}
 		atomic_fetch_add(&m->syncs, 1);
 		pthread_mutex_lock(&m->lock);
 		if (changes > m->changes_synced)
 			m->changes_synced = changes;
+		manifest_synced_to_locked(m, size);
 		pthread_mutex_unlock(&m->lock);
 	}
 	if (dir) {
-		if ((r = bsys.fsync(m->dirfd)) < 0)
-			return r;
+		r = bsys_fsync_dir(m->dirfd);
 		pthread_mutex_lock(&m->lock);
-		m->dir_unsynced = false;
+		if (r < 0)
+			m->resync = true;	/* not this fsync again: a new name for the log */
+		else
+			m->dir_unsynced = false;
 		pthread_mutex_unlock(&m->lock);
+		if (r < 0)
+			return r;
 	}
 	return 0;
 }
@@ -281,6 +347,49 @@ void manifest_disabled(struct manifest *m)
 uint64_t manifest_syncs(struct manifest *m)
 {
 	return atomic_load(&m->syncs);	/* m->lock is held across appends to the backend */
+}
+
+uint64_t manifest_rewrites(struct manifest *m)
+{
+	return atomic_load(&m->rewrites);
+}
+
+int manifest_replace_locked(struct manifest *m,
+			    int (*fill)(void *arg, int fd, uint64_t *size, uint64_t *records),
+			    void *arg)
+{
+	uint64_t size = 0, records = 0;
+	int fd, r;
+
+	bsys.unlinkat(m->dirfd, MANIFEST_LOG_TMP, 0);
+	fd = bsys.openat(m->dirfd, MANIFEST_LOG_TMP,
+			 O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return fd;
+	if ((r = fill(arg, fd, &size, &records)) < 0 || (r = bsys.fdatasync(fd)) < 0 ||
+	    (r = bsys.renameat2(m->dirfd, MANIFEST_LOG_TMP, m->dirfd, MANIFEST_LOG, 0)) < 0) {
+		bsys.close(fd);
+		bsys.unlinkat(m->dirfd, MANIFEST_LOG_TMP, 0);
+		return r;
+	}
+	/* The new log is in place: it is the one appends go to from now on. */
+	bsys.close(m->fd);
+	m->fd = fd;
+	m->size = m->synced_size = size;
+	m->records = records;
+	m->unsynced.len = 0;
+	m->resync = false;
+	m->tail_dirty = false;
+	m->changes_synced = ++m->changes;	/* all of it synced above */
+	m->dir_unsynced = false;
+	if (bsys_fsync_dir(m->dirfd) < 0) {
+		/* Not that fsync again (it may report its error once): renamed anew. */
+		m->resync = true;
+		ckpt_log(LOG_WARNING, "manifest: %s: directory fsync after replacing the log "
+			 "failed; it is written anew at the next sync, which fails until that works",
+			 m->where);
+	}
+	return 0;
 }
 
 bool manifest_wants_compaction(const struct manifest *m)
@@ -384,12 +493,21 @@ static int open_refused(int parent, const char *name, const char *shown, int err
 	return err;
 }
 
-/* Create (0755) and open a metadata directory below parent, and check it. */
+/*
+ * Create (0755) and open a metadata directory below parent, and check it.
+ * Its name is synced into parent at every mount (one a crash made but did
+ * not sync too): the log below it is synced often, the name never else.
+ */
 static int meta_dir(int parent, const char *name, const char *shown)
 {
 	int fd, r = bsys.mkdirat(parent, name, 0755);
 
-	if (r < 0 && r != -EEXIST) {
+	if ((r == 0 || r == -EEXIST) && (r = bsys_fsync_dir(parent)) < 0) {
+		fprintf(stderr, "ckptfs: cannot sync the directory holding %s: %s\n", shown,
+			strerror(-r));
+		return r;
+	}
+	if (r < 0) {
 		fprintf(stderr, "ckptfs: cannot create %s: %s\n", shown, strerror(-r));
 		return r;
 	}
@@ -434,22 +552,15 @@ int manifest_write_file(int dirfd, const char *name, const char *tmp, const char
 	fd = bsys.openat(dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
 	if (fd < 0)
 		return fd;
-	for (size_t done = 0; done < len && r == 0;) {
-		ssize_t n = bsys.append(fd, buf + done, len - done, (off_t)done);
-		if (n == -EINTR)
-			continue;
-		if (n <= 0)	/* 0: nothing written and no error; retrying at once would spin */
-			r = n < 0 ? (int)n : -EIO;
-		else
-			done += (size_t)n;
-	}
+	size_t done;
+	r = manifest_write_all(fd, buf, len, 0, &done);
 	if (r == 0)
 		r = bsys.fsync(fd);
 	if (r == 0)
 		r = bsys.renameat2(dirfd, tmp, dirfd, name, 0);
 	bsys.close(fd);
 	if (r == 0)
-		r = bsys.fsync(dirfd);
+		r = bsys_fsync_dir(dirfd);
 	else
 		bsys.unlinkat(dirfd, tmp, 0);
 	return r;
@@ -470,14 +581,21 @@ static int state_write(struct manifest *m, bool clean, uint64_t seq)
 	return r;
 }
 
-/* The format number in state.json (0 if there is none); or -errno. */
-static int state_format(struct manifest *m)
+/*
+ * The format number in state.json (0 if there is none); or -errno.  In
+ * unclean (len bytes), the mount id it names if it says that mount did not
+ * stop cleanly ("" otherwise).
+ */
+static int state_format(struct manifest *m, char *unclean, size_t len)
 {
 	char shown[PATH_MAX + 64], buf[4096];
 	struct json_obj o;
 	uint64_t fmt = 0;
 	ssize_t n;
+	bool clean = true;
 	int fd = meta_file(m, MANIFEST_STATE, O_RDONLY, shown, sizeof(shown));
+
+	unclean[0] = '\0';
 
 	if (fd == -ENOENT)
 		return 0;
@@ -493,6 +611,9 @@ static int state_format(struct manifest *m)
 	}
 	if (!json_u64(&o, "format", &fmt) || fmt > INT32_MAX)
 		fmt = 0;
+	const char *id = json_str(&o, "mount_id");
+	if (json_bool(&o, "clean", &clean) && !clean && id)
+		snprintf(unclean, len, "%s", id);
 	json_free(&o);
 	return (int)fmt;
 }
@@ -553,6 +674,7 @@ static void manifest_release(struct manifest *m)
 	free(m->where);
 	m->where = NULL;
 	sb_free(&m->rec);
+	sb_free(&m->unsynced);
 	pthread_mutex_destroy(&m->lock);
 }
 
@@ -609,6 +731,7 @@ int manifest_open(struct manifest *m, int root_fd, const char *node, const char 
 	struct rscan *s = NULL;
 	char shown[PATH_MAX + 64];
 	struct strbuf b = { 0 };
+	char state_unclean[24];
 	bool clean;
 	int fmt, r;
 
@@ -632,7 +755,7 @@ int manifest_open(struct manifest *m, int root_fd, const char *node, const char 
 	/* Leftovers of an interrupted compaction or state update. */
 	bsys.unlinkat(m->dirfd, MANIFEST_LOG_TMP, 0);
 	bsys.unlinkat(m->dirfd, MANIFEST_STATE_TMP, 0);
-	if ((fmt = r = state_format(m)) < 0)
+	if ((fmt = r = state_format(m, state_unclean, sizeof(state_unclean))) < 0)
 		goto fail;
 	if (fmt > MANIFEST_FORMAT) {
 		fprintf(stderr, "ckptfs: the backend's metadata is format %d, newer than this "
@@ -652,8 +775,9 @@ int manifest_open(struct manifest *m, int root_fd, const char *node, const char 
 		fprintf(stderr, "ckptfs: cannot read %s: %s\n", shown, strerror(-r));
 		goto fail;
 	}
-	m->size = scan.good_end;
+	m->size = m->synced_size = scan.good_end;	/* what the disk holds, read back */
 	m->records = scan.records;
+	m->dir_unsynced = true;	/* the log may be new: the first sync makes its name durable too */
 	rscan_compacted(s, &m->base_records, &m->base_bytes);
 	if (scan.size > scan.good_end) {
 		rep->torn_bytes = scan.size - scan.good_end;
@@ -682,8 +806,30 @@ int manifest_open(struct manifest *m, int root_fd, const char *node, const char 
 		  (unsigned long long)wall_ns());
 	r = manifest_append(m, b.s, b.len);
 	sb_free(&b);
-	if (r == 0)
+	/*
+	 * A daemon that died, or whose last sync failed (its unmount record
+	 * in the log, its state.json not clean), may have left the log's pages
+	 * after a failed sync in the page cache, not on disk: what was read is
+	 * written anew.  Where that cannot be done (a backend refusing renames
+	 * can still be mounted, to be rescued), it is synced in place.
+	 */
+	if (r == 0 && rep->previous &&
+	    (!clean || !strcmp(state_unclean, rep->prev_mount_id))) {
+		int oldfd = m->fd;
+		m->resync = true;
+		if ((r = manifest_sync(m)) < 0 && m->fd != oldfd) {
+			r = manifest_sync(m);	/* renamed, its name not synced: anew, once more */
+		} else if (r < 0) {
+			ckpt_log(LOG_WARNING, "manifest: %s/" MANIFEST_LOG " could not be written anew "
+				 "after an unclean stop (%s); synced as it is", m->where,
+				 strerror(-r));
+			m->resync = false;
+			m->dir_unsynced = true;
+			r = manifest_sync(m);
+		}
+	} else if (r == 0) {
 		r = manifest_sync(m);
+	}
 	if (r < 0) {
 		fprintf(stderr, "ckptfs: cannot write %s: %s\n", shown, strerror(-r));
 		goto fail;
@@ -717,9 +863,11 @@ bool manifest_close(struct manifest *m, uint64_t seq_durable, bool clean)
 			clean = false;
 		sb_free(&b);
 	}
-	if (manifest_sync(m) < 0)
+	if (manifest_sync(m) < 0) {
 		ckpt_log(LOG_ERR, "manifest: the last records of %s/" MANIFEST_LOG " may not be durable",
 			 m->where);
+		clean = false;	/* the next mount writes the log anew (state.json says why) */
+	}
 	if (state_write(m, clean, seq_durable) < 0)
 		ckpt_log(LOG_WARNING, "manifest: cannot write %s/" MANIFEST_STATE, m->where);
 	manifest_release(m);

@@ -74,10 +74,21 @@ struct manifest {
 	uint64_t records;	/* whole records in the log */
 	uint64_t size;		/* bytes of whole records: where the next one goes */
 	bool tail_dirty;	/* a failed append left bytes past size, not yet cut */
-	bool dir_unsynced;	/* a compaction's rename is not yet known durable */
+	bool dir_unsynced;	/* the log's name (maybe new at mount) not yet synced */
 	uint64_t changes;	/* writes and cuts of the log so far ... */
 	uint64_t changes_synced;	/* ... and how many of them an fdatasync covered */
 	atomic_uint_least64_t syncs;	/* fdatasyncs of the log (read without the lock) */
+	/*
+	 * A failed fdatasync may have lost the bytes it was to write while a
+	 * later one returns 0 (the kernel marks the pages of a failed
+	 * write-back clean and reports the error once): the records not yet
+	 * covered are kept here, and after a failure the log is written anew
+	 * from its synced prefix and them (manifest_sync).
+	 */
+	uint64_t synced_size;	/* bytes an fdatasync covered ... */
+	struct strbuf unsynced;	/* ... and the log after them, [synced_size, size) */
+	bool resync;		/* an fdatasync failed: the next sync writes the log anew */
+	atomic_uint_least64_t rewrites;	/* logs written anew after a failed sync */
 	uint64_t base_records;	/* records and bytes right after the last compaction */
 	uint64_t base_bytes;
 	uint64_t compact_records;	/* thresholds (manifest_wants_compaction) */
@@ -136,10 +147,17 @@ void manifest_disabled(struct manifest *m);
  * operation the record describes is not durable.
  */
 int manifest_append(struct manifest *m, const char *payload, size_t len);
-/* Make every appended record durable: 0 or -errno. */
+/*
+ * Make every appended record durable: 0 or -errno.  After a failure the next
+ * call writes the log anew (its synced prefix and the records since, kept in
+ * memory) to manifest.log.tmp, syncs it and renames it over the log: a later
+ * fdatasync of the same file could return 0 over records never written.
+ */
 int manifest_sync(struct manifest *m);
 /* fdatasyncs of the log this mount (for stats; never waits on an append). */
 uint64_t manifest_syncs(struct manifest *m);
+/* Logs written anew because an fdatasync of the log failed (stats). */
+uint64_t manifest_rewrites(struct manifest *m);
 /* Write the unmount record and the state file (clean or not): whether the stop was recorded clean. */
 bool manifest_close(struct manifest *m, uint64_t seq_durable, bool clean);
 

@@ -19,6 +19,21 @@
 
 /* Replace b's contents with payload framed as one record line. */
 void manifest_frame(struct strbuf *b, const char *payload, size_t len);
+/* Write len bytes at off of an O_APPEND file, retrying EINTR; *done: how many were. */
+int manifest_write_all(int fd, const char *buf, size_t len, uint64_t off, size_t *done);
+/* The log's first `size` bytes are durable: what is kept of them in memory goes; m->lock held. */
+void manifest_synced_to_locked(struct manifest *m, uint64_t size);
+/*
+ * Replace manifest.log by what fill(arg, fd, &size, &records) writes to a
+ * new file: manifest.log.tmp, fdatasync'd, renamed over the log, the
+ * directory fsync'd (if that fails, m->resync: written anew at the next
+ * sync).  The new file is m->fd from then on, wholly synced; m->size and
+ * m->records are set.  A failure before the rename leaves the log as it
+ * was.  m->lock held.
+ */
+int manifest_replace_locked(struct manifest *m,
+			    int (*fill)(void *arg, int fd, uint64_t *size, uint64_t *records),
+			    void *arg);
 /*
  * Check an open metadata file (fd) is ours: a regular file owned by the
  * daemon's euid, one link, no group/other write.  0, or -MANIFEST_EREFUSED

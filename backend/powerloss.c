@@ -67,6 +67,12 @@
  * readable and not O_DIRECT (the daemon syncs the fds it writes through
  * the page cache); one that is not fails the fsync with EIO, loudly.
  *
+ * A fault rule with lose=1 (fault.c) models a failed write-back the kernel
+ * forgets: the bytes of an append-only file that the failed sync was to
+ * write (past its durable copy) stay zeros in every later durable copy, as
+ * a later fsync that returns 0 does not write pages marked clean
+ * (bsys_powerloss_lose; at most PL_DROPS ranges in all).
+ *
  * If the shadow cannot be updated, the fsync that needed it returns -EIO (and
  * after a lost journal record, every fsync does): the daemon is never told
  * "durable" about something the shadow did not record.
@@ -96,6 +102,7 @@
 #define PL_KEY_LEN 48
 #define PL_STRIPES 16
 #define PL_TAIL_CHECK 4096u	/* bytes compared before appending only a tail */
+#define PL_DROPS 64		/* ranges lost by failed syncs (bsys_powerloss_lose) */
 
 #define D bsys_direct
 
@@ -108,7 +115,14 @@ static struct {
 	pthread_mutex_t file_lock[PL_STRIPES];
 	atomic_uint_least64_t tmp;	/* temporary names in the shadow */
 	struct bsys real;
-} pl;
+	bool on;			/* installed */
+	pthread_mutex_t drop_lock;	/* the ranges below */
+	unsigned ndrops;
+	struct pl_drop {
+		char key[PL_KEY_LEN];
+		uint64_t off, end;
+	} drops[PL_DROPS];
+} pl = { .drop_lock = PTHREAD_MUTEX_INITIALIZER };
 
 struct pl_obj {
 	char key[PL_KEY_LEN];
@@ -258,6 +272,55 @@ static int pl_append_tail(int src, const char *key, uint64_t end)
 	return r;
 }
 
+/* Zero, in the durable copy of key (end bytes long), what failed syncs lost. */
+static int pl_drops_apply(const char *key, uint64_t end)
+{
+	static const char zeros[4096];
+	int r = 0, dst = -1;
+
+	pthread_mutex_lock(&pl.drop_lock);
+	for (unsigned i = 0; i < pl.ndrops && r == 0; i++) {
+		if (strcmp(pl.drops[i].key, key) != 0)
+			continue;
+		if (dst < 0 && (dst = D.openat(pl.data, key, O_WRONLY, 0)) < 0) {
+			r = dst;
+			break;
+		}
+		for (uint64_t o = pl.drops[i].off; o < CKPT_MIN(pl.drops[i].end, end) && r == 0;) {
+			size_t k = (size_t)CKPT_MIN(CKPT_MIN(pl.drops[i].end, end) - o, sizeof(zeros));
+			r = pwrite(dst, zeros, k, (off_t)o) == (ssize_t)k ? 0 : -EIO;
+			o += k;
+		}
+	}
+	pthread_mutex_unlock(&pl.drop_lock);
+	if (dst >= 0)
+		D.close(dst);
+	return r < 0 ? r : 0;
+}
+
+void bsys_powerloss_lose(int fd)
+{
+	struct pl_obj o;
+	struct stat st;
+	int fl = fcntl(fd, F_GETFL);
+	uint64_t durable = 0;
+
+	if (!pl.on || fl < 0 || !(fl & O_APPEND) || pl_stat(fd, "", &o) < 0)
+		return;		/* append-only files only: their lost bytes are a range */
+	if (D.fstatat(pl.data, o.key, &st) == 0)
+		durable = (uint64_t)st.st_size;
+	pthread_mutex_lock(&pl.drop_lock);
+	if (o.size > durable && pl.ndrops < PL_DROPS) {
+		struct pl_drop *d = &pl.drops[pl.ndrops++];
+		snprintf(d->key, sizeof(d->key), "%s", o.key);
+		d->off = durable;
+		d->end = o.size;
+	} else if (o.size > durable) {
+		pl_warn("remembering bytes a failed sync lost", -ENOSPC);
+	}
+	pthread_mutex_unlock(&pl.drop_lock);
+}
+
 /*
  * D2: fd's contents became durable.  bound: how much of an append-only file
  * the sync covers (its size when the call began), or UINT64_MAX.
@@ -283,6 +346,8 @@ static int pl_file_synced(int fd, uint64_t bound)
 			r = pl_tmp_commit(pl.data, dst, tmp, o.key, o.mode,
 					  pl_copy_range(fd, dst, 0, end));
 	}
+	if (r >= 0)
+		r = pl_drops_apply(o.key, end);
 	pthread_mutex_unlock(&pl.file_lock[s]);
 	return r < 0 ? r : 0;
 }
@@ -698,5 +763,6 @@ int bsys_powerloss_from_env(const char *backend)
 	bsys.fdatasync = pl_fdatasync;
 	bsys.io_result = pl_io_result;
 	bsys.faults_active = 1;
+	pl.on = true;
 	return 0;
 }

@@ -1012,7 +1012,9 @@ static void *publisher_main(void *arg)
 		 */
 		if (manifest_wants_compaction(&be->man) && now_ns() >= be->compact_after_ns) {
 			int c = manifest_compact(&be->man, durable);
-			if (c < 0) {
+			if (c == -EAGAIN) {
+				be->compact_after_ns = now_ns() + 1000000000ull;	/* after the rewrite due */
+			} else if (c < 0) {
 				be->compact_after_ns = now_ns() + 60ull * 1000000000;
 				log_warn("manifest compaction failed: %s; the log keeps growing; "
 					 "tried again in a minute", strerror(-c));
@@ -1054,6 +1056,9 @@ static void ledger_start(struct backend *be)
 				 "sealed after its log's last record is not known", rep->prev_mount_id,
 				 r == -ESTALE ? "written on another boot" : strerror(-r));
 		}
+	} else if (rep->previous) {
+		/* A clean stop whose last sync failed kept its ledger: of no use now. */
+		(void)ledger_take(be->opt.ledger_dir, rep->prev_mount_id, be->nodes->boot_id, &sealed);
 	}
 	ledger_open(&be->ledger, be->opt.ledger_dir, be->mount_id, be->nodes->boot_id);
 }

@@ -36,6 +36,13 @@
  *  R3  The rescue directory is not on the backend: it uses bsys_direct, the
  *      same confined calls without the fault wrappers, so faults injected
  *      into the backend do not reach it.
+ *  R4  What is saved survives a power cut: each directory made is synced
+ *      into its parent (the per-mount one into RESCUE_DIR); each file is
+ *      synced and then its name; a file whose syncs failed is "saved":
+ *      false; a failed sync of a directory, or a failed write or sync of
+ *      manifest.jsonl, fails the rescue (-errno) after it has saved all it
+ *      can: a copy not known durable is better than none.  A directory
+ *      fsync refused (EINVAL) syncs its file system.
  */
 #include "backend/backend.h"
 #include "backend/bsys.h"
@@ -64,11 +71,37 @@ int backend_rescue_dir_check(const char *dir, char *why, size_t wlen)
 	return 0;
 }
 
-/* A new directory `name` in dirfd, or an existing one (may_exist): its fd. */
+/* fsync a directory; where that is refused (EINVAL), its file system. */
+static int dir_sync(int fd)
+{
+	int r = D.fsync(fd);
+
+	if (r == -EINVAL)
+		r = syncfs(fd) == 0 ? 0 : -errno;
+	return r;
+}
+
+/* The first sync error of a rescue (R4): what it saved may not survive a power cut. */
+static _Thread_local int sync_err;
+
+static void note_err(int r)
+{
+	if (r < 0 && !sync_err)
+		sync_err = r;
+}
+
+/*
+ * A new directory `name` in dirfd, or an existing one (may_exist): its fd.
+ * One made is synced into dirfd at once (what is saved below must survive
+ * a power cut with it); if that fails it is used all the same and the
+ * rescue says so: a copy not known durable is better than none.
+ */
 static int subdir(int dirfd, const char *name, bool may_exist)
 {
 	int r = D.mkdirat(dirfd, name, 0700);
 
+	if (r == 0)
+		note_err(dir_sync(dirfd));
 	if (r < 0 && !(r == -EEXIST && may_exist))
 		return r;
 	return D.openat(dirfd, name, O_RDONLY | O_DIRECTORY, 0);
@@ -76,38 +109,48 @@ static int subdir(int dirfd, const char *name, bool may_exist)
 
 /*
  * Create `path` (components separated by '/') below the directory `base`,
- * with its directories, as a new file: its fd (R2).  A name taken (EEXIST,
+ * with its directories, as a new file: its fd (R2), and in *dirfd the
+ * directory that holds it (base, or one to close).  A name taken (EEXIST,
  * ENOTDIR) is never replaced: it holds another version rescued.
  */
-static int rescue_file_create(int base, const char *path)
+static int rescue_file_create(int base, const char *path, int *dirfd)
 {
 	char *dup = xstrdup(path), *p = dup, *slash;
-	int dirfd = base, fd = -ENOENT;
+	int fd = -ENOENT;
 
+	*dirfd = base;
 	while ((slash = strchr(p, '/'))) {
 		*slash = '\0';
-		int sub = *p ? subdir(dirfd, p, true) : dirfd;
-		if (dirfd != base && sub != dirfd)
-			D.close(dirfd);
+		int sub = *p ? subdir(*dirfd, p, true) : *dirfd;
+		if (*dirfd != base && sub != *dirfd)
+			D.close(*dirfd);
 		if (sub < 0) {
+			*dirfd = base;
 			free(dup);
 			return sub;
 		}
-		dirfd = sub;
+		*dirfd = sub;
 		p = slash + 1;
 	}
-	fd = D.openat(dirfd, p, O_WRONLY | O_CREAT | O_EXCL, 0600);
-	if (dirfd != base)
-		D.close(dirfd);
+	fd = D.openat(*dirfd, p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	if (fd < 0 && *dirfd != base) {
+		D.close(*dirfd);
+		*dirfd = base;
+	}
 	free(dup);
 	return fd;
 }
 
-/* Write v into fd, sync and close it: 0 or -errno; its digest in *h. */
-static int rescue_write(int fd, struct cver *v, XXH128_hash_t *h)
+/*
+ * Write v into fd, sync it and then its name in dirfd, close fd: 0 or
+ * -errno (saved only if both syncs succeeded); its digest in *h.
+ */
+static int rescue_write(int fd, int dirfd, struct cver *v, XXH128_hash_t *h)
 {
 	int r = flush_copy_version(v, fd, h), s = D.fsync(fd);
 
+	if (r == 0 && s == 0)
+		s = dir_sync(dirfd);
 	D.close(fd);
 	return r ? r : s;
 }
@@ -123,7 +166,7 @@ static int rescue_version(int base, int files, const char *files_name, int *vers
 			  size_t aslen)
 {
 	XXH128_hash_t h = { 0 };
-	int fd = rescue_file_create(files, path), r = fd;
+	int in = files, top = files, fd = rescue_file_create(files, path, &in), r = fd;
 
 	snprintf(as, aslen, "%s/%s", files_name, path);
 	if ((fd == -EEXIST || fd == -ENOTDIR) && versions) {
@@ -132,10 +175,14 @@ static int rescue_version(int base, int files, const char *files_name, int *vers
 			*versions = subdir(base, "versions", false);
 		snprintf(alt, sizeof(alt), "%llu/%s", (unsigned long long)seq, path);
 		snprintf(as, aslen, "versions/%s", alt);
-		r = fd = *versions < 0 ? *versions : rescue_file_create(*versions, alt);
+		top = *versions;
+		r = fd = *versions < 0 ? *versions : rescue_file_create(*versions, alt, &in);
 	}
-	if (fd >= 0)
-		r = rescue_write(fd, v, &h);
+	if (fd >= 0) {
+		r = rescue_write(fd, in, v, &h);
+		if (in != top)
+			D.close(in);
+	}
 	hash_hex(h, hex);
 	if (r < 0)
 		log_err("rescue: could not save %s: %s", as, strerror(-r));
@@ -179,6 +226,7 @@ long backend_rescue(struct backend *be, const char *dir, const struct rescue_ite
 	int top, base, files, mf, pfiles = -1, versions = -1;
 	long saved = 0;
 
+	sync_err = 0;
 	gethostname(host, sizeof(host) - 1);
 	for (char *c = host; *c; c++)
 		if (*c == '/')
@@ -245,7 +293,7 @@ long backend_rescue(struct backend *be, const char *dir, const struct rescue_ite
 				sb_printf(&b, ", \"rdev\": %llu", (unsigned long long)op->rdev);
 		}
 		sb_printf(&b, "}\n");
-		write_full(mf, b.s, b.len);
+		note_err(write_full(mf, b.s, b.len));
 		sb_free(&b);
 		saved++;
 	}
@@ -263,34 +311,36 @@ long backend_rescue(struct backend *be, const char *dir, const struct rescue_ite
 		sb_printf(&b, ", \"size\": %llu, \"xxh3\": \"%s\", \"saved\": %s, \"note\": "
 			  "\"open for writing at exit: what was written so far, never closed\"}\n",
 			  (unsigned long long)partial[i].ver->size, hex, r == 0 ? "true" : "false");
-		write_full(mf, b.s, b.len);
+		note_err(write_full(mf, b.s, b.len));
 		sb_free(&b);
 		saved++;
 	}
+	/* Each file was synced with its name; what holds them and the list last, each tried. */
 	if (pfiles >= 0) {
-		D.fsync(pfiles);
+		note_err(dir_sync(pfiles));
 		D.close(pfiles);
 	}
-	D.fsync(mf);
+	note_err(D.fsync(mf));
 	D.close(mf);
-	D.fsync(files);
+	note_err(dir_sync(files));
 	D.close(files);
 	if (versions >= 0) {
-		D.fsync(versions);
+		note_err(dir_sync(versions));
 		D.close(versions);
 	}
-	D.fsync(base);
+	note_err(dir_sync(base));
 	D.close(base);
+	int synced = sync_err;
 	for (size_t i = 0; i < pl.n; i++)
 		free(pl.v[i].path);
 	free(pl.v);
 	struct strbuf rec = { 0 };
-	sb_printf(&rec, "{\"t\": \"rescued\", \"m\": \"%s\", \"count\": %ld, \"where\": ",
-		  be->mount_id, saved);
+	sb_printf(&rec, "{\"t\": \"rescued\", \"m\": \"%s\", \"count\": %ld, \"synced\": %s, "
+		  "\"where\": ", be->mount_id, saved, synced < 0 ? "false" : "true");
 	sb_json_str(&rec, where);
 	sb_printf(&rec, "}");
 	if (!backend_threads_stuck(be))	/* else the backend hangs: the rescue's own manifest says it */
 		(void)manifest_append(&be->man, rec.s, rec.len);
 	sb_free(&rec);
-	return saved;
+	return synced < 0 ? synced : saved;	/* not synced: not saved */
 }

@@ -271,7 +271,7 @@ void sb_printf(struct strbuf *b, const char *fmt, ...)
 	}
 }
 
-static void sb_put(struct strbuf *b, const char *s, size_t n)
+void sb_put(struct strbuf *b, const char *s, size_t n)
 {
 	if (b->len + n + 1 > b->cap) {
 		b->cap = CKPT_MAX(b->cap * 2, b->len + n + 64);

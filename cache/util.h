@@ -77,6 +77,8 @@ struct strbuf {
 	size_t len, cap;
 };
 void sb_printf(struct strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Append n bytes of s as they are (NULs included). */
+void sb_put(struct strbuf *b, const char *s, size_t n);
 /*
  * Append s as a JSON string literal, quotes included.  Any bytes give valid
  * JSON: bytes that are not well-formed UTF-8 become \udc80..\udcff, which

@@ -244,6 +244,8 @@ static void stats_json(struct ckptfs *fs, struct strbuf *b)
 		  (unsigned long long)atomic_load(&be->st.xattr_fsyncs),
 		  (unsigned long long)atomic_load(&be->st.xattrs_dropped));
 	sb_printf(b, ", \"manifest_syncs\": %llu", (unsigned long long)manifest_syncs(&be->man));
+	sb_printf(b, ", \"manifest_rewrites\": %llu",
+		  (unsigned long long)manifest_rewrites(&be->man));
 	sb_printf(b, ", \"publisher_passes\": %llu", (unsigned long long)atomic_load(&be->st.passes));
 	uint64_t calls, calls_timed_out;
 	unsigned calls_stuck;

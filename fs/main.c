@@ -231,9 +231,9 @@ static int drain_or_rescue(struct ckptfs *fs)
 			long n = backend_rescue(&fs->be, fs->opt.rescue_dir, partial, npartial, where,
 						sizeof(where));
 			if (n < 0)
-				log_err("could not write the rescue directory %s: %s; what %u files still "
-					"open for writing held is lost", fs->opt.rescue_dir,
-					strerror((int)-n), npartial);
+				log_err("the rescue into %s failed: %s; what %u files still "
+					"open for writing held may be lost (what it saved may not "
+					"survive a power cut)", where, strerror((int)-n), npartial);
 			else
 				log_warn("%u files were still open for writing: their last closed versions "
 					 "are on the backend; what was written to them since is saved in %s "
@@ -253,8 +253,8 @@ static int drain_or_rescue(struct ckptfs *fs)
 	long n = backend_rescue(&fs->be, fs->opt.rescue_dir, partial, npartial, where, sizeof(where));
 	partial_free(partial, npartial);
 	if (n < 0)
-		log_err("could not write the rescue directory %s: %s; unpersisted data is lost",
-			fs->opt.rescue_dir, strerror((int)-n));
+		log_err("the rescue into %s failed: %s; unpersisted data may be lost (what it "
+			"saved may not survive a power cut)", where, strerror((int)-n));
 	else
 		log_err("could not persist %ld operations to %s: saved them in %s "
 			"(see manifest.jsonl there)", n, fs->opt.backend_real, where);

@@ -43,6 +43,7 @@ static const struct {
 	{ "absorb_rate_bps", JSON_NUM }, { "persist_rate_bps", JSON_NUM }, { "seq_current", JSON_NUM },
 	{ "seq_durable", JSON_NUM }, { "versions_published", JSON_NUM }, { "ops_applied", JSON_NUM },
 	{ "dir_fsyncs", JSON_NUM }, { "manifest_syncs", JSON_NUM },
+	{ "manifest_rewrites", JSON_NUM },
 	{ "backend_hashed_bytes", JSON_NUM }, { "backend_extent_walks", JSON_NUM },
 	{ "backend_base_changed", JSON_NUM }, { "backend_max_file_bytes", JSON_NUM },
 	{ "passthrough_renewed", JSON_NUM },

@@ -112,13 +112,15 @@ static int mount_dies(struct tmount *m, const char *rule)
 /* renamed: the new log is in place; temp: the kill left the temp file behind. */
 static const struct { const char *step, *rule; bool renamed, temp; } kills[] = {
 	/* At mount, before compaction: one append (the mount record) and two
-	 * writes of state.json's temp file, one fdatasync (of the log), two
-	 * fsyncs (state.json's temp file and the directory). */
+	 * writes of state.json's temp file, one fdatasync (of the log), nine
+	 * fsyncs (the parents of .ckptfs, nodes and the node directory, once
+	 * for the lease and once for the log; that directory for a new log's
+	 * name; state.json's temp file and the directory again). */
 	{ "open the temp file", "op=openat,name=manifest.log.tmp,err=kill", false, false },
 	{ "first write", "op=append,after=2,err=kill", false, true },
 	{ "fdatasync", "op=fdatasync,after=1,err=kill", false, true },
 	{ "rename", "op=rename,name=manifest.log,err=kill", false, true },
-	{ "directory fsync", "op=fsync,after=2,err=kill", true, false },
+	{ "directory fsync", "op=fsync,after=9,err=kill", true, false },
 };
 
 /*
