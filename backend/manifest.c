@@ -251,17 +251,19 @@ void manifest_synced_to_locked(struct manifest *m, uint64_t size)
 		sb_free(&m->unsynced);	/* what a long failure grew goes with it */
 }
 
+#define REWRITE_BLOCK (256u << 10)
+
 /* The log as it should be: its synced prefix, read back, and the records since. */
 static int rewrite_fill(void *arg, int fd, uint64_t *size, uint64_t *records)
 {
 	struct manifest *m = arg;
-	char *buf = xmalloc(1u << 20);
+	char *buf = xmalloc(REWRITE_BLOCK);
 	uint64_t off = 0;
 	size_t done;
 	int r = 0;
 
 	while (off < m->synced_size && r == 0) {
-		ssize_t n = bsys.pread(m->fd, buf, (size_t)CKPT_MIN(m->synced_size - off, 1u << 20),
+		ssize_t n = bsys.pread(m->fd, buf, (size_t)CKPT_MIN(m->synced_size - off, REWRITE_BLOCK),
 				       (off_t)off);
 		if (n == -EINTR)
 			continue;

@@ -95,7 +95,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	write_log(data, size);
 	CHECK(manifest_open(&m, root_fd, "fuzz", "000000000001", &rep) == 0);	/* bytes alone never refuse */
 	{
-		CHECK(manifest_append(&m, "{\"t\": \"x\", \"m\": \"000000000001\"}", 32) == 0);
+		static const char rec[] = "{\"t\": \"x\", \"m\": \"000000000001\"}";
+		CHECK(manifest_append(&m, rec, sizeof(rec) - 1) == 0);
 		manifest_close(&m, 0, true);
 		/* What it left ends whole (corruption in the input's middle may stay). */
 		int fd = open(log_path, O_RDONLY | O_CLOEXEC);

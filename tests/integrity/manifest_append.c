@@ -152,6 +152,7 @@ static void refused_payloads(const char *root)
 	ml_open(&l, root, "n2", "aaaaaaaaaaa2");
 	ASSERT_EQ(manifest_append(&l.m, big, MANIFEST_REC_MAX + 1), -EMSGSIZE);
 	ASSERT_EQ(manifest_append(&l.m, "{\"a\": 1,\n\"b\": 2}", 16), -EINVAL);
+	ASSERT_EQ(manifest_append(&l.m, "{\"a\": 1}", 9), -EINVAL);	/* its NUL: not text */
 	ml_close(&l);
 	free(big);
 	struct logstate s = snap(ml_log_path(root, "n2"));
