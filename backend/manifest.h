@@ -88,7 +88,7 @@ struct manifest {
 	uint64_t synced_size;	/* bytes an fdatasync covered ... */
 	struct strbuf unsynced;	/* ... and the log after them, [synced_size, size) */
 	bool resync;		/* an fdatasync failed: the next sync writes the log anew */
-	atomic_uint_least64_t rewrites;	/* logs written anew after a failed sync */
+	atomic_uint_least64_t rewrites;	/* logs written anew (a failed sync, or an unclean stop) */
 	uint64_t base_records;	/* records and bytes right after the last compaction */
 	uint64_t base_bytes;
 	uint64_t compact_records;	/* thresholds (manifest_wants_compaction) */
@@ -156,7 +156,7 @@ int manifest_append(struct manifest *m, const char *payload, size_t len);
 int manifest_sync(struct manifest *m);
 /* fdatasyncs of the log this mount (for stats; never waits on an append). */
 uint64_t manifest_syncs(struct manifest *m);
-/* Logs written anew because an fdatasync of the log failed (stats). */
+/* Logs written anew because a sync of the log failed or an unclean stop may hide one (stats). */
 uint64_t manifest_rewrites(struct manifest *m);
 /* Write the unmount record and the state file (clean or not): whether the stop was recorded clean. */
 bool manifest_close(struct manifest *m, uint64_t seq_durable, bool clean);
